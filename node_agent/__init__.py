@@ -1,0 +1,1 @@
+"""gpu-auditor node agent: per-process GPU memory by pod, sharing findings, metrics."""

@@ -1,0 +1,1 @@
+"""The kopf operator: watches pods, diagnoses failures, writes annotations and Events."""
