@@ -1,0 +1,46 @@
+# gpu-auditor developer commands. Everything installs what it needs on a fresh machine.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test unit lint control-plane tools manifests bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+## demo: a local control plane with kwok GPU nodes, the agent on the fake node, the operator,
+## and three failing pods; prints each pod's diagnosis, then cleans up.
+demo: $(STAMP) control-plane
+	$(PY) -m gpu_auditor.demo
+
+## test: lint, type checks, import contracts, then unit + integration tests (gpu tests skip
+## without a GPU, with the reason shown).
+test: $(STAMP) control-plane tools lint
+	GPU_AUDITOR_REQUIRE_CLUSTER=1 $(PY) -m pytest
+
+unit: $(STAMP)
+	$(PY) -m pytest -m unit
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check operator node_agent tests bench
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+
+## control-plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, helm
+## built from Go modules into ~/.cache/gpu-auditor/bin (reused when present).
+control-plane:
+	scripts/build-control-plane.sh
+
+## tools: promtool and prometheus (Debian's package) for the alert-rule and scrape tests.
+tools:
+	scripts/install-tools.sh
+
+manifests:
+	scripts/render-manifests.sh
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

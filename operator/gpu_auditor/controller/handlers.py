@@ -1,0 +1,75 @@
+"""kopf handlers: thin edges that hand pods and node reports to `Services`.
+
+Only `@kopf.on.event` handlers: they keep no per-object state, so kopf writes no diff-base or
+progress annotations onto the cluster's pods (change-detection handlers would, on every pod).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+
+from gpu_auditor.controller import podview
+from gpu_auditor.controller.kube import Retry
+from gpu_auditor.controller.nodereport import GROUP, PLURAL, VERSION
+from gpu_auditor.controller.service import IGNORE_LABEL, Services
+
+RETRY_DELAY = 10
+
+
+def _services(memo: Any) -> Services:
+    services: Services = memo.services
+    return services
+
+
+def has_failed_container(body: Mapping[str, Any], memo: Any, **_: Any) -> bool:
+    """Cheap filter in the event loop: only pods with an undiagnosed failure reach a thread."""
+    return bool(_services(memo).pending(body))
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
+    # Our own Events carry the diagnoses; kopf's per-handler log Events would add an API write
+    # for every pod event it processes. Keep only its errors.
+    settings.posting.level = logging.ERROR
+    # Pods labelled gpu-auditor.io/ignore=true never leave the API server.
+    settings.watching.label_selectors["pods"] = f"{IGNORE_LABEL}!=true"
+    # Ask the server to end each watch every 5 minutes and give up on a silent stream after
+    # 10: an API server restart or a dead load balancer can leave a TCP stream open but mute.
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.watching.inactivity_timeout = 600
+    settings.watching.reconnect_backoff = 1.0
+    # Handlers block on log reads: a bounded pool keeps a burst of failures from starving others.
+    settings.execution.max_workers = 8
+    # Standalone: one replica (Deployment strategy Recreate); no peering objects needed.
+    settings.peering.standalone = True
+    settings.networking.request_timeout = 60
+    settings.networking.connect_timeout = 10
+
+
+@kopf.on.event("v1", "pods", when=has_failed_container)
+def pod_event(body: kopf.Body, type: str | None, memo: Any, **_: Any) -> None:
+    if type == "DELETED":
+        return
+    try:
+        _services(memo).handle_pod(body)
+    except Retry as exc:
+        raise kopf.TemporaryError(str(exc), delay=RETRY_DELAY) from exc
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+def node_report_event(body: kopf.Body, type: str | None, memo: Any, **_: Any) -> None:
+    if type == "DELETED":
+        return
+    spec = dict(body.get("spec") or {})
+    try:
+        _services(memo).handle_report(spec)
+    except Retry as exc:
+        raise kopf.TemporaryError(str(exc), delay=RETRY_DELAY) from exc
+
+
+__all__ = ["configure", "has_failed_container", "node_report_event", "pod_event", "podview"]

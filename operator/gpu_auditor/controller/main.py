@@ -1,0 +1,79 @@
+"""`gpu-auditor-operator`: parse flags, build the services, run kopf."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+import kopf
+from prometheus_client import start_http_server
+
+from gpu_auditor.controller import handlers  # noqa: F401  (registers the handlers)
+from gpu_auditor.controller.annotations import DEFAULT_PREFIX
+from gpu_auditor.controller.kube import KubeApi
+from gpu_auditor.controller.service import OperatorConfig, Services
+
+
+def parse_args(argv: Sequence[str] | None = None) -> OperatorConfig:
+    parser = argparse.ArgumentParser(
+        prog="gpu-auditor-operator",
+        description="Watch pods for CUDA OOMs and OOMKills, diagnose them, annotate the pod.",
+    )
+    parser.add_argument("--namespace", action="append", default=[],
+                        help="namespace to watch (repeatable); default: all namespaces")
+    parser.add_argument("--annotation-prefix", default=DEFAULT_PREFIX)
+    parser.add_argument("--metrics-port", type=int, default=9402, help="0 disables /metrics")
+    parser.add_argument("--liveness-port", type=int, default=8080, help="0 disables /healthz")
+    parser.add_argument("--log-tail-lines", type=int, default=500)
+    parser.add_argument("--log-limit-bytes", type=int, default=1 << 20)
+    parser.add_argument("--no-owner-annotations", action="store_true",
+                        help="do not copy the diagnosis onto the owning Job/Deployment/...")
+    parser.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
+    parser.add_argument("--verbose", action="store_true")
+    args = parser.parse_args(argv)
+    if not args.annotation_prefix.endswith("/") or "/" in args.annotation_prefix[:-1]:
+        parser.error("--annotation-prefix must look like 'example.com/'")
+    if args.log_tail_lines < 1 or args.log_limit_bytes < 1024:
+        parser.error("--log-tail-lines must be >= 1 and --log-limit-bytes >= 1024")
+    if args.kubeconfig:
+        os.environ["KUBECONFIG"] = args.kubeconfig
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return OperatorConfig(
+        namespaces=tuple(args.namespace), annotation_prefix=args.annotation_prefix,
+        metrics_port=args.metrics_port, liveness_port=args.liveness_port,
+        log_tail_lines=args.log_tail_lines, log_limit_bytes=args.log_limit_bytes,
+        annotate_owners=not args.no_owner_annotations,
+    )
+
+
+def api_client() -> object:
+    from kubernetes import client, config
+
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+    return client.ApiClient()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    cfg = parse_args(argv)
+    services = Services(kube=KubeApi(api_client()), config=cfg)  # type: ignore[arg-type]
+    if cfg.metrics_port:
+        start_http_server(cfg.metrics_port)
+    kopf.run(
+        standalone=True,
+        clusterwide=not cfg.namespaces,
+        namespaces=cfg.namespaces,
+        liveness_endpoint=f"http://0.0.0.0:{cfg.liveness_port}/healthz" if cfg.liveness_port else None,
+        memo=kopf.Memo(services=services),
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

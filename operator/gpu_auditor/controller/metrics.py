@@ -1,0 +1,27 @@
+"""The operator's own Prometheus metrics (names in docs/contracts.md and docs/metrics.md)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Histogram
+
+DIAGNOSES = Counter(
+    "gpu_auditor_diagnoses", "Diagnoses written onto pods, by namespace and kind.",
+    ["namespace", "kind"],
+)
+SHARING_FINDINGS = Counter(
+    "gpu_auditor_sharing_findings", "Sharing findings written onto pods, by finding kind.",
+    ["finding"],
+)
+LOG_FETCH_FAILURES = Counter(
+    "gpu_auditor_log_fetch_failures", "Container logs that could not be read, by reason.",
+    ["reason"],
+)
+DIAGNOSIS_LATENCY = Histogram(
+    "gpu_auditor_diagnosis_latency_seconds",
+    "Time from the container's termination (finishedAt) to the annotation on the pod.",
+    buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300),
+)
+API_REQUESTS = Counter(
+    "gpu_auditor_operator_api_requests", "Kubernetes API requests the operator made, by verb.",
+    ["verb"],
+)
