@@ -204,7 +204,11 @@ def test_a_job_whose_container_restarted_is_diagnosed_from_the_previous_log_and_
 def _report(env: dict[str, Any], spec: dict[str, Any]) -> None:
     api = client.CustomObjectsApi(env["cluster"].api_client())
     body = {"apiVersion": "gpu-auditor.io/v1alpha1", "kind": "GPUNodeReport",
-            "metadata": {"name": env["node"]}, "spec": {"nodeName": env["node"], **spec}}
+            "metadata": {"name": env["node"]},
+            "spec": {"nodeName": env["node"], "generatedAt": "2026-11-29T10:00:00Z", **spec}}
+    for gpu in spec.get("gpus", []):
+        for entry in gpu["pods"]:
+            entry.setdefault("podUID", f"uid-{entry['pod']}")
     try:
         existing = api.get_cluster_custom_object("gpu-auditor.io", "v1alpha1",
                                                  "gpunodereports", env["node"])

@@ -39,7 +39,7 @@ def parse_args(argv: Sequence[str] | None = None) -> OperatorConfig:
     if args.log_tail_lines < 1 or args.log_limit_bytes < 1024:
         parser.error("--log-tail-lines must be >= 1 and --log-limit-bytes >= 1024")
     if args.kubeconfig:
-        os.environ["KUBECONFIG"] = args.kubeconfig
+        use_kubeconfig(args.kubeconfig)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     return OperatorConfig(
@@ -48,6 +48,15 @@ def parse_args(argv: Sequence[str] | None = None) -> OperatorConfig:
         log_tail_lines=args.log_tail_lines, log_limit_bytes=args.log_limit_bytes,
         annotate_owners=not args.no_owner_annotations,
     )
+
+
+def use_kubeconfig(path: str) -> None:
+    """Point both our client and kopf's login (which calls load_kube_config() without a
+    file) at `path`: the kubernetes package reads $KUBECONFIG once, at import."""
+    from kubernetes.config import kube_config
+
+    os.environ["KUBECONFIG"] = path
+    kube_config.KUBE_CONFIG_DEFAULT_LOCATION = path
 
 
 def api_client() -> object:

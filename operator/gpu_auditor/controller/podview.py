@@ -19,7 +19,9 @@ _SUFFIX = {
     "": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
     "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60, "m": 0,
 }
-_TORCH_IN_IMAGE = re.compile(r"(?:pytorch|torch)[^:]*:v?(\d+\.\d+)(?:\.\d+)?", re.IGNORECASE)
+# pytorch/pytorch:2.1.0-cuda12.1-...: a torch release in the tag. NGC's nvcr.io/nvidia/pytorch:24.01
+# tags are year.month, not torch releases: only majors 1 and 2 count.
+_TORCH_IN_IMAGE = re.compile(r"(?:pytorch|torch)[^:/]*:v?([12]\.\d{1,2})(?![\d])", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
