@@ -1,0 +1,43 @@
+# One image, two entry points (see docs/contracts.md):
+#   gpu-auditor-agent     the node agent (DaemonSet)
+#   gpu-auditor-operator  the kopf operator (Deployment)
+# plus the gpu-auditor CLI. The chart sets the command of each container.
+#
+#   docker build -t ghcr.io/gpu-auditor/gpu-auditor:0.1.0 .
+ARG PYTHON_IMAGE=python:3.12-slim
+
+# ---- stage 1: build the wheel (no dependencies; the next stage resolves them) ----
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY operator/ operator/
+COPY node_agent/ node_agent/
+RUN pip wheel --no-deps --wheel-dir /wheels .
+
+# ---- stage 2: the runtime image ----
+FROM ${PYTHON_IMAGE} AS runtime
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONUNBUFFERED=1
+# The wheel and its dependencies (binary wheels: grpcio, protobuf), byte-compiled at install
+# time so nothing is written at run time (the pods run with a read-only root filesystem).
+COPY --from=build /wheels /tmp/wheels
+RUN pip install /tmp/wheels/*.whl \
+ && rm -rf /tmp/wheels \
+ && gpu-auditor-agent --help > /dev/null \
+ && gpu-auditor-operator --help > /dev/null
+# Nothing to write at run time: the bytecode is already there.
+ENV PYTHONDONTWRITEBYTECODE=1
+# A fixed non-root user; uid/gid 65532 as in distroless "nonroot". The agent's DaemonSet runs
+# it as uid 0 without capabilities (the kubelet's pod-resources socket is root's).
+RUN groupadd --system --gid 65532 nonroot \
+ && useradd --system --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent \
+      --shell /usr/sbin/nologin nonroot
+USER 65532:65532
+WORKDIR /
+# agent /metrics and /healthz, operator /metrics, operator liveness /healthz
+EXPOSE 9401 9402 8080
+LABEL org.opencontainers.image.title="gpu-auditor" \
+      org.opencontainers.image.description="Kubernetes GPU auditor: node agent and operator" \
+      org.opencontainers.image.source="https://github.com/gpu-auditor/gpu-auditor" \
+      org.opencontainers.image.licenses="Apache-2.0"
+CMD ["gpu-auditor", "--help"]

@@ -1,0 +1,135 @@
+{{/*
+Chart name, cut to 63 characters (the DNS label limit of some name fields).
+*/}}
+{{- define "gpu-auditor.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Full name: <release>-<chart>, or the release name alone when it already holds the chart name.
+Cut to 53 characters so that the longest suffix, "-dashboard" (10), still fits in 63.
+*/}}
+{{- define "gpu-auditor.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 53 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 53 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 53 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Chart name and version for the helm.sh/chart label.
+*/}}
+{{- define "gpu-auditor.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Labels on every object.
+*/}}
+{{- define "gpu-auditor.labels" -}}
+helm.sh/chart: {{ include "gpu-auditor.chart" . }}
+{{ include "gpu-auditor.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: gpu-auditor
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+Selector labels shared by all components; each component adds app.kubernetes.io/component.
+*/}}
+{{- define "gpu-auditor.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "gpu-auditor.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* Agent: names and labels. */}}
+{{- define "gpu-auditor.agent.fullname" -}}
+{{- printf "%s-agent" (include "gpu-auditor.fullname" .) }}
+{{- end }}
+
+{{- define "gpu-auditor.agent.labels" -}}
+{{ include "gpu-auditor.labels" . }}
+app.kubernetes.io/component: agent
+{{- end }}
+
+{{- define "gpu-auditor.agent.selectorLabels" -}}
+{{ include "gpu-auditor.selectorLabels" . }}
+app.kubernetes.io/component: agent
+{{- end }}
+
+{{- define "gpu-auditor.agent.serviceAccountName" -}}
+{{- if .Values.agent.serviceAccount.create }}
+{{- default (include "gpu-auditor.agent.fullname" .) .Values.agent.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.agent.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* Operator: names and labels. */}}
+{{- define "gpu-auditor.operator.fullname" -}}
+{{- printf "%s-operator" (include "gpu-auditor.fullname" .) }}
+{{- end }}
+
+{{- define "gpu-auditor.operator.labels" -}}
+{{ include "gpu-auditor.labels" . }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{- define "gpu-auditor.operator.selectorLabels" -}}
+{{ include "gpu-auditor.selectorLabels" . }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{- define "gpu-auditor.operator.serviceAccountName" -}}
+{{- if .Values.operator.serviceAccount.create }}
+{{- default (include "gpu-auditor.operator.fullname" .) .Values.operator.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.operator.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+The image reference: repository@digest, else repository:tag (tag defaults to appVersion).
+*/}}
+{{- define "gpu-auditor.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/*
+Stable Prometheus job names. The alert rules in files/prometheus-rules.yaml select on them,
+so the ServiceMonitor/PodMonitor take the job name from this label instead of the object name.
+*/}}
+{{- define "gpu-auditor.jobLabelKey" -}}
+gpu-auditor.io/job
+{{- end }}
+
+{{/*
+Fail early on combinations that cannot work.
+*/}}
+{{- define "gpu-auditor.validate" -}}
+{{- if and .Values.serviceMonitor.enabled .Values.podMonitor.enabled }}
+{{- fail "serviceMonitor.enabled and podMonitor.enabled are both true: every target would be scraped twice; enable one" }}
+{{- end }}
+{{- if and .Values.serviceMonitor.enabled .Values.agent.enabled (not .Values.agent.service.enabled) }}
+{{- fail "serviceMonitor.enabled needs agent.service.enabled (a ServiceMonitor selects a Service); or use podMonitor.enabled" }}
+{{- end }}
+{{- if and .Values.serviceMonitor.enabled .Values.operator.enabled (not .Values.operator.service.enabled) }}
+{{- fail "serviceMonitor.enabled needs operator.service.enabled (a ServiceMonitor selects a Service); or use podMonitor.enabled" }}
+{{- end }}
+{{- if eq (int .Values.operator.metricsPort) (int .Values.operator.livenessPort) }}
+{{- fail "operator.metricsPort and operator.livenessPort must differ" }}
+{{- end }}
+{{- end }}
