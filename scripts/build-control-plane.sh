@@ -44,15 +44,16 @@ build_etcd() {
   link etcd "$ETCD_VERSION"
 }
 
-build_install() { # NAME VERSION PACKAGE
-  local name="$1" version="$2" pkg="$3"
-  if have "$name" "$version"; then say "$name $version: cached"; link "$name" "$version"; return; fi
-  say "$name $version: building $pkg"
-  local gobin="$WORK/gobin-$name-$version"
+build_install() { # NAME VERSION PACKAGE [CACHE-SUFFIX LDFLAGS]
+  local name="$1" version="$2" pkg="$3" suffix="${4:-}" ldflags="${5:-}"
+  local key="$version$suffix"
+  if have "$name" "$key"; then say "$name $key: cached"; link "$name" "$key"; return; fi
+  say "$name $key: building $pkg"
+  local gobin="$WORK/gobin-$name-$key"
   rm -rf "$gobin"; mkdir -p "$gobin"
-  GOBIN="$gobin" go install "$pkg@$version"
-  mv "$gobin/$name" "$BIN/$name-$version"
-  link "$name" "$version"
+  GOBIN="$gobin" go install -ldflags "$ldflags" "$pkg@$version"
+  mv "$gobin/$name" "$BIN/$name-$key"
+  link "$name" "$key"
 }
 
 build_kube() {
@@ -94,7 +95,11 @@ build_kube() {
 start=$(date +%s)
 build_etcd
 build_install kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok
-build_install helm "$HELM_VERSION" helm.sh/helm/v3/cmd/helm
+# helm's own Makefile stamps its version and the Kubernetes version client-side rendering
+# assumes (else "v3.22" and v1.20.0, and charts with kubeVersion >= 1.25 fail `helm template`).
+kube_minor="$(echo "$KUBE_VERSION" | cut -d. -f2)"
+build_install helm "$HELM_VERSION" helm.sh/helm/v3/cmd/helm "-k1.$kube_minor" \
+  "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$kube_minor"
 build_kube
 say "done in $(( $(date +%s) - start ))s: $BIN"
 echo "$BIN"

@@ -38,7 +38,8 @@ def _say(text: str) -> None:
 
 
 def _cri(text: str) -> str:
-    return "".join(f"2026-11-29T10:00:00.000000000Z stderr F {line}\n" for line in text.splitlines())
+    stamp = "2026-11-29T10:00:00.000000000Z stderr F"
+    return "".join(f"{stamp} {line}\n" for line in text.splitlines())
 
 
 def _pod(name: str, node: str, container: str, *, gpu: bool, fail: dict[str, str] | None = None,
@@ -103,8 +104,9 @@ def run(cluster: LocalCluster) -> int:
 
     _say("three jobs fail: a fragmentation OOM, a raw CUDA OOM on a shared GPU, an OOM kill")
     (work / "finetune.log").write_text(_cri((LOGS / "fragmentation.log").read_text()))
-    core.create_namespaced_pod("ml", _pod("finetune-7b", "gpu-node-2", "main", gpu=True,
-                                          fail={"reason": "Error", "exit-code": "1", "delay": "2s"}))
+    core.create_namespaced_pod("ml", _pod(
+        "finetune-7b", "gpu-node-2", "main", gpu=True,
+        fail={"reason": "Error", "exit-code": "1", "delay": "2s"}))
     _logs(custom, "ml", "finetune-7b", "main", work / "finetune.log")
     core.create_namespaced_pod("etl", _pod("preprocess", "gpu-node-2", "main", gpu=False,
                                            memory="16Gi", fail={"reason": "OOMKilled",

@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpu_auditor.localcluster import LocalCluster
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+
+from gpu_auditor.localcluster import LocalCluster
 
 pytestmark = pytest.mark.integration
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from gpu_auditor.localcluster.process import free_port
 
 pytestmark = pytest.mark.integration

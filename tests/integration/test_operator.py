@@ -173,7 +173,8 @@ def test_a_job_whose_container_restarted_is_diagnosed_from_the_previous_log_and_
     env: dict[str, Any], ns: str, tmp_path: Path
 ) -> None:
     cluster: LocalCluster = env["cluster"]
-    previous = write_log(tmp_path, "prev.log", cri(corpus_log("capacity_batch_too_big_fullgpu.log")))
+    capacity = corpus_log("capacity_batch_too_big_fullgpu.log")
+    previous = write_log(tmp_path, "prev.log", cri(capacity))
     current = write_log(tmp_path, "cur.log", cri("restarted; epoch 1 resumed"))
     client.BatchV1Api(cluster.api_client()).create_namespaced_job(ns, {
         "metadata": {"name": "train"},

@@ -23,11 +23,11 @@ def test_import_operator_from_the_repo_root_is_the_standard_library(
     path_entries: list[str],
 ) -> None:
     code = (
-        "import sys; sys.path[:0] = %r\n"
+        f"import sys; sys.path[:0] = {path_entries!r}\n"
         "import operator, collections, importlib\n"
         "operator = importlib.reload(operator)\n"
         "assert hasattr(operator, 'itemgetter'), operator\n"
-        "print(operator.__file__)\n" % path_entries
+        "print(operator.__file__)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                          text=True, check=True).stdout.strip()

@@ -91,7 +91,8 @@ def diagnosis_annotations(
     reason = event_reason(diagnosis)
     message = f"[{termination.container}] {diagnosis.summary}"
     if alloc_conf:
-        message += f" Recommended: {recommendation.get('env') or 'PYTORCH_CUDA_ALLOC_CONF'}={alloc_conf}"
+        env = recommendation.get("env") or "PYTORCH_CUDA_ALLOC_CONF"
+        message += f" Recommended: {env}={alloc_conf}"
     return Written(
         annotations=annotations,
         event_reason=reason,

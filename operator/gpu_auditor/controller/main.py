@@ -71,14 +71,16 @@ def api_client() -> object:
 
 def main(argv: Sequence[str] | None = None) -> int:
     cfg = parse_args(argv)
-    services = Services(kube=KubeApi(api_client()), config=cfg)  # type: ignore[arg-type]
+    services = Services(kube=KubeApi(api_client()), config=cfg)
     if cfg.metrics_port:
         start_http_server(cfg.metrics_port)
     kopf.run(
         standalone=True,
         clusterwide=not cfg.namespaces,
         namespaces=cfg.namespaces,
-        liveness_endpoint=f"http://0.0.0.0:{cfg.liveness_port}/healthz" if cfg.liveness_port else None,
+        liveness_endpoint=(
+            f"http://0.0.0.0:{cfg.liveness_port}/healthz" if cfg.liveness_port else None
+        ),
         memo=kopf.Memo(services=services),
     )
     return 0

@@ -95,7 +95,7 @@ class Services:
         seen = self.checked.get(key)
         if seen is None:
             return True
-        return seen is not True and time.monotonic() - float(seen) > RETRY_AFTER
+        return isinstance(seen, float) and time.monotonic() - seen > RETRY_AFTER
 
     def handle_pod(self, pod: Mapping[str, Any]) -> None:
         for termination in self.pending(pod):

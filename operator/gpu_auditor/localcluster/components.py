@@ -14,7 +14,8 @@ from pathlib import Path
 from gpu_auditor.localcluster.cluster import LocalCluster
 from gpu_auditor.localcluster.process import Component, free_port
 
-CRD_FILE = Path(__file__).resolve().parents[3] / "charts/gpu-auditor/crds/gpunodereports.gpu-auditor.io.yaml"
+CRD_FILE = (Path(__file__).resolve().parents[3]
+            / "charts/gpu-auditor/crds/gpunodereports.gpu-auditor.io.yaml")
 
 
 def install_crds(cluster: LocalCluster, crd_file: Path = CRD_FILE) -> None:
@@ -69,7 +70,8 @@ class OperatorProcess:
         self.component.stop()
 
     def metrics(self) -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as r:
             return str(r.read().decode())
 
 

@@ -11,7 +11,9 @@ from gpu_auditor.controller import podview
 pytestmark = pytest.mark.unit
 
 
-def _pod(statuses: list[dict[str, Any]], containers: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def _pod(
+    statuses: list[dict[str, Any]], containers: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     return {
         "metadata": {"namespace": "ml", "name": "trainer", "uid": "u1"},
         "spec": {"containers": containers or [{"name": "main", "image": "trainer"}]},
@@ -72,7 +74,9 @@ def test_the_old_alloc_conf_name_wins_when_both_are_set() -> None:
     ({"image": "trainer", "env": [{"name": "TORCH_VERSION", "value": "1.13.1"}]}, "1.13"),
     ({"image": "registry/team/trainer:7"}, None),
 ])
-def test_the_torch_release_is_read_from_env_or_image_tag(container: dict[str, Any], hint: str | None) -> None:
+def test_the_torch_release_is_read_from_env_or_image_tag(
+    container: dict[str, Any], hint: str | None
+) -> None:
     assert podview.torch_version_hint(container) == hint
 
 
