@@ -5,8 +5,8 @@ the node agent on the fake node example (examples/fake-node, publishing its GPUN
 the operator; then three pods fail the way training jobs do:
 
 * ml/finetune-7b   CUDA OOM from allocator fragmentation (a real H200 log)
-* ml/trainer-0     raw `CUDA error: out of memory` on a GPU that ml/notebook-1 (which requested
-                   no GPU) also uses: the node report names the culprit
+* ml/trainer-0     raw `CUDA error: out of memory` (no figures in the log) on a GPU that
+                   ml/notebook-1, which requested no GPU, has filled: the node report names it
 * etl/preprocess   the kernel's OOM killer (host memory, exit 137)
 
 and prints what a user reads on each pod, then tears everything down.
@@ -66,6 +66,26 @@ def _logs(custom: Any, ns: str, pod: str, container: str, path: Path) -> None:
         "spec": {"logs": [{"containers": [container], "logsFile": str(path)}]}})
 
 
+def _crowded_gpu(work: Path) -> Path:
+    """The fake node example with ml/notebook-1 (no GPU requested) grown to fill GPU 0, as an
+    unattended notebook does: the trainer sharing that GPU then dies at CUDA context creation."""
+    fake = yaml.safe_load((FAKE_NODE / "nvml.yaml").read_text())
+    fake["pods"] = str(FAKE_NODE / fake.get("pods", "pods.yaml"))
+    gpu0 = fake["gpus"][0]
+    trainer, trainer_helper, notebook = 48211, 48377, 51904
+    context = 500 * 2**20  # the trainer got as far as its CUDA context
+    budget = gpu0["memoryTotalBytes"] - gpu0.get("memoryReservedBytes", 0) - 96 * 2**20
+    gpu0["processes"] = [p for p in gpu0["processes"] if p["pid"] != trainer_helper]
+    for process in gpu0["processes"]:
+        if process["pid"] == trainer:
+            process["usedBytes"] = context
+        elif process["pid"] == notebook:
+            process["usedBytes"] = budget - context
+    path = work / "nvml-crowded.yaml"
+    path.write_text(yaml.safe_dump(fake))
+    return path
+
+
 def run(cluster: LocalCluster) -> int:
     from kubernetes import client
 
@@ -88,9 +108,7 @@ def run(cluster: LocalCluster) -> int:
     for pod in fake["pods"]:  # the running pods the agent sees on its fake node
         gpu = any(c.get("gpus") for c in pod["containers"])
         core.create_namespaced_pod(pod["namespace"], _pod(
-            pod["name"], node, pod["containers"][0]["name"], gpu=gpu,
-            fail={"reason": "Error", "exit-code": "1", "delay": "8s"}
-            if pod["name"] == "trainer-0" else None))
+            pod["name"], node, pod["containers"][0]["name"], gpu=gpu))
     work = cluster.workdir / "demo-logs"
     work.mkdir()
     (work / "trainer-0.log").write_text(_cri((LOGS / "context-oom.log").read_text()))
@@ -98,11 +116,19 @@ def run(cluster: LocalCluster) -> int:
 
     _say("starting the operator and the node agent (fake NVML, fake /proc)")
     operator = OperatorProcess(cluster).start()
-    AgentProcess(cluster, node, f"--nvml-fake={FAKE_NODE / 'nvml.yaml'}",
+    AgentProcess(cluster, node, f"--nvml-fake={_crowded_gpu(work)}",
                  f"--proc-root={FAKE_NODE / 'proc'}", "--interval=1",
                  "--report-min-interval=1").start()
 
+    cluster.wait(lambda: custom.get_cluster_custom_object(
+        "gpu-auditor.io", "v1alpha1", "gpunodereports", node), 60, "the agent's GPUNodeReport")
+    _say(f"GPUNodeReport/{node} published (kubectl get gpunodereports)")
+
     _say("three jobs fail: a fragmentation OOM, a raw CUDA OOM on a shared GPU, an OOM kill")
+    core.patch_namespaced_pod("trainer-0", "ml", {"metadata": {
+        "labels": {CHAOS: "true"},
+        "annotations": {f"{CHAOS}/reason": "Error", f"{CHAOS}/exit-code": "1",
+                        f"{CHAOS}/delay": "1s"}}})
     (work / "finetune.log").write_text(_cri((LOGS / "fragmentation.log").read_text()))
     core.create_namespaced_pod("ml", _pod(
         "finetune-7b", "gpu-node-2", "main", gpu=True,
