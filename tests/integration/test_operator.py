@@ -19,7 +19,7 @@ from gpu_auditor.localcluster.components import OperatorProcess, install_crds
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-FIXTURES = ROOT / "tests" / "fixtures" / "oom"
+FIXTURES = ROOT / "tests" / "fixtures" / "oom" / "corpus"
 PREFIX = "gpu-auditor.io/"
 CHAOS = "pod-container-running-failed.stage.kwok.x-k8s.io"
 RESTART = "stage.gpu-auditor.io"
