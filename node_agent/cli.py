@@ -1,0 +1,146 @@
+"""``gpu-auditor-agent``: wires the sources, the sampler, the collector, HTTP and the report."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
+
+from node_agent.agent import Agent
+from node_agent.collector import AgentCollector
+from node_agent.config import Config, api_configured, node_name, parse
+from node_agent.errors import ConfigError
+from node_agent.exposition import Exposition
+from node_agent.fake_source import FakeNvmlSource
+from node_agent.history import History
+from node_agent.pods import ApiPods, ClusterPods, FakePods, PodSource
+from node_agent.procfs import ProcReader
+from node_agent.publisher import ReportPublisher
+from node_agent.sampler import GpuSource, Sampler
+
+log = logging.getLogger("node_agent")
+
+
+def _fake_pods_path(cfg: Config, nvml: FakeNvmlSource | None) -> Path | None:
+    if cfg.pods_fake is not None:
+        return cfg.pods_fake
+    if nvml is not None and nvml.data.get("pods"):
+        ref = nvml.data["pods"]
+        if not isinstance(ref, str):
+            raise ConfigError(f"{nvml.path}: pods must name a file (relative to it)")
+        path = (nvml.path.parent / ref).resolve()
+        if not path.is_file():
+            raise ConfigError(f"{nvml.path}: pods file {path} not found")
+        return path
+    return None
+
+
+def build(cfg: Config) -> Agent:
+    """Everything the agent runs with; raises ConfigError on bad input files."""
+    fake_nvml = FakeNvmlSource(cfg.nvml_fake) if cfg.nvml_fake else None
+    gpus: GpuSource
+    if fake_nvml is not None:
+        gpus = fake_nvml
+    else:
+        from node_agent.nvml_source import NvmlSource
+
+        gpus = NvmlSource()
+
+    fake_pods_path = _fake_pods_path(cfg, fake_nvml)
+    fake_pods = FakePods.from_file(fake_pods_path) if fake_pods_path else None
+    node = node_name(cfg, fake_pods.node.name if fake_pods else None)
+
+    report = cfg.report if cfg.report is not None else (not cfg.once and api_configured(cfg))
+    api: Any = None
+    if report or (fake_pods is None and api_configured(cfg)):
+        from node_agent.kube import api_client
+
+        api = api_client(str(cfg.kubeconfig) if cfg.kubeconfig else None)
+
+    pods: PodSource
+    if fake_pods is not None:
+        pods = fake_pods
+    else:
+        from node_agent.podresources.client import PodResourcesClient
+
+        pods = ClusterPods(PodResourcesClient(cfg.pod_resources_socket),
+                           ApiPods.for_client(api, node) if api is not None else None)
+
+    sampler = Sampler(node, gpus, ProcReader(cfg.proc_root), pods, History())
+    publisher = (ReportPublisher.for_client(api, sampler.errors,
+                                            min_interval=cfg.report_min_interval)
+                 if report else None)
+    if not report and not cfg.once:
+        log.info("GPUNodeReport publishing is off (--report to turn it on)")
+    return Agent(sampler, cfg.interval, publisher)
+
+
+def registry_for(agent: Agent, cfg: Config) -> CollectorRegistry:
+    """A registry holding the agent's collector (and nothing else)."""
+    registry = CollectorRegistry()
+    registry.register(AgentCollector(agent.latest, agent.sampler.node, cfg.process_labels))
+    return registry
+
+
+def exposition_for(agent: Agent, cfg: Config) -> Exposition:
+    """/metrics: the agent's families rendered after each pass, plus live process_* metrics."""
+    live = CollectorRegistry()
+    ProcessCollector(registry=live)
+    exposition = Exposition(registry_for(agent, cfg), live)
+    agent.listeners.append(exposition.prime)
+    return exposition
+
+
+def run_once(agent: Agent, cfg: Config) -> int:
+    snapshot = agent.run_once(force_publish=True)
+    sys.stdout.write(generate_latest(registry_for(agent, cfg)).decode())
+    sys.stdout.flush()
+    if agent.publisher is not None and (snapshot is None or agent.publisher.writes == 0):
+        log.error("the GPUNodeReport was not written")
+        return 1
+    return 0
+
+
+def serve(agent: Agent, cfg: Config) -> int:
+    from node_agent.http_server import make_server
+
+    # A sampling pass holds the GIL for tens of ms on a big node; hand it to a waiting scrape
+    # thread every 1 ms instead of Python's default 5 ms, so scrapes stay fast during a pass.
+    sys.setswitchinterval(0.001)
+    exposition = exposition_for(agent, cfg)
+    agent.run_once()  # the first scrape already has data
+    agent.start()
+    server = make_server(lambda accept: exposition.render(accept, agent.latest()), agent.health,
+                         cfg.bind_address, cfg.port)
+    log.info("serving /metrics and /healthz on %s:%d for node %s", cfg.bind_address,
+             server.server_address[1], agent.sampler.node)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+        agent.stop()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        cfg = parse(argv)
+        logging.basicConfig(level=cfg.log_level, stream=sys.stderr,
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        agent = build(cfg)
+    except ConfigError as err:
+        print(f"gpu-auditor-agent: error: {err}", file=sys.stderr)
+        return 2
+    return run_once(agent, cfg) if cfg.once else serve(agent, cfg)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

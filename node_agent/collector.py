@@ -1,0 +1,131 @@
+"""The Prometheus collector: fresh metric families from the latest Snapshot on every scrape.
+
+Scrapes never call NVML or read ``/proc``; they only read the snapshot the sampling thread
+left. Label sets follow docs/contracts.md exactly; docs/metrics.md explains each metric.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, fields
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from node_agent.model import ERROR_SOURCES, PodRef, Snapshot
+
+log = logging.getLogger(__name__)
+
+P = "gpu_auditor_"
+PROCESS_LABELS = ["node", "gpu", "uuid", "namespace", "pod", "container", "pod_uid", "allocated"]
+GPU_LABELS = ["node", "gpu", "uuid", "model"]
+FINDING_LABELS = ["node", "gpu", "uuid", "namespace", "pod", "finding"]
+
+
+def _gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
+    return GaugeMetricFamily(P + name, doc, labels=labels)
+
+
+@dataclass(frozen=True, slots=True)
+class _Families:
+    process: GaugeMetricFamily
+    total: GaugeMetricFamily
+    used: GaugeMetricFamily
+    free: GaugeMetricFamily
+    reserved: GaugeMetricFamily
+    pods: GaugeMetricFamily
+    finding: GaugeMetricFamily
+    nvml_up: GaugeMetricFamily
+    kubelet_up: GaugeMetricFamily
+    duration: GaugeMetricFamily
+    errors: CounterMetricFamily
+
+    @classmethod
+    def new(cls, process_labels: bool) -> _Families:
+        extra = ["pid", "process"] if process_labels else []
+        return cls(
+            process=_gauge("process_gpu_memory_bytes", "GPU memory used by processes, summed "
+                           "per GPU, pod and container" + (" (one series per process)"
+                                                           if process_labels else ""),
+                           PROCESS_LABELS + extra),
+            total=_gauge("gpu_memory_total_bytes", "Total GPU memory", GPU_LABELS),
+            used=_gauge("gpu_memory_used_bytes", "Used GPU memory (NVML memory v2: without "
+                        "driver-reserved memory)", GPU_LABELS),
+            free=_gauge("gpu_memory_free_bytes", "Free GPU memory", GPU_LABELS),
+            reserved=_gauge("gpu_memory_reserved_bytes", "GPU memory reserved by the driver",
+                            GPU_LABELS),
+            pods=_gauge("gpu_pods", "Pods with a process on the GPU", ["node", "gpu", "uuid"]),
+            finding=_gauge("sharing_finding", "1 per pod in a sharing finding", FINDING_LABELS),
+            nvml_up=_gauge("nvml_up", "1 when NVML answered in the last pass", ["node"]),
+            kubelet_up=_gauge("kubelet_up", "1 when the kubelet pod-resources API answered in "
+                              "the last pass", ["node"]),
+            duration=_gauge("agent_collect_duration_seconds", "Duration of the last sampling "
+                            "pass", ["node"]),
+            errors=CounterMetricFamily(P + "agent_errors", "Errors by source since the agent "
+                                       "started", labels=["node", "source"]),
+        )
+
+    def all(self) -> list[Metric]:
+        return [getattr(self, f.name) for f in fields(self)]
+
+
+def _pod_order(pod: PodRef | None) -> list[str]:
+    """namespace, pod, container, pod_uid: the order of PROCESS_LABELS."""
+    if pod is None:
+        return ["", "", "", ""]
+    return [pod.namespace, pod.pod, pod.container, pod.pod_uid]
+
+
+class AgentCollector(Collector):
+    def __init__(self, latest: Callable[[], Snapshot | None], node: str,
+                 process_labels: bool = False) -> None:
+        self._latest = latest
+        self._node = node
+        self._process_labels = process_labels
+
+    def describe(self) -> Iterator[Metric]:
+        """The families without samples, so registering does not run a collection."""
+        return iter(_Families.new(self._process_labels).all())
+
+    def collect(self) -> Iterator[Metric]:
+        f = _Families.new(self._process_labels)
+        try:
+            snapshot = self._latest()
+            if snapshot is not None:
+                self._fill(f, snapshot)
+        except Exception:  # never crash the scrape: serve what was filled
+            log.exception("building metrics from the snapshot failed")
+        return iter(f.all())
+
+    def _fill(self, f: _Families, s: Snapshot) -> None:
+        node = self._node
+        for u in s.gpus:
+            g = u.gpu
+            gl = [node, g.gpu, g.uuid, g.model]
+            f.total.add_metric(gl, g.total_bytes)
+            f.used.add_metric(gl, g.used_bytes)
+            f.free.add_metric(gl, g.free_bytes)
+            f.reserved.add_metric(gl, g.reserved_bytes)
+            f.pods.add_metric([node, g.gpu, g.uuid], len(u.pod_keys))
+            if self._process_labels:
+                for p in u.processes:
+                    if p.used_bytes is not None:
+                        f.process.add_metric([node, g.gpu, g.uuid, *_pod_order(p.pod),
+                                              p.allocated.value, str(p.pid), p.comm],
+                                             p.used_bytes)
+            else:
+                for c in u.containers:
+                    f.process.add_metric([node, g.gpu, g.uuid, *_pod_order(c.pod),
+                                          c.allocated.value], c.used_bytes)
+        for finding in s.findings:
+            for key in finding.pods:
+                namespace, _, pod = key.rpartition("/")
+                f.finding.add_metric([node, finding.gpu, finding.gpu_uuid, namespace, pod,
+                                      finding.kind], 1)
+        f.nvml_up.add_metric([node], 1 if s.nvml_up else 0)
+        f.kubelet_up.add_metric([node], 1 if s.kubelet_up else 0)
+        f.duration.add_metric([node], s.duration_seconds)
+        for source in ERROR_SOURCES:
+            f.errors.add_metric([node, source], s.errors.get(source, 0))
+

@@ -1,0 +1,154 @@
+"""A fake GPU source read from YAML (``--nvml-fake FILE``), so the agent runs without a GPU.
+
+Format (documented in docs/node-agent.md)::
+
+    pods: pods.yaml            # optional: the fake node's pods and allocations (see pods.py)
+    nvmlUp: true               # false: behave as if libnvidia-ml were missing
+    gpus:
+    - index: 0
+      uuid: GPU-...
+      model: NVIDIA H200
+      memoryTotalBytes: 150000000000
+      memoryReservedBytes: 0   # optional
+      memoryUsedBytes: ...     # optional: the processes' bytes (NVML v2 'used' excludes reserved)
+      memoryFreeBytes: ...     # optional: total - used - reserved
+      fail: false              # true: this GPU's NVML calls fail (dropped, counted)
+      processes:
+      - {pid: 4242, usedBytes: 1073741824}   # usedBytes may be null (NVML: not available)
+
+The file is re-read when its modification time changes, so a demo can change it live.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from node_agent.errors import ConfigError
+from node_agent.model import GpuSample, NvmlReading, ProcessSample
+
+log = logging.getLogger(__name__)
+
+
+def load_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read: {err.strerror or err}") from err
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from err
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    return data
+
+
+def _int(value: Any, where: str, *, optional: bool = False) -> int | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{where}: expected a non-negative integer, got {value!r}")
+    return value
+
+
+def parse_fake_gpus(data: dict[str, Any], path: Path) -> tuple[bool, tuple[GpuSample, ...],
+                                                               frozenset[str]]:
+    """(nvmlUp, GPUs, UUIDs of GPUs marked ``fail``) from the parsed file."""
+    up = data.get("nvmlUp", True)
+    if not isinstance(up, bool):
+        raise ConfigError(f"{path}: nvmlUp must be true or false")
+    raw = data.get("gpus", [])
+    if not isinstance(raw, list):
+        raise ConfigError(f"{path}: gpus must be a list")
+    gpus: list[GpuSample] = []
+    failing: set[str] = set()
+    seen: set[str] = set()
+    for i, g in enumerate(raw):
+        where = f"{path}: gpus[{i}]"
+        if not isinstance(g, dict):
+            raise ConfigError(f"{where}: expected a mapping")
+        index = _int(g.get("index", i), f"{where}.index")
+        uuid = g.get("uuid")
+        if not isinstance(uuid, str) or not uuid:
+            raise ConfigError(f"{where}.uuid: required (e.g. GPU-...)")
+        if uuid in seen:
+            raise ConfigError(f"{where}.uuid: {uuid} appears twice")
+        seen.add(uuid)
+        procs = _processes(g.get("processes", []), where)
+        total = _int(g.get("memoryTotalBytes"), f"{where}.memoryTotalBytes")
+        reserved = _int(g.get("memoryReservedBytes", 0), f"{where}.memoryReservedBytes")
+        assert total is not None and reserved is not None and index is not None
+        used = _int(g.get("memoryUsedBytes"), f"{where}.memoryUsedBytes", optional=True)
+        if used is None:
+            used = sum(p.used_bytes or 0 for p in procs)
+        free = _int(g.get("memoryFreeBytes"), f"{where}.memoryFreeBytes", optional=True)
+        if free is None:
+            free = max(0, total - used - reserved)
+        label = g.get("gpu", str(index))
+        gpus.append(
+            GpuSample(
+                gpu=str(label),
+                index=index,
+                uuid=uuid,
+                model=str(g.get("model", "Fake GPU")),
+                total_bytes=total,
+                used_bytes=used,
+                free_bytes=free,
+                reserved_bytes=reserved,
+                processes=procs,
+                mig=uuid.startswith("MIG-"),
+            )
+        )
+        if g.get("fail", False):
+            failing.add(uuid)
+    return up, tuple(gpus), frozenset(failing)
+
+
+def _processes(raw: Any, where: str) -> tuple[ProcessSample, ...]:
+    if not isinstance(raw, list):
+        raise ConfigError(f"{where}.processes: must be a list")
+    out: list[ProcessSample] = []
+    for j, p in enumerate(raw):
+        w = f"{where}.processes[{j}]"
+        if not isinstance(p, dict):
+            raise ConfigError(f"{w}: expected a mapping with pid and usedBytes")
+        pid = _int(p.get("pid"), f"{w}.pid")
+        assert pid is not None
+        out.append(ProcessSample(pid=pid, used_bytes=_int(p.get("usedBytes"), f"{w}.usedBytes",
+                                                          optional=True)))
+    return tuple(out)
+
+
+class FakeNvmlSource:
+    """Serves the GPUs of a YAML file as NVML would; reloads the file when it changes."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self._mtime = self.path.stat().st_mtime_ns if self.path.exists() else 0
+        self.data = load_yaml(self.path)
+        self._up, self._gpus, self._failing = parse_fake_gpus(self.data, self.path)
+
+    def _reload_if_changed(self) -> int:
+        try:
+            mtime = self.path.stat().st_mtime_ns
+            if mtime == self._mtime:
+                return 0
+            self._mtime = mtime
+            data = load_yaml(self.path)
+            self._up, self._gpus, self._failing = parse_fake_gpus(data, self.path)
+            self.data = data
+        except (OSError, ConfigError) as err:
+            log.warning("fake NVML file not reloaded, keeping the previous one: %s", err)
+            return 1
+        return 0
+
+    def sample(self) -> NvmlReading:
+        errors = self._reload_if_changed()
+        if not self._up:
+            return NvmlReading(up=False, errors=errors)
+        gpus = tuple(g for g in self._gpus if g.uuid not in self._failing)
+        return NvmlReading(up=True, gpus=gpus, errors=errors + len(self._failing))

@@ -1,0 +1,179 @@
+"""Plain data shared by every part of the agent: what one sampling pass saw.
+
+Frozen dataclasses, no behaviour beyond small derived values, no I/O. The sources (NVML, the
+fake source, ``/proc``, the kubelet, the API server) produce these; the pure core (sharing
+findings, report building) and the shells (collector, publisher) consume them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+ERROR_SOURCES = ("nvml", "kubelet", "proc", "apiserver")
+
+
+class Allocated(StrEnum):
+    """Value of the ``allocated`` label: was the process's pod allocated this GPU?"""
+
+    TRUE = "true"
+    FALSE = "false"  # use without a request
+    UNKNOWN = "unknown"  # kubelet not reachable, or the pod could not be identified
+    HOST = "host"  # a process in no pod
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSample:
+    """One process on one GPU as NVML reports it. ``used_bytes`` is None when NVML has no value."""
+
+    pid: int
+    used_bytes: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    """One GPU (or one MIG instance) and the processes on it.
+
+    ``gpu`` is the metric label: the index (``"0"``) for a full GPU, ``"<index>/<gpu instance
+    id>"`` for a MIG instance, whose ``uuid`` is its ``MIG-...`` UUID.
+    """
+
+    gpu: str
+    index: int
+    uuid: str
+    model: str
+    total_bytes: int
+    used_bytes: int
+    free_bytes: int
+    reserved_bytes: int
+    processes: tuple[ProcessSample, ...] = ()
+    mig: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class NvmlReading:
+    """A pass over every GPU. ``up`` is False when NVML could not be initialised at all;
+    ``errors`` counts GPUs (or calls) that failed and were dropped from ``gpus``."""
+
+    up: bool
+    gpus: tuple[GpuSample, ...] = ()
+    errors: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class CgroupIdentity:
+    """What a ``/proc/<pid>/cgroup`` file says about the pod a process runs in."""
+
+    pod_uid: str
+    container_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProcInfo:
+    """What ``/proc/<pid>`` says about a process. ``cgroup`` is None for a process in no pod."""
+
+    pid: int
+    start_time: int
+    comm: str
+    cgroup: CgroupIdentity | None
+
+
+@dataclass(frozen=True, slots=True)
+class PodRef:
+    """A container of a pod. ``namespace``/``pod``/``container`` are empty when only the
+    pod UID (from the cgroup) is known."""
+
+    namespace: str
+    pod: str
+    pod_uid: str
+    container: str
+
+    @property
+    def key(self) -> str:
+        """``namespace/pod`` as findings and reports name a pod (the UID when unnamed)."""
+        return f"{self.namespace}/{self.pod}" if self.pod else self.pod_uid
+
+
+@dataclass(frozen=True, slots=True)
+class SharingStrategy:
+    """How the node shares GPUs, from its labels (or guessed from the allocations)."""
+
+    kind: str = "none"  # none | time-slicing | mps | mig
+    replicas: int = 1
+
+    @property
+    def allows_sharing(self) -> bool:
+        return self.kind in ("time-slicing", "mps")
+
+
+@dataclass(frozen=True, slots=True)
+class Allocations:
+    """GPU device IDs the kubelet allocated, by pod (``namespace/name``).
+
+    IDs are normalised: time-slicing replicas ``<UUID>::<n>`` become ``<UUID>``; MIG ids stay
+    ``MIG-...``. ``replicated`` / ``mig`` tell whether such IDs were seen at all.
+    """
+
+    by_pod: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    replicated: bool = False
+    mig: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessUsage:
+    """One process on one GPU after attribution."""
+
+    pid: int
+    comm: str
+    used_bytes: int | None
+    pod: PodRef | None  # None: host process, or a process that could not be read
+    allocated: Allocated
+    growth_bytes_per_second: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerUsage:
+    """Processes of one container (or the host, or unknown) on one GPU, summed."""
+
+    pod: PodRef | None
+    allocated: Allocated
+    used_bytes: int
+    pids: tuple[int, ...]
+    growth_bytes_per_second: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuUsage:
+    gpu: GpuSample
+    processes: tuple[ProcessUsage, ...]
+    containers: tuple[ContainerUsage, ...]
+
+    @property
+    def pod_keys(self) -> tuple[str, ...]:
+        """Distinct pods with a process on this GPU, sorted."""
+        return tuple(sorted({c.pod.key for c in self.containers if c.pod is not None}))
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    kind: str  # unintended-sharing | unrequested-gpu-use | intended-sharing
+    gpu: str
+    gpu_uuid: str
+    pods: tuple[str, ...]  # namespace/pod
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything one sampling pass learned. The collector and the publisher read only this."""
+
+    node: str
+    taken_at: float  # wall clock, seconds since the epoch
+    duration_seconds: float
+    nvml_up: bool
+    kubelet_up: bool
+    strategy: SharingStrategy
+    gpus: tuple[GpuUsage, ...]
+    findings: tuple[Finding, ...]
+    errors: Mapping[str, int]  # cumulative, by source

@@ -1,0 +1,328 @@
+"""Who a process belongs to, and which GPUs each pod was allocated.
+
+Joining, since the kubelet's pod-resources ``List`` carries names but no pod UID:
+
+    /proc/<pid>/cgroup ──► pod UID + container ID                        (cgroup.py)
+    pod UID ──► namespace/name, container ID ──► container name          (API server pod list
+                                                                          for this node, or the
+                                                                          fake node's pods file)
+    namespace/name ──► allocated device IDs (GPU UUIDs, MIG UUIDs)       (kubelet List, or the
+                                                                          fake node's pods file)
+
+Static pods run under their config hash: the API server's mirror pod carries it in the
+``kubernetes.io/config.mirror`` annotation, so both the UID and the hash index a pod.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from node_agent.errors import ConfigError
+from node_agent.fake_source import load_yaml
+from node_agent.model import Allocated, Allocations, CgroupIdentity, PodRef, SharingStrategy
+from node_agent.podresources.client import ContainerDevices, KubeletUnavailable, PodDevices
+from node_agent.sharing import strategy_from
+
+log = logging.getLogger(__name__)
+
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+
+
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    namespace: str
+    name: str
+    uid: str
+    containers: Mapping[str, str] = field(default_factory=dict)  # container ID → name
+    mirror_hash: str | None = None
+
+
+# ---- pure helpers -------------------------------------------------------------------------
+
+
+def normalize_device_id(device_id: str) -> str:
+    """``GPU-x::3`` (a time-slicing replica) is GPU ``GPU-x``; other IDs are kept."""
+    return device_id.split("::", 1)[0]
+
+
+def allocations_from(pods: Iterable[PodDevices]) -> Allocations:
+    """GPU allocations by ``namespace/name`` from the kubelet's List (``nvidia.com/*`` only)."""
+    by_pod: dict[str, frozenset[str]] = {}
+    replicated = mig = False
+    for pod in pods:
+        ids: set[str] = set()
+        for d in pod.devices:
+            if not d.resource_name.startswith("nvidia.com/"):
+                continue
+            mig = mig or d.resource_name.startswith("nvidia.com/mig-")
+            for device_id in d.device_ids:
+                replicated = replicated or "::" in device_id
+                mig = mig or device_id.startswith("MIG-")
+                ids.add(normalize_device_id(device_id))
+        key = f"{pod.namespace}/{pod.name}"
+        by_pod[key] = by_pod.get(key, frozenset()) | frozenset(ids)
+    return Allocations(by_pod=by_pod, replicated=replicated, mig=mig)
+
+
+def strip_runtime(container_id: str) -> str:
+    """``containerd://<64hex>`` → ``<64hex>``."""
+    return container_id.split("://", 1)[-1]
+
+
+def pods_from_api_list(body: Mapping[str, Any]) -> list[PodInfo]:
+    """PodInfo from a ``PodList`` as JSON (the raw response; no model objects, less memory)."""
+    out: list[PodInfo] = []
+    for item in body.get("items") or []:
+        meta = item.get("metadata") or {}
+        status = item.get("status") or {}
+        containers: dict[str, str] = {}
+        for key in ("initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses"):
+            for cs in status.get(key) or []:
+                if cs.get("containerID"):
+                    containers[strip_runtime(cs["containerID"])] = cs.get("name", "")
+        out.append(
+            PodInfo(
+                namespace=meta.get("namespace", ""),
+                name=meta.get("name", ""),
+                uid=meta.get("uid", ""),
+                containers=containers,
+                mirror_hash=(meta.get("annotations") or {}).get(MIRROR_ANNOTATION),
+            )
+        )
+    return out
+
+
+def index_pods(pods: Iterable[PodInfo]) -> dict[str, PodInfo]:
+    """By UID and, for static pods, by config hash (both as cgroup paths show them)."""
+    index: dict[str, PodInfo] = {}
+    for p in pods:
+        index[p.uid] = p
+        if p.mirror_hash:
+            index[p.mirror_hash] = p
+    return index
+
+
+def resolve(index: Mapping[str, PodInfo], identity: CgroupIdentity) -> PodRef:
+    """The pod a cgroup identity belongs to; only the UID when the pod is not (yet) known."""
+    info = index.get(identity.pod_uid)
+    if info is None:
+        return PodRef(namespace="", pod="", pod_uid=identity.pod_uid, container="")
+    container = info.containers.get(identity.container_id or "", "")
+    return PodRef(namespace=info.namespace, pod=info.name, pod_uid=info.uid, container=container)
+
+
+def allocation_of(pod: PodRef, gpu_uuid: str, allocations: Allocations | None) -> Allocated:
+    """Was this pod allocated this GPU? Unknown without the kubelet or a pod name."""
+    if allocations is None or not pod.pod:
+        return Allocated.UNKNOWN
+    ids = allocations.by_pod.get(pod.key)
+    if ids is None:  # not in the kubelet's list (yet): do not accuse it
+        return Allocated.UNKNOWN
+    return Allocated.TRUE if gpu_uuid in ids else Allocated.FALSE
+
+
+# ---- what the sampler sees each pass ------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PodView:
+    """Pod identity and allocations as of one pass."""
+
+    index: Mapping[str, PodInfo]
+    allocations: Allocations | None  # None: kubelet unreachable
+    strategy: SharingStrategy
+    errors: Mapping[str, int]  # errors during this pass, by source
+
+    @property
+    def kubelet_up(self) -> bool:
+        return self.allocations is not None
+
+    def resolve(self, identity: CgroupIdentity) -> PodRef:
+        return resolve(self.index, identity)
+
+
+class PodSource(Protocol):
+    def view(self, wanted_uids: Iterable[str] = ()) -> PodView: ...
+
+
+# ---- the fake node ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FakeNode:
+    name: str | None
+    labels: Mapping[str, str]
+    kubelet_up: bool
+    pods: tuple[PodInfo, ...]
+    devices: tuple[PodDevices, ...]
+
+
+def parse_fake_pods(data: Mapping[str, Any], path: Path) -> FakeNode:
+    """The fake node's pods file (format in docs/node-agent.md)."""
+    node = data.get("node") or {}
+    if not isinstance(node, dict):
+        raise ConfigError(f"{path}: node must be a mapping")
+    labels = node.get("labels") or {}
+    kubelet_up = data.get("kubeletUp", True)
+    if not isinstance(kubelet_up, bool):
+        raise ConfigError(f"{path}: kubeletUp must be true or false")
+    raw = data.get("pods") or []
+    if not isinstance(raw, list):
+        raise ConfigError(f"{path}: pods must be a list")
+    pods: list[PodInfo] = []
+    devices: list[PodDevices] = []
+    for i, p in enumerate(raw):
+        where = f"{path}: pods[{i}]"
+        if not isinstance(p, dict) or not all(isinstance(p.get(k), str) and p.get(k)
+                                              for k in ("namespace", "name", "uid")):
+            raise ConfigError(f"{where}: needs namespace, name and uid")
+        containers: dict[str, str] = {}
+        pod_devices: list[ContainerDevices] = []
+        for c in p.get("containers") or []:
+            if not isinstance(c, dict) or not isinstance(c.get("name"), str):
+                raise ConfigError(f"{where}.containers: each needs a name")
+            if c.get("containerID"):
+                containers[strip_runtime(str(c["containerID"]))] = c["name"]
+            gpus = c.get("gpus") or []
+            if not isinstance(gpus, list):
+                raise ConfigError(f"{where}.containers[{c['name']}].gpus: must be a list")
+            if gpus:
+                resource = str(c.get("resourceName", "nvidia.com/gpu"))
+                pod_devices.append(ContainerDevices(c["name"], resource,
+                                                    tuple(str(g) for g in gpus)))
+        pods.append(PodInfo(p["namespace"], p["name"], p["uid"], containers,
+                            p.get("mirrorHash")))
+        devices.append(PodDevices(p["namespace"], p["name"], tuple(pod_devices)))
+    name = node.get("name")
+    return FakeNode(
+        name=str(name) if name else None,
+        labels={str(k): str(v) for k, v in labels.items()},
+        kubelet_up=kubelet_up,
+        pods=tuple(pods),
+        devices=tuple(devices),
+    )
+
+
+class FakePods:
+    """Pods and allocations of the fake node, standing for both the API server and kubelet."""
+
+    def __init__(self, node: FakeNode) -> None:
+        self.node = node
+        self._index = index_pods(node.pods)
+        self._allocations = allocations_from(node.devices)
+        self._strategy = strategy_from(node.labels, self._allocations)
+
+    @classmethod
+    def from_file(cls, path: Path) -> FakePods:
+        return cls(parse_fake_pods(load_yaml(path), path))
+
+    def view(self, wanted_uids: Iterable[str] = ()) -> PodView:
+        if not self.node.kubelet_up:
+            return PodView(self._index, None, self._strategy, {"kubelet": 1})
+        return PodView(self._index, self._allocations, self._strategy, {})
+
+
+class NoPods:
+    """No pod data at all (no kubelet socket, no API server): every pod is known by UID only."""
+
+    def view(self, wanted_uids: Iterable[str] = ()) -> PodView:
+        return PodView({}, None, SharingStrategy(), {})
+
+
+# ---- a real node --------------------------------------------------------------------------
+
+
+class Kubelet(Protocol):
+    def list(self) -> list[PodDevices]: ...
+
+
+class ApiPods:
+    """This node's pods (and labels) from the API server, re-listed when an unknown pod UID
+    shows up (at most every ``min_refresh`` s) and otherwise every ``max_age`` s.
+
+    ``core`` is a ``kubernetes.client.CoreV1Api`` (tests pass a fake). Responses are read as raw
+    JSON (``_preload_content=False``): no model objects, much less memory and time.
+    """
+
+    def __init__(self, core: Any, node_name: str, *, min_refresh: float = 15.0,
+                 max_age: float = 300.0, timeout: float = 5.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._core = core
+        self._node = node_name
+        self._min_refresh = min_refresh
+        self._max_age = max_age
+        self._timeout = timeout
+        self._clock = clock
+        self._last: float | None = None
+        self.index: dict[str, PodInfo] = {}
+        self.labels: dict[str, str] = {}
+
+    @classmethod
+    def for_client(cls, api_client: Any, node_name: str, **kwargs: Any) -> ApiPods:
+        from kubernetes import client
+
+        return cls(client.CoreV1Api(api_client), node_name, **kwargs)
+
+    def _due(self, wanted_uids: Iterable[str]) -> bool:
+        if self._last is None:
+            return True
+        age = self._clock() - self._last
+        if age >= self._max_age:
+            return True
+        return age >= self._min_refresh and any(uid not in self.index for uid in wanted_uids)
+
+    def refresh_if_needed(self, wanted_uids: Iterable[str]) -> int:
+        """Re-list when due; returns the number of API errors (0 or 1)."""
+        if not self._due(wanted_uids):
+            return 0
+        self._last = self._clock()
+        try:
+            pods = self._core.list_pod_for_all_namespaces(
+                field_selector=f"spec.nodeName={self._node}", _preload_content=False,
+                _request_timeout=self._timeout)
+            self.index = index_pods(pods_from_api_list(json.loads(pods.data)))
+            node = self._core.read_node(self._node, _preload_content=False,
+                                        _request_timeout=self._timeout)
+            self.labels = dict((json.loads(node.data).get("metadata") or {}).get("labels") or {})
+        except Exception as err:  # any client, HTTP or JSON failure: keep the last good data
+            log.warning("listing pods of node %s from the API server failed: %s", self._node,
+                        getattr(err, "reason", None) or err)
+            return 1
+        return 0
+
+
+class ClusterPods:
+    """A real node: allocations from the kubelet, identities and labels from the API server."""
+
+    def __init__(self, kubelet: Kubelet | None, api: ApiPods | None) -> None:
+        self._kubelet = kubelet
+        self._api = api
+        self._kubelet_was_up: bool | None = None
+
+    def view(self, wanted_uids: Iterable[str] = ()) -> PodView:
+        errors: dict[str, int] = {}
+        allocations: Allocations | None = None
+        if self._kubelet is not None:
+            try:
+                allocations = allocations_from(self._kubelet.list())
+            except KubeletUnavailable as err:
+                if self._kubelet_was_up is not False:
+                    log.warning("kubelet unreachable, GPU allocation unknown: %s", err)
+                errors["kubelet"] = 1
+            else:
+                if self._kubelet_was_up is False:
+                    log.warning("kubelet pod-resources API reachable again")
+            self._kubelet_was_up = allocations is not None
+        index: Mapping[str, PodInfo] = {}
+        labels: Mapping[str, str] = {}
+        if self._api is not None:
+            if self._api.refresh_if_needed(wanted_uids):
+                errors["apiserver"] = 1
+            index, labels = self._api.index, self._api.labels
+        return PodView(index, allocations, strategy_from(labels, allocations), errors)

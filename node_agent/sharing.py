@@ -1,0 +1,83 @@
+"""Pure sharing findings: which GPUs are shared by pods, and whether the node means it.
+
+- ``unrequested-gpu-use``: a pod's process on a GPU the kubelet did not allocate to that pod
+  (e.g. ``NVIDIA_VISIBLE_DEVICES=all`` without a GPU request).
+- ``unintended-sharing``: processes of two or more pods on one GPU (or one MIG instance) on a
+  node that does not share GPUs.
+- ``intended-sharing``: the same on a node whose labels say time-slicing or MPS; reported, not a
+  problem.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from node_agent.model import Allocated, Allocations, Finding, GpuUsage, SharingStrategy
+
+STRATEGY_LABEL = "nvidia.com/gpu.sharing-strategy"
+REPLICAS_LABEL = "nvidia.com/gpu.replicas"
+MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
+
+
+def strategy_from(labels: Mapping[str, str], allocations: Allocations | None) -> SharingStrategy:
+    """The node's sharing strategy from GPU feature discovery labels; without labels, guessed
+    from the kubelet's device IDs (``<UUID>::<n>`` replicas → time-slicing, MIG ids → mig)."""
+    try:
+        replicas = max(1, int(labels.get(REPLICAS_LABEL, "1")))
+    except ValueError:
+        replicas = 1
+    kind = labels.get(STRATEGY_LABEL, "").strip().lower()
+    if kind in ("time-slicing", "mps"):
+        return SharingStrategy(kind, replicas)
+    if labels.get(MIG_STRATEGY_LABEL, "none") not in ("", "none"):
+        return SharingStrategy("mig", replicas)
+    if kind == "none":
+        return SharingStrategy("none", replicas)
+    if allocations is not None and allocations.replicated:
+        return SharingStrategy("time-slicing", replicas)
+    if allocations is not None and allocations.mig:
+        return SharingStrategy("mig", replicas)
+    return SharingStrategy("none", replicas)
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def findings_for(usage: GpuUsage, strategy: SharingStrategy) -> list[Finding]:
+    """Findings for one GPU from who uses it and what each pod was allocated."""
+    gpu = usage.gpu
+    bytes_by_pod: dict[str, int] = {}
+    unrequested: dict[str, int] = {}
+    for c in usage.containers:
+        if c.pod is None:
+            continue
+        key = c.pod.key
+        bytes_by_pod[key] = bytes_by_pod.get(key, 0) + c.used_bytes
+        if c.allocated is Allocated.FALSE:
+            unrequested[key] = unrequested.get(key, 0) + c.used_bytes
+    out: list[Finding] = []
+    for key, used in sorted(unrequested.items()):
+        out.append(Finding(
+            kind="unrequested-gpu-use", gpu=gpu.gpu, gpu_uuid=gpu.uuid, pods=(key,),
+            message=f"{key} uses {_gib(used)} on GPU {gpu.gpu} ({gpu.uuid}) "
+                    f"that it was not allocated",
+        ))
+    if len(bytes_by_pod) >= 2:
+        pods = tuple(sorted(bytes_by_pod))
+        shares = ", ".join(f"{k} {_gib(bytes_by_pod[k])}" for k in pods)
+        if strategy.allows_sharing:
+            kind = "intended-sharing"
+            why = f"shared by {strategy.kind} (replicas {strategy.replicas})"
+        else:
+            kind = "unintended-sharing"
+            why = f"node does not share GPUs (strategy {strategy.kind})"
+        out.append(Finding(
+            kind=kind, gpu=gpu.gpu, gpu_uuid=gpu.uuid, pods=pods,
+            message=f"{len(pods)} pods on GPU {gpu.gpu} ({gpu.uuid}), {why}: {shares}",
+        ))
+    return out
+
+
+def findings(usages: Iterable[GpuUsage], strategy: SharingStrategy) -> tuple[Finding, ...]:
+    return tuple(f for u in usages for f in findings_for(u, strategy))

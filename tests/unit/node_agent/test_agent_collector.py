@@ -1,0 +1,206 @@
+"""What a scrape shows, asserted sample by sample with registry.get_sample_value."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from agent_helpers import (
+    CID_A,
+    CID_B,
+    GIB,
+    GPU0,
+    GPU1,
+    UID_A,
+    UID_B,
+    StaticGpus,
+    fake_pods,
+    gpu,
+    pod_cgroup,
+    write_proc,
+)
+from prometheus_client import CollectorRegistry, generate_latest
+
+from node_agent.collector import AgentCollector
+from node_agent.model import Snapshot
+from node_agent.pods import PodSource
+from node_agent.procfs import ProcReader
+from node_agent.sampler import Sampler
+
+pytestmark = pytest.mark.unit
+
+NODE = "node-1"
+
+
+def scrape(sampler: Sampler, *, process_labels: bool = False) -> CollectorRegistry:
+    snapshot = sampler.sample()
+    registry = CollectorRegistry()
+    registry.register(AgentCollector(lambda: snapshot, NODE, process_labels))
+    return registry
+
+
+def proc_labels(uuid: str, ns: str, pod: str, container: str, uid: str, allocated: str,
+                gpu_label: str = "0") -> dict[str, str]:
+    return {"node": NODE, "gpu": gpu_label, "uuid": uuid, "namespace": ns, "pod": pod,
+            "container": container, "pod_uid": uid, "allocated": allocated}
+
+
+@pytest.fixture
+def node(proc_root: Path) -> tuple[StaticGpus, Path]:
+    """GPU 0: pod a (allocated, 2 processes), pod b (not allocated); GPU 1: a host process."""
+    write_proc(proc_root, 100, cgroup=pod_cgroup(UID_A, CID_A), comm="python")
+    write_proc(proc_root, 101, cgroup=pod_cgroup(UID_A, CID_A), comm="python")
+    write_proc(proc_root, 200, cgroup=pod_cgroup(UID_B, CID_B), comm="jupyter")
+    write_proc(proc_root, 300, comm="ollama")
+    gpus = StaticGpus([gpu(0, GPU0, [(100, 10 * GIB), (101, GIB), (200, 3 * GIB)]),
+                       gpu(1, GPU1, [(300, 4 * GIB)])])
+    return gpus, proc_root
+
+
+def sampler_for(node: tuple[StaticGpus, Path], pods: PodSource | None = None) -> Sampler:
+    gpus, root = node
+    return Sampler(NODE, gpus, ProcReader(root), pods or fake_pods())
+
+
+def test_container_memory_is_summed_and_labelled_allocated_true(node) -> None:
+    r = scrape(sampler_for(node))
+    value = r.get_sample_value("gpu_auditor_process_gpu_memory_bytes",
+                               proc_labels(GPU0, "ml", "a", "main", UID_A, "true"))
+    assert value == 11 * GIB
+
+
+def test_use_without_a_request_is_labelled_allocated_false(node) -> None:
+    r = scrape(sampler_for(node))
+    value = r.get_sample_value("gpu_auditor_process_gpu_memory_bytes",
+                               proc_labels(GPU0, "ml", "b", "side", UID_B, "false"))
+    assert value == 3 * GIB
+
+
+def test_a_host_process_is_kept_with_empty_pod_labels(node) -> None:
+    r = scrape(sampler_for(node))
+    value = r.get_sample_value("gpu_auditor_process_gpu_memory_bytes",
+                               proc_labels(GPU1, "", "", "", "", "host", gpu_label="1"))
+    assert value == 4 * GIB
+
+
+def test_gpu_memory_pods_and_findings(node) -> None:
+    r = scrape(sampler_for(node))
+    gl = {"node": NODE, "gpu": "0", "uuid": GPU0, "model": "NVIDIA H200"}
+    assert r.get_sample_value("gpu_auditor_gpu_memory_total_bytes", gl) == 80 * GIB
+    assert r.get_sample_value("gpu_auditor_gpu_memory_used_bytes", gl) == 14 * GIB
+    assert r.get_sample_value("gpu_auditor_gpu_memory_free_bytes", gl) == 66 * GIB
+    assert r.get_sample_value("gpu_auditor_gpu_memory_reserved_bytes", gl) == 0
+    assert r.get_sample_value("gpu_auditor_gpu_pods",
+                              {"node": NODE, "gpu": "0", "uuid": GPU0}) == 2
+    assert r.get_sample_value("gpu_auditor_gpu_pods",
+                              {"node": NODE, "gpu": "1", "uuid": GPU1}) == 0
+    f = {"node": NODE, "gpu": "0", "uuid": GPU0, "namespace": "ml"}
+    assert r.get_sample_value("gpu_auditor_sharing_finding",
+                              {**f, "pod": "b", "finding": "unrequested-gpu-use"}) == 1
+    for pod in ("a", "b"):
+        assert r.get_sample_value("gpu_auditor_sharing_finding",
+                                  {**f, "pod": pod, "finding": "unintended-sharing"}) == 1
+    assert r.get_sample_value("gpu_auditor_sharing_finding",
+                              {**f, "pod": "a", "finding": "unrequested-gpu-use"}) is None
+
+
+def test_health_gauges_and_error_counters_exist_up_front(node) -> None:
+    r = scrape(sampler_for(node))
+    assert r.get_sample_value("gpu_auditor_nvml_up", {"node": NODE}) == 1
+    assert r.get_sample_value("gpu_auditor_kubelet_up", {"node": NODE}) == 1
+    assert r.get_sample_value("gpu_auditor_agent_collect_duration_seconds",
+                              {"node": NODE}) is not None
+    for source in ("nvml", "kubelet", "proc", "apiserver"):
+        assert r.get_sample_value("gpu_auditor_agent_errors_total",
+                                  {"node": NODE, "source": source}) == 0
+
+
+def test_process_labels_give_one_series_per_process(node) -> None:
+    r = scrape(sampler_for(node), process_labels=True)
+    labels = {**proc_labels(GPU0, "ml", "a", "main", UID_A, "true"), "pid": "101",
+              "process": "python"}
+    assert r.get_sample_value("gpu_auditor_process_gpu_memory_bytes", labels) == GIB
+
+
+def test_no_nvml_still_serves_with_nvml_up_0(node) -> None:
+    gpus, _ = node
+    gpus.up = False
+    r = scrape(sampler_for(node))
+    assert r.get_sample_value("gpu_auditor_nvml_up", {"node": NODE}) == 0
+    assert r.get_sample_value("gpu_auditor_kubelet_up", {"node": NODE}) == 1
+    assert b"gpu_auditor_process_gpu_memory_bytes{" not in generate_latest(r)
+
+
+def test_a_failed_gpu_drops_only_its_own_series_and_counts_an_nvml_error(node) -> None:
+    gpus, _ = node
+    gpus.gpus = gpus.gpus[1:]  # GPU 0 failed this pass
+    gpus.errors = 1
+    r = scrape(sampler_for(node))
+    assert r.get_sample_value("gpu_auditor_gpu_memory_total_bytes",
+                              {"node": NODE, "gpu": "0", "uuid": GPU0,
+                               "model": "NVIDIA H200"}) is None
+    assert r.get_sample_value("gpu_auditor_gpu_memory_total_bytes",
+                              {"node": NODE, "gpu": "1", "uuid": GPU1,
+                               "model": "NVIDIA H200"}) == 80 * GIB
+    assert r.get_sample_value("gpu_auditor_agent_errors_total",
+                              {"node": NODE, "source": "nvml"}) == 1
+
+
+def test_a_vanished_pid_is_an_unknown_pod_and_a_proc_error(node) -> None:
+    _, root = node
+    (root / "200" / "stat").unlink()  # gone between the NVML list and the /proc read
+    r = scrape(sampler_for(node))
+    assert r.get_sample_value("gpu_auditor_process_gpu_memory_bytes",
+                              proc_labels(GPU0, "", "", "", "", "unknown")) == 3 * GIB
+    assert r.get_sample_value("gpu_auditor_agent_errors_total",
+                              {"node": NODE, "source": "proc"}) == 1
+
+
+def test_kubelet_down_makes_allocation_unknown_and_counts_an_error(node) -> None:
+    r = scrape(sampler_for(node, fake_pods(kubelet_up=False)))
+    assert r.get_sample_value("gpu_auditor_kubelet_up", {"node": NODE}) == 0
+    assert r.get_sample_value("gpu_auditor_process_gpu_memory_bytes",
+                              proc_labels(GPU0, "ml", "b", "side", UID_B, "unknown")) == 3 * GIB
+    assert r.get_sample_value("gpu_auditor_agent_errors_total",
+                              {"node": NODE, "source": "kubelet"}) == 1
+
+
+def test_before_the_first_pass_a_scrape_is_empty_but_fine() -> None:
+    registry = CollectorRegistry()
+    registry.register(AgentCollector(lambda: None, NODE))
+    assert registry.get_sample_value("gpu_auditor_nvml_up", {"node": NODE}) is None
+    assert b"# TYPE gpu_auditor_nvml_up gauge" in generate_latest(registry)
+
+
+def test_a_broken_snapshot_does_not_crash_the_scrape() -> None:
+    def broken() -> Snapshot:
+        raise RuntimeError("boom")
+
+    registry = CollectorRegistry()
+    registry.register(AgentCollector(broken, NODE))
+    assert b"gpu_auditor_gpu_pods" in generate_latest(registry)
+
+
+def test_registering_does_not_collect() -> None:
+    calls = []
+
+    def latest() -> None:
+        calls.append(1)
+
+    CollectorRegistry().register(AgentCollector(latest, NODE))
+    assert calls == []
+
+
+def test_label_sets_are_fresh_each_scrape(node) -> None:
+    """A pod that left is gone from the next scrape (no stale series)."""
+    gpus, _ = node
+    sampler = sampler_for(node)
+    snapshots = [sampler.sample()]
+    gpus.gpus = [gpu(0, GPU0, [(100, GIB)])]
+    snapshots.append(sampler.sample())
+    registry = CollectorRegistry()
+    registry.register(AgentCollector(lambda: snapshots[-1], NODE))
+    assert registry.get_sample_value("gpu_auditor_process_gpu_memory_bytes",
+                                     proc_labels(GPU0, "ml", "b", "side", UID_B, "false")) is None
+    assert registry.get_sample_value("gpu_auditor_process_gpu_memory_bytes",
+                                     proc_labels(GPU0, "ml", "a", "main", UID_A, "true")) == GIB
