@@ -1,0 +1,156 @@
+"""``gpu-auditor``: diagnose an OOM log, or check an allocator setting, from the command line.
+
+    gpu-auditor diagnose [--json] [--torch-version X.Y] [--alloc-conf CURRENT]
+                         [--backend native|cudaMallocAsync] [FILE|-]
+    gpu-auditor check-alloc-conf VALUE [--torch-version X.Y] [--backend ...]
+
+Exit status: 0 after a diagnosis (whether or not the log holds an OOM); 1 when
+``check-alloc-conf`` finds problems; 2 for bad usage or unreadable input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import BinaryIO, TextIO
+
+from .diagnosis import Diagnosis, diagnose_stream, validate_alloc_conf
+from .diagnosis.allocconf import BACKENDS
+from .diagnosis.sizes import format_size
+from .diagnosis.torchversion import parse_torch_version
+
+EXIT_OK = 0
+EXIT_INVALID = 1
+EXIT_USAGE = 2
+
+
+def _torch_version(text: str) -> str:
+    if parse_torch_version(text) is None:
+        raise argparse.ArgumentTypeError(f"not a torch version (want X.Y): {text!r}")
+    return text
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpu-auditor", description="Diagnose GPU out-of-memory failures from job logs."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    diag = sub.add_parser("diagnose", help="diagnose the last OOM in a log")
+    diag.add_argument("file", nargs="?", default="-", help="log file, or - for stdin (default)")
+    diag.add_argument("--json", action="store_true", help="print one JSON object")
+    diag.add_argument("--torch-version", type=_torch_version, help="the job's torch release, X.Y")
+    diag.add_argument("--alloc-conf", help="the job's current PYTORCH_CUDA_ALLOC_CONF")
+    diag.add_argument("--backend", choices=BACKENDS, help="the job's allocator backend")
+    check = sub.add_parser("check-alloc-conf", help="validate a PYTORCH_CUDA_ALLOC_CONF value")
+    check.add_argument("value", help="the value, e.g. expandable_segments:True")
+    check.add_argument("--torch-version", type=_torch_version, help="torch release, X.Y")
+    check.add_argument("--backend", choices=BACKENDS, help="allocator backend")
+    return parser
+
+
+def _figures_line(d: Diagnosis) -> str:
+    f = d.figures
+    named = (
+        ("requested", f.requested_bytes),
+        ("total", f.total_bytes),
+        ("free", f.free_bytes),
+        ("process", f.process_bytes),
+        ("allocated", f.allocated_bytes),
+        ("reserved-unallocated", f.reserved_unallocated_bytes),
+        ("allowed", f.allowed_bytes),
+        ("others", f.other_bytes or None),
+    )
+    return ", ".join(f"{name} {format_size(v)}" for name, v in named if v is not None)
+
+
+def render(d: Diagnosis, source: str) -> str:
+    """The human-readable report."""
+    if not d.detected:
+        lines = [f"{source}: no out-of-memory failure found"]
+    else:
+        about = ", ".join(
+            x for x in (d.framework, d.torch_version_hint and f"torch {d.torch_version_hint}") if x
+        )
+        count = f"{d.oom_count} OOM{'s' if d.oom_count != 1 else ''} in the log, the last one"
+        lines = [f"{source}: {d.kind}" + (f" ({about})" if about else "") + f" — {count}"]
+        lines.append(f"  {d.summary}")
+        if d.contributing:
+            lines.append(f"  contributing: {', '.join(d.contributing)}")
+        figures = _figures_line(d)
+        if figures:
+            lines.append(f"  figures: {figures}")
+    rec = d.recommendation
+    if rec.alloc_conf:
+        lines.append(f"  set: {rec.env}={rec.alloc_conf}")
+    elif d.detected:
+        lines.append("  set: no allocator setting would help")
+    if rec.actions:
+        lines.append("  actions:")
+        lines += [f"    - {a}" for a in rec.actions]
+    return "\n".join(lines)
+
+
+def _open_input(path: str, stdin: BinaryIO) -> BinaryIO:
+    if path == "-":
+        return stdin
+    return open(path, "rb")
+
+
+def _diagnose(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: BinaryIO) -> int:
+    source = "stdin" if args.file == "-" else args.file
+    try:
+        stream = _open_input(args.file, stdin)
+        try:
+            diagnosis = diagnose_stream(
+                stream,
+                torch_version=args.torch_version,
+                alloc_conf=args.alloc_conf,
+                backend=args.backend,
+            )
+        finally:
+            if stream is not stdin:
+                stream.close()
+    except OSError as exc:
+        reason = exc.strerror or exc.__class__.__name__
+        print(f"gpu-auditor: cannot read {source}: {reason}", file=err)
+        return EXIT_USAGE
+    if args.json:
+        print(json.dumps(diagnosis.to_json_dict(), indent=2), file=out)
+    else:
+        print(render(diagnosis, source), file=out)
+    return EXIT_OK
+
+
+def _check(args: argparse.Namespace, out: TextIO) -> int:
+    problems = validate_alloc_conf(
+        args.value, torch_version=args.torch_version, backend=args.backend
+    )
+    where = f" for torch {args.torch_version}" if args.torch_version else ""
+    if not problems:
+        print(f"valid{where}: {args.value}", file=out)
+        return EXIT_OK
+    print(f"invalid{where}: {args.value}", file=out)
+    for problem in problems:
+        print(f"  - {problem}", file=out)
+    return EXIT_INVALID
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+    stdin: BinaryIO | None = None,
+) -> int:
+    out = stdout or sys.stdout
+    err = stderr or sys.stderr
+    args = build_parser().parse_args(argv)
+    if args.command == "diagnose":
+        return _diagnose(args, out, err, stdin or sys.stdin.buffer)
+    return _check(args, out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,364 @@
+"""One primary kind and the contributing kinds, from the figures (and the node's evidence).
+
+Names: R requested, T total, F device free, A allocated by PyTorch, U reserved but unallocated,
+reserved = A + U, L allowed (the per-process memory fraction's cap), P this process's memory,
+O other processes' memory. Under a cap, the room PyTorch has is ``min(F, L - reserved)``.
+
+Rules, first match wins (then ``leak`` from a series takes over the primary slot from any kind
+but ``gpu-shared``, which stays first because another pod on the GPU is a finding of its own):
+
+1. ``capacity`` when R > T: the single request exceeds the whole device.
+2. ``memory-fraction-cap`` when A + R > L (even perfectly packed, the cap is too small) and the
+   device has the room the cap withholds (F + U >= R).
+3. ``gpu-shared`` when O >= ``GPU_SHARED_MIN_BYTES`` and F + O >= R (the others' memory covers
+   the shortfall). Without a request figure (a raw ``CUDA error: out of memory``): when O >=
+   ``GPU_SHARED_MIN_BYTES`` and the GPU was (near) full, F <= ``NEAR_FULL_FREE_SHARE`` of T.
+4. ``fragmentation`` when the room alone is short of R, U >= ``FRAG_MIN_UNALLOCATED_BYTES``,
+   U >= ``FRAG_MIN_SHARE_OF_REQUEST`` of R, and U + room >= R: the cached-but-idle memory would
+   have served the request had it been contiguous. The share rule is what makes a near-full GPU
+   with a little reserved-unallocated memory ``capacity``: 511 KiB or 100 MiB against a 2 GiB
+   request is not the cause. Note how this reads a capped job (``frag_pinned_segments.log``:
+   L 6.99 GiB, A 1.26, U 1.89, R 4.20): A + R = 5.46 GiB fits under the cap, so the cap is not
+   what failed; U + (L - reserved) = 5.73 >= R is.
+5. ``non-pytorch-memory`` when P - reserved - ``NON_PYTORCH_ALLOWANCE_BYTES`` (memory this process
+   holds outside PyTorch beyond a CUDA context) covers R - F; and for failures of libraries that
+   allocate outside PyTorch's cache (NCCL, cuBLAS, cuDNN workspaces).
+6. With no process list in the message, memory held outside this process's PyTorch allocator
+   (T - F - reserved - allowance) that covers the shortfall: ``unknown``, contributing
+   ``gpu-shared`` and ``non-pytorch-memory`` (the log cannot tell which; the node report can).
+7. ``unknown`` when the figures say the request fits (F >= R, no binding cap).
+8. ``capacity`` otherwise: the job's own memory plus the request exceeds what there is.
+
+Contributing kinds name the other conditions that held (``capacity`` beside ``fragmentation``
+when defragmenting leaves less than ``THIN_HEADROOM_SHARE`` of T spare).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Final
+
+from . import formats
+from .model import Figures, Growth, NodeEvidence, OomEvent, OtherProcess
+from .sizes import format_size as fs
+
+GIB: Final = 1024**3
+MIB: Final = 1024**2
+
+FRAG_MIN_SHARE_OF_REQUEST: Final = 0.25
+FRAG_MIN_UNALLOCATED_BYTES: Final = 20 * MIB  # one large segment of the native allocator
+GPU_SHARED_MIN_BYTES: Final = 1 * GIB
+NEAR_FULL_FREE_SHARE: Final = 0.05
+NON_PYTORCH_ALLOWANCE_BYTES: Final = 1 * GIB  # CUDA context + library handles (0.5-0.8 GiB on H200)
+THIN_HEADROOM_SHARE: Final = 0.05
+
+
+@dataclass(frozen=True)
+class Verdict:
+    kind: str
+    contributing: tuple[str, ...]
+    summary: str
+    figures: Figures
+
+
+def with_node(figures: Figures, node: NodeEvidence | None) -> Figures:
+    """Fill what the log lacks from the node report; name the other processes' pods."""
+    if node is None:
+        return figures
+    others = figures.other_processes
+    by_pid = {p.pid: p for p in node.other_pods if p.pid is not None}
+    if others:
+        others = tuple(
+            replace(o, namespace=by_pid[o.pid].namespace, pod=by_pid[o.pid].pod)
+            if o.pid in by_pid
+            else o
+            for o in others
+        )
+    elif figures.process_bytes is None:
+        others = tuple(OtherProcess(p.pid, p.bytes, p.namespace, p.pod) for p in node.other_pods)
+    return replace(
+        figures,
+        total_bytes=figures.total_bytes
+        if figures.total_bytes is not None
+        else node.gpu_total_bytes,
+        free_bytes=figures.free_bytes if figures.free_bytes is not None else node.gpu_free_bytes,
+        process_bytes=figures.process_bytes
+        if figures.process_bytes is not None
+        else node.process_bytes,
+        other_processes=others,
+    )
+
+
+@dataclass(frozen=True)
+class _Facts:
+    f: Figures
+    family: str
+
+    @property
+    def room(self) -> int | None:
+        """What PyTorch could still get: device free, or the cap's headroom when that is less."""
+        free, cap = self.f.free_bytes, self.cap_headroom
+        if free is None:
+            return cap
+        return free if cap is None else min(free, cap)
+
+    @property
+    def cap_headroom(self) -> int | None:
+        if self.f.allowed_bytes is None:
+            return None
+        return self.f.allowed_bytes - (self.f.reserved_bytes or 0)
+
+    @property
+    def unallocated(self) -> int:
+        return self.f.reserved_unallocated_bytes or 0
+
+    def too_big(self) -> bool:
+        r, t = self.f.requested_bytes, self.f.total_bytes
+        return r is not None and t is not None and r > t
+
+    def cap_binding(self) -> bool:
+        f = self.f
+        if f.allowed_bytes is None or f.requested_bytes is None:
+            return False
+        if f.total_bytes is not None and f.allowed_bytes >= f.total_bytes:
+            return False
+        return (f.allocated_bytes or 0) + f.requested_bytes > f.allowed_bytes
+
+    def cap_only(self) -> bool:
+        f = self.f
+        if not self.cap_binding() or f.requested_bytes is None or f.free_bytes is None:
+            return False
+        return f.free_bytes + self.unallocated >= f.requested_bytes
+
+    def cap_withholds(self) -> bool:
+        """A cap is set and the device alone had room for the request."""
+        f = self.f
+        return (
+            f.allowed_bytes is not None
+            and f.free_bytes is not None
+            and f.requested_bytes is not None
+            and f.free_bytes >= f.requested_bytes
+        )
+
+    def shortfall(self) -> int | None:
+        r, free = self.f.requested_bytes, self.f.free_bytes
+        return None if r is None or free is None else max(0, r - free)
+
+    def shared(self) -> bool:
+        f, o = self.f, self.f.other_bytes
+        if o < GPU_SHARED_MIN_BYTES:
+            return False
+        shortfall = self.shortfall()
+        if shortfall is not None:
+            return o >= shortfall and not self.cap_binding()
+        if f.free_bytes is None or f.total_bytes is None:
+            return True
+        return f.free_bytes <= NEAR_FULL_FREE_SHARE * f.total_bytes
+
+    def fragmented(self) -> bool:
+        r, u, room = self.f.requested_bytes, self.unallocated, self.room
+        if r is None or room is None or self.f.allocated_bytes is None:
+            return False
+        return (
+            room < r
+            and u >= FRAG_MIN_UNALLOCATED_BYTES
+            and u >= FRAG_MIN_SHARE_OF_REQUEST * r
+            and u + room >= r
+        )
+
+    def non_pytorch_excess(self) -> int | None:
+        p, reserved = self.f.process_bytes, self.f.reserved_bytes
+        if p is None or reserved is None:
+            return None
+        return p - reserved - NON_PYTORCH_ALLOWANCE_BYTES
+
+    def non_pytorch(self) -> bool:
+        if self.family in (formats.NCCL, formats.CUDA_LIBRARY):
+            return True
+        excess, shortfall = self.non_pytorch_excess(), self.shortfall()
+        return (
+            excess is not None
+            and shortfall is not None
+            and excess > 0
+            and excess >= shortfall
+            and not self.cap_binding()
+        )
+
+    def unseen_outside(self) -> int | None:
+        """Memory held outside this process's PyTorch when the message lists no processes."""
+        f = self.f
+        if f.process_bytes is not None or f.other_processes:
+            return None
+        if f.total_bytes is None or f.free_bytes is None or f.reserved_bytes is None:
+            return None
+        return f.total_bytes - f.free_bytes - f.reserved_bytes - NON_PYTORCH_ALLOWANCE_BYTES
+
+    def fits(self) -> bool:
+        r, room = self.f.requested_bytes, self.room
+        return r is not None and room is not None and room >= r and not self.cap_binding()
+
+    def thin_headroom(self) -> bool:
+        f, room = self.f, self.room
+        if f.requested_bytes is None or f.total_bytes is None or room is None:
+            return False
+        scale = f.allowed_bytes if f.allowed_bytes is not None else f.total_bytes
+        return self.unallocated + room - f.requested_bytes < THIN_HEADROOM_SHARE * scale
+
+
+def _primary(x: _Facts) -> str:
+    if x.family == formats.HOST_ALLOC:
+        return "unknown"
+    if x.too_big():
+        return "capacity"
+    if x.cap_only():
+        return "memory-fraction-cap"
+    if x.shared():
+        return "gpu-shared"
+    if x.fragmented():
+        return "fragmentation"
+    if x.non_pytorch():
+        return "non-pytorch-memory"
+    unseen, shortfall = x.unseen_outside(), x.shortfall()
+    if (
+        unseen is not None
+        and shortfall is not None
+        and unseen >= max(shortfall, GPU_SHARED_MIN_BYTES)
+    ):
+        return "unknown"
+    if x.f.requested_bytes is None:
+        return "capacity" if x.family in (formats.VLLM,) else "unknown"
+    if x.fits():
+        return "unknown"
+    return "capacity"
+
+
+def _contributing(x: _Facts, primary: str) -> list[str]:
+    out: list[str] = []
+    if primary != "gpu-shared" and x.f.other_bytes >= GPU_SHARED_MIN_BYTES:
+        out.append("gpu-shared")
+    if primary != "fragmentation" and x.fragmented():
+        out.append("fragmentation")
+    if primary == "fragmentation" and x.cap_withholds():
+        out.append("memory-fraction-cap")
+    excess = x.non_pytorch_excess()
+    if primary != "non-pytorch-memory" and excess is not None and excess >= GPU_SHARED_MIN_BYTES:
+        out.append("non-pytorch-memory")
+    if primary == "fragmentation" and x.thin_headroom():
+        out.append("capacity")
+    unseen, shortfall = x.unseen_outside(), x.shortfall()
+    if (
+        primary == "unknown"
+        and unseen is not None
+        and shortfall is not None
+        and unseen >= max(shortfall, GPU_SHARED_MIN_BYTES)
+    ):
+        out += ["gpu-shared", "non-pytorch-memory"]
+    return out
+
+
+def classify(
+    event: OomEvent,
+    node: NodeEvidence | None = None,
+    growth: Growth | None = None,
+    rate_growth: Growth | None = None,
+) -> Verdict:
+    """The verdict for one failure; ``growth`` is a leak series, ``rate_growth`` the node's rate."""
+    figures = with_node(event.figures, node)
+    facts = _Facts(figures, event.family)
+    kind = _primary(facts)
+    contributing = _contributing(facts, kind)
+    if growth is not None and kind != "gpu-shared":
+        if kind not in ("unknown", "leak"):
+            contributing.insert(0, kind)
+        kind = "leak"
+    elif (growth is not None or rate_growth is not None) and kind != "leak":
+        contributing.append("leak")
+    unique = tuple(dict.fromkeys(k for k in contributing if k != kind))
+    return Verdict(kind, unique, summarize(kind, facts, event, growth), figures)
+
+
+def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> str:
+    """One line with the numbers that decided ``kind``."""
+    f = x.f
+    r, t, free, a, u = (
+        f.requested_bytes,
+        f.total_bytes,
+        f.free_bytes,
+        f.allocated_bytes,
+        x.unallocated,
+    )
+    if kind == "leak" and growth is not None:
+        where = "samples" if growth.source == "samples" else "figures the job printed"
+        return (
+            f"leak: memory rose steadily from {fs(growth.first_bytes)} to {fs(growth.last_bytes)} "
+            f"over {growth.points} {where} before the out-of-memory failure"
+        )
+    if kind == "capacity" and x.too_big():
+        return f"capacity: the {fs(r)} request alone exceeds the GPU's {fs(t)}"
+    if kind == "memory-fraction-cap":
+        return (
+            f"memory-fraction-cap: {fs(a)} allocated + the {fs(r)} request exceed the "
+            f"{fs(f.allowed_bytes)} allowed by the memory fraction, while the GPU had "
+            f"{fs(free)} free"
+        )
+    if kind == "gpu-shared":
+        names = ", ".join(_who(p) for p in f.other_processes[:3])
+        need = (
+            f"the {fs(r)} request needed {fs(x.shortfall())} more than the {fs(free)} free"
+            if r
+            else (f"the GPU had {fs(free)} free" if free is not None else "the GPU was full")
+        )
+        return f"gpu-shared: other processes hold {fs(f.other_bytes)} of the GPU ({names}); {need}"
+    if kind == "fragmentation":
+        room = x.room
+        cap = f.allowed_bytes is not None and room is not None and room != free
+        left = f"{fs(room)} left under the {fs(f.allowed_bytes)} cap" if cap else f"{fs(free)} free"
+        return (
+            f"fragmentation: {fs(u)} reserved but unallocated + {left} would cover the "
+            f"{fs(r)} request; PyTorch holds {fs(f.reserved_bytes)} with {fs(a)} in use"
+        )
+    if kind == "non-pytorch-memory":
+        excess = x.non_pytorch_excess()
+        if excess is not None and event.family not in (formats.NCCL, formats.CUDA_LIBRARY):
+            return (
+                f"non-pytorch-memory: this process holds {fs(f.process_bytes)} but PyTorch "
+                f"reserved only {fs(f.reserved_bytes)}; the difference covers the {fs(r)} "
+                "request's shortfall"
+            )
+        lib = "NCCL" if event.family == formats.NCCL else "a CUDA library (cuBLAS/cuDNN)"
+        return (
+            f"non-pytorch-memory: {lib} could not allocate its own memory outside PyTorch's cache"
+        )
+    if kind == "capacity":
+        if r is not None and free is not None:
+            tail = (
+                f"; PyTorch holds {fs(a)} allocated and {fs(u)} reserved but unallocated"
+                if a is not None
+                else ""
+            )
+            gpu = f" on a {fs(t)} GPU" if t is not None else ""
+            return f"capacity: the {fs(r)} request exceeds the {fs(free)} free{gpu}{tail}"
+        if r is not None:
+            return (
+                f"capacity: {event.framework or 'the job'} could not get the {fs(r)} it requested"
+            )
+        return f"capacity: {event.framework or 'the job'} ran out of GPU memory ({event.family})"
+    unseen = x.unseen_outside()
+    if event.family == formats.HOST_ALLOC:
+        return f"unknown: host (CPU) memory ran out, not GPU memory: could not allocate {fs(r)}"
+    if unseen is not None and unseen > 0 and not x.fits():
+        return (
+            f"unknown: {fs(unseen)} of the {fs(t)} GPU is held outside this process's PyTorch "
+            "allocator and the message lists no processes: another process or non-PyTorch memory"
+        )
+    if x.fits():
+        return f"unknown: the figures show room ({fs(x.room)}) for the {fs(r)} request"
+    return (
+        f"unknown: {event.family} failure with no memory figures in the log "
+        "(another process may hold the GPU; the node report can tell)"
+    )
+
+
+def _who(p: OtherProcess) -> str:
+    name = f"{p.namespace}/{p.pod}" if p.pod else f"pid {p.pid}"
+    return f"{name}: {fs(p.bytes)}"

@@ -1,0 +1,180 @@
+"""The entry points: a log (text, bytes or a binary stream) in, a Diagnosis out."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import BinaryIO
+
+from . import allocconf
+from .classify import classify
+from .leak import growth_from_log, growth_from_rate, growth_from_samples
+from .logtext import ScanResult, scan_bytes, scan_stream
+from .model import Diagnosis, Figures, MemorySample, NodeEvidence, Recommendation
+from .parse import parse_hit
+from .recommend import Context, host_recommendation, recommend
+from .sizes import format_size
+from .torchversion import UNKNOWN, TorchRange, find_banner, infer_from_message, parse_torch_version
+
+
+def _release(explicit: str | None, banner_text: str, message: str) -> TorchRange:
+    """Explicit version > a banner the job printed (if the wording agrees) > the wording alone."""
+    given = parse_torch_version(explicit)
+    if given is not None:
+        return TorchRange.exact(given)
+    inferred = infer_from_message(message) if message else UNKNOWN
+    banner = find_banner(banner_text)
+    if banner is not None:
+        return TorchRange.exact(banner).intersect(inferred)
+    return inferred
+
+
+def diagnose(
+    text: str | bytes,
+    *,
+    torch_version: str | None = None,
+    alloc_conf: str | None = None,
+    backend: str | None = None,
+    node: NodeEvidence | None = None,
+    samples: Sequence[MemorySample] = (),
+) -> Diagnosis:
+    """Diagnose the last out-of-memory failure in a log. Never raises on any input text."""
+    data = text.encode("utf-8", errors="replace") if isinstance(text, str) else text
+    return diagnose_scan(
+        scan_bytes(data),
+        torch_version=torch_version,
+        alloc_conf=alloc_conf,
+        backend=backend,
+        node=node,
+        samples=samples,
+    )
+
+
+def diagnose_stream(
+    stream: BinaryIO,
+    *,
+    torch_version: str | None = None,
+    alloc_conf: str | None = None,
+    backend: str | None = None,
+    node: NodeEvidence | None = None,
+    samples: Sequence[MemorySample] = (),
+) -> Diagnosis:
+    """``diagnose`` for a binary file object, read in chunks (memory bounded for any size)."""
+    return diagnose_scan(
+        scan_stream(stream),
+        torch_version=torch_version,
+        alloc_conf=alloc_conf,
+        backend=backend,
+        node=node,
+        samples=samples,
+    )
+
+
+def diagnose_scan(
+    scan: ScanResult,
+    *,
+    torch_version: str | None = None,
+    alloc_conf: str | None = None,
+    backend: str | None = None,
+    node: NodeEvidence | None = None,
+    samples: Sequence[MemorySample] = (),
+) -> Diagnosis:
+    growth = growth_from_samples(samples)
+    rate = growth_from_rate(node.growth_bytes_per_second) if node is not None else None
+    hit = scan.last
+    if hit is None:
+        release = _release(torch_version, scan.head, "")
+        current = allocconf.check(alloc_conf, release, backend) if alloc_conf is not None else None
+        problems = current.problems if current is not None else ()
+        return Diagnosis(
+            detected=False,
+            framework=None,
+            kind="unknown",
+            contributing=("leak",) if growth is not None else (),
+            figures=Figures(),
+            torch_version_hint=release.hint(),
+            recommendation=Recommendation(
+                actions=tuple(
+                    f"the current PYTORCH_CUDA_ALLOC_CONF has problems for this release: {p}"
+                    for p in problems
+                )
+            ),
+            summary="no out-of-memory failure found in the log",
+            oom_count=0,
+            alloc_conf_problems=tuple(problems),
+            growth=growth,
+        )
+    event = parse_hit(hit)
+    release = _release(torch_version, scan.head + "\n" + hit.precontext, event.message)
+    if event.framework not in (None, "pytorch") and torch_version is None:
+        release = UNKNOWN
+    growth = growth or growth_from_log(hit.precontext)
+    if event.backend == allocconf.ASYNC:
+        chosen = allocconf.ASYNC
+    else:
+        entries = allocconf.check(alloc_conf).entries if alloc_conf else ()
+        chosen = allocconf.effective_backend(entries, backend)
+    current = (
+        allocconf.check(alloc_conf, release, chosen, rocm=event.rocm)
+        if alloc_conf is not None
+        else None
+    )
+    verdict = classify(event, node, growth, rate)
+    recommendation = recommend(Context(event, verdict, release, current, chosen, node, growth))
+    extra: list[tuple[str, object]] = [
+        ("backend", chosen if event.framework == "pytorch" else None)
+    ]
+    if event.rank is not None:
+        extra.append(("rank", event.rank))
+    return Diagnosis(
+        detected=True,
+        framework=event.framework,
+        kind=verdict.kind,
+        contributing=verdict.contributing,
+        figures=verdict.figures,
+        torch_version_hint=release.hint(),
+        recommendation=recommendation,
+        summary=verdict.summary,
+        oom_count=scan.oom_count,
+        message=event.message,
+        alloc_conf_problems=current.problems if current is not None else (),
+        growth=growth if verdict.kind == "leak" or "leak" in verdict.contributing else None,
+        extra=tuple(extra),
+    )
+
+
+def diagnose_host_oom(
+    *,
+    container: str | None = None,
+    memory_limit_bytes: int | None,
+    memory_request_bytes: int | None,
+    exit_code: int | None = 137,
+) -> Diagnosis:
+    """A container the kernel's OOM killer ended (``OOMKilled``): host memory, not the GPU."""
+    who = f"container {container!r}" if container else "the container"
+    code = f" (exit {exit_code})" if exit_code is not None else ""
+    if memory_limit_bytes is None:
+        at = " with no memory limit set: the node itself ran out of memory"
+    else:
+        at = f" at its {format_size(memory_limit_bytes)} memory limit"
+    return Diagnosis(
+        detected=True,
+        framework=None,
+        kind="host-oom-killed",
+        contributing=(),
+        figures=Figures(),
+        torch_version_hint=None,
+        recommendation=host_recommendation(memory_limit_bytes, memory_request_bytes),
+        summary=f"host-oom-killed: {who} was killed by the kernel OOM killer{code}{at}",
+        oom_count=1,
+        extra=(
+            (
+                "host",
+                {
+                    "container": container,
+                    "memory_limit_bytes": memory_limit_bytes,
+                    "memory_request_bytes": memory_request_bytes,
+                    "exit_code": exit_code,
+                },
+            ),
+        ),
+    )

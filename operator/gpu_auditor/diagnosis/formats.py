@@ -1,0 +1,157 @@
+"""The OOM message families: which log line *is* an out-of-memory failure, and whose.
+
+A family is named after the stack and wording that printed it. ``match_line`` confirms a line
+the scanner's keyword prefilter flagged; everything here is anchored on wording that only the
+failure itself prints, so a log line that merely mentions out-of-memory handling, TensorFlow's
+BFC "The caller indicates that this is not a failure" warning, or a successful run never match.
+
+``PRIORITY`` ranks families by how much they tell: when one failure prints several matching lines
+(an exception and its re-raise, NCCL's warning and torch's ``DistBackendError``), the richest
+line represents the event.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+TORCH = "torch"  # CUDA/HIP out of memory. Tried to allocate ... (1.x and 2.x wording)
+TORCH_ASYNC = "torch-async"  # backend:cudaMallocAsync: would exceed allowed memory
+TORCH_RAW = "torch-raw"  # CUDA error: out of memory (no figures)
+TENSORFLOW = "tensorflow"  # OOM when allocating tensor ...
+XLA = "xla"  # RESOURCE_EXHAUSTED: Out of memory while trying to allocate ...
+CUPY = "cupy"  # cupy.cuda.memory.OutOfMemoryError: Out of memory allocating ...
+NCCL = "nccl"  # Cuda failure 'out of memory'
+CUDA_LIBRARY = "cuda-library"  # CUBLAS_STATUS_ALLOC_FAILED, CUDNN_STATUS_ALLOC_FAILED
+VLLM = "vllm"  # KV cache does not fit
+DRIVER = "cuda-driver"  # CUDA_ERROR_OUT_OF_MEMORY / cudaErrorMemoryAllocation in an error
+HOST_ALLOC = "host-alloc"  # DefaultCPUAllocator: can't allocate memory (host RAM)
+
+PRIORITY: Final[dict[str, int]] = {
+    TORCH: 10,
+    TORCH_ASYNC: 10,
+    CUPY: 8,
+    XLA: 8,
+    TENSORFLOW: 8,
+    VLLM: 8,
+    NCCL: 5,
+    CUDA_LIBRARY: 5,
+    DRIVER: 4,
+    TORCH_RAW: 3,
+    HOST_ALLOC: 2,
+}
+
+KEYWORDS: Final[tuple[bytes, ...]] = (
+    b"out of memory",
+    b"Out of memory",
+    b"OOM when allocating",
+    b"_ALLOC_FAILED",
+    b"OUT_OF_MEMORY",
+    b"memory for the cache blocks",
+    b"KV cache memory",
+    b"stored in KV cache",
+    b"can't allocate memory",
+    b"cudaErrorMemoryAllocation",
+    b"hipErrorOutOfMemory",
+)
+"""Byte strings at least one of which every family's failure line contains (second filter)."""
+
+ANCHORS: Final[tuple[bytes, ...]] = (
+    b"emory",
+    b"MEMORY",
+    b"OOM when",
+    b"ALLOC_FAILED",
+    b"in KV cache",
+)
+"""Fewer, shorter strings, one inside every keyword: the scan searches the whole input only for
+these (each search is one C pass over the chunk), then checks the hit's line for a keyword."""
+
+_FAMILIES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
+    (
+        TORCH,
+        re.compile(
+            r"\b(?:CUDA|HIP) out of memory\. (?:Tried to allocate|GPU \d)|"
+            r"\b(?:CUDA|HIP) out of memory\.\s*$|OutOfMemoryError: (?:CUDA|HIP) out of memory"
+        ),
+    ),
+    (TORCH_ASYNC, re.compile(r"would exceed allowed memory\.? \(out of memory\)")),
+    (TENSORFLOW, re.compile(r"\bOOM when allocating tensor\b")),
+    (
+        XLA,
+        re.compile(
+            r"RESOURCE_EXHAUSTED:.{0,80}?(?:Out of memory|out of memory|"
+            r"CUDA_ERROR_OUT_OF_MEMORY)"
+        ),
+    ),
+    (CUPY, re.compile(r"OutOfMemoryError: Out of memory allocating [\d,]+ bytes")),
+    (NCCL, re.compile(r"Cuda failure (?:\d+ )?'?out of memory'?")),
+    (CUDA_LIBRARY, re.compile(r"\b(?:CUBLAS|CUDNN|CUSOLVER|CUFFT|CUSPARSE)_STATUS_ALLOC_FAILED\b")),
+    (
+        VLLM,
+        re.compile(
+            r"No available memory for the cache blocks|"
+            r"larger than the available KV cache memory|"
+            r"larger than the maximum number of tokens that can be stored in KV cache"
+        ),
+    ),
+    (
+        DRIVER,
+        re.compile(
+            r"(?:Error|ERROR|INTERNAL|Exception)\b.{0,200}?"
+            r"(?:CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|hipErrorOutOfMemory)"
+        ),
+    ),
+    (TORCH_RAW, re.compile(r"\b(?:CUDA|HIP) error: out of memory\b")),
+    (HOST_ALLOC, re.compile(r"DefaultCPUAllocator: can't allocate memory")),
+)
+
+
+def match_line(line: str) -> str | None:
+    """The family whose failure ``line`` reports, or None for any other line."""
+    found = match_failure(line)
+    return found[0] if found else None
+
+
+def match_failure(line: str) -> tuple[str, str] | None:
+    """``(family, key)``: the key is the line from the match on (the message with its figures),
+    equal when the same failure is printed twice."""
+    for family, pattern in _FAMILIES:
+        match = pattern.search(line)
+        if match is not None:
+            return family, line[match.start() : match.start() + 300]
+    return None
+
+
+_FRAMEWORK_MARKERS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
+    ("vllm", re.compile(r"\bvllm\b|gpu_memory_utilization", re.IGNORECASE)),
+    ("cupy", re.compile(r"\bcupy")),
+    ("jax", re.compile(r"\bjax|XlaRuntimeError|JaxRuntimeError")),
+    ("tensorflow", re.compile(r"\btensorflow\b|ResourceExhaustedError|\btf\.")),
+    ("numba", re.compile(r"\bnumba\b")),
+    ("pytorch", re.compile(r"\btorch\b|RuntimeError|c10::|AcceleratorError")),
+)
+
+_FAMILY_FRAMEWORK: Final[dict[str, str | None]] = {
+    TORCH: "pytorch",
+    TORCH_ASYNC: "pytorch",
+    TORCH_RAW: "pytorch",
+    TENSORFLOW: "tensorflow",
+    XLA: "jax",
+    CUPY: "cupy",
+    NCCL: "nccl",
+    CUDA_LIBRARY: "pytorch",
+    VLLM: "vllm",
+    DRIVER: None,
+    HOST_ALLOC: "pytorch",
+}
+
+
+def framework_of(family: str, line: str) -> str | None:
+    """The stack that raised the failure: the family's own, refined by markers on the line."""
+    if family == XLA and re.search(r"tensorflow|ResourceExhaustedError", line):
+        return "tensorflow"
+    if family in (TORCH_RAW, DRIVER, CUDA_LIBRARY):
+        for name, marker in _FRAMEWORK_MARKERS:
+            if marker.search(line):
+                return name
+    return _FAMILY_FRAMEWORK.get(family)

@@ -1,0 +1,259 @@
+"""Figures from one failure's lines, per family (see ``formats``).
+
+PyTorch 2.1+ (one line)::
+
+    CUDA out of memory. Tried to allocate X. GPU N has a total capacity of T of which F is free.
+    [Including non-PyTorch memory, this process has P memory in use. ][Process N has U memory in
+    use. ...][L allowed; ]Of the allocated memory A is allocated by PyTorch, [with PP allocated in
+    private pools (e.g., CUDA Graphs), ]and R is reserved by PyTorch but unallocated. ...
+
+PyTorch 1.x: ``Tried to allocate X (GPU N; T total capacity; A already allocated; F free;
+[L allowed; ]RT reserved in total by PyTorch)`` (1.0–1.3: ``U cached)``). cudaMallocAsync: a
+block of ``Name : value`` lines. In a container torch may not recognise its own process and
+print it as ``Process <hostpid> has ...`` with no "this process" segment; then the process whose
+memory is the closest above what PyTorch reserved is taken as the job's own (``_own_process``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from typing import Final
+
+from . import formats
+from .logtext import Hit, Line
+from .model import Figures, OomEvent, OtherProcess
+from .sizes import SIZE_PATTERN, is_no_limit, to_bytes
+
+MESSAGE_MAX_LINES: Final = 8
+"""Lines after the failure line that may still belong to its message (wrapped or multi-line)."""
+
+MESSAGE_MAX_CHARS: Final = 4000
+"""The failure message kept in a diagnosis (the operator writes it into an annotation)."""
+
+_S: Final = SIZE_PATTERN.replace("?P<num>", "").replace("?P<unit>", "")
+
+
+def _size_re(template: str) -> re.Pattern[str]:
+    return re.compile(template.replace("{S}", f"({_S})"))
+
+
+_SIZE_SPLIT: Final = re.compile(SIZE_PATTERN)
+
+
+def _bytes_of(text: str | None) -> int | None:
+    if text is None:
+        return None
+    match = _SIZE_SPLIT.search(text)
+    if match is None:
+        return None
+    return to_bytes(match.group("num"), match.group("unit"))
+
+
+def _find(pattern: re.Pattern[str], text: str) -> int | None:
+    match = pattern.search(text)
+    if match is None:
+        return None
+    return _bytes_of(next((g for g in match.groups() if g is not None), None))
+
+
+_TORCH_FIELDS: Final = {
+    "requested": _size_re(r"Tried to allocate {S}"),
+    "total": _size_re(r"total capaci?ty of {S}|{S} total capacity"),
+    "free": _size_re(r"of which {S} is free|; {S} free"),
+    "process": _size_re(r"this process has {S} memory in use"),
+    "allowed": _size_re(r"{S} allowed;"),
+    "allocated": _size_re(
+        r"Of the allocated memory {S} is allocated by PyTorch|{S} already allocated"
+    ),
+    "private": _size_re(r"with {S} allocated in private pools"),
+    "unallocated": _size_re(r"and {S} is reserved by PyTorch but unallocated|; {S} cached\)"),
+    "reserved_total": _size_re(r"{S} reserved in total by PyTorch"),
+}
+_GPU_INDEX: Final = re.compile(r"GPU (\d+)[;, ]")
+_PROCESS: Final = re.compile(rf"(?<!this )Process (\d+) has ({_S}) memory in use")
+_ASYNC_FIELDS: Final = {
+    "allocated": _size_re(r"Currently allocated\s*:\s*{S}"),
+    "requested": _size_re(r"Requested\s*:\s*{S}"),
+    "total": _size_re(r"Device limit\s*:\s*{S}"),
+    "free": _size_re(r"Free \(according to CUDA\)\s*:\s*{S}"),
+    "allowed": _size_re(r"PyTorch limit \(set by user-supplied memory fraction\)\s*:\s*{S}"),
+}
+_ASYNC_DEVICE: Final = re.compile(r"Allocation on device (\d+)")
+_MESSAGE_END: Final = re.compile(
+    r"Memory Management|reserved in total by PyTorch\)|but unallocated\.|\bcached\)"
+)
+_TF_SHAPE: Final = re.compile(
+    r"OOM when allocating tensor with shape\s*\[([\d,\s]*)\] and type (\w+)"
+)
+_TF_DTYPE_BYTES: Final[dict[str, int]] = {
+    "float": 4,
+    "float32": 4,
+    "half": 2,
+    "float16": 2,
+    "bfloat16": 2,
+    "double": 8,
+    "float64": 8,
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+    "int16": 2,
+    "uint16": 2,
+    "int32": 4,
+    "uint32": 4,
+    "int64": 8,
+    "uint64": 8,
+    "complex64": 8,
+    "complex128": 16,
+}
+_BFC_LIMIT: Final = re.compile(r"^\s*Limit:\s+(\d+)\s*$")
+_BFC_IN_USE: Final = re.compile(r"^\s*InUse:\s+(\d+)\s*$")
+_XLA_REQUEST: Final = _size_re(r"(?:trying to allocate|allocating) {S}")
+_CUPY: Final = re.compile(
+    r"Out of memory allocating ([\d,]+) bytes \(allocated so far: ([\d,]+) bytes\)"
+)
+_VLLM_NEEDED: Final = _size_re(r"\({S} KV cache is needed")
+_VLLM_AVAILABLE: Final = _size_re(r"available KV cache memory \({S}\)")
+_BYTES_REQUEST: Final = re.compile(r"(?:allocate|calloc|malloc|alloc)\w*\s+([\d,]+) bytes")
+_DRIVER_REQUEST: Final = re.compile(r"failed to allocate [^(]*\((\d+) bytes\)")
+
+
+def message_text(hit: Hit) -> str:
+    """The failure line plus the lines that continue its message."""
+    parts = [hit.line.text]
+    if hit.family in (formats.TORCH_ASYNC,):
+        parts += [x.text for x in hit.after[:MESSAGE_MAX_LINES]]
+    elif hit.family == formats.TORCH and not _MESSAGE_END.search(hit.line.text):
+        for line in hit.after[:MESSAGE_MAX_LINES]:
+            if not line.text.strip() or line.text.startswith(("Traceback", "During handling")):
+                break
+            parts.append(line.text)
+            if _MESSAGE_END.search(line.text):
+                break
+    return " ".join(p.strip() for p in parts)[:MESSAGE_MAX_CHARS]
+
+
+def _own_process(
+    processes: list[OtherProcess], reserved: int | None
+) -> tuple[OtherProcess | None, list[OtherProcess]]:
+    if reserved is None or reserved <= 0:
+        return None, processes
+    candidates = [p for p in processes if p.bytes >= reserved]
+    if not candidates:
+        return None, processes
+    own = min(candidates, key=lambda p: p.bytes - reserved)
+    return own, [p for p in processes if p is not own]
+
+
+def _torch_figures(message: str) -> Figures:
+    found = {name: _find(pattern, message) for name, pattern in _TORCH_FIELDS.items()}
+    allocated = found["allocated"]
+    unallocated = found["unallocated"]
+    if unallocated is None and found["reserved_total"] is not None and allocated is not None:
+        unallocated = max(0, found["reserved_total"] - allocated)
+    processes = [
+        OtherProcess(int(m.group(1)), _bytes_of(m.group(2)) or 0)
+        for m in _PROCESS.finditer(message)
+    ]
+    process = found["process"]
+    if process is None and processes:
+        reserved = None if allocated is None else allocated + (unallocated or 0)
+        own, processes = _own_process(processes, reserved)
+        process = own.bytes if own else None
+    gpu = _GPU_INDEX.search(message)
+    allowed = found["allowed"]
+    return Figures(
+        requested_bytes=found["requested"],
+        total_bytes=found["total"],
+        free_bytes=found["free"],
+        process_bytes=process,
+        allocated_bytes=allocated,
+        reserved_unallocated_bytes=unallocated,
+        allowed_bytes=None if is_no_limit(allowed) else allowed,
+        other_processes=tuple(processes),
+        private_pool_bytes=found["private"],
+        gpu_index=int(gpu.group(1)) if gpu else None,
+    )
+
+
+def _async_figures(message: str) -> Figures:
+    found = {name: _find(pattern, message) for name, pattern in _ASYNC_FIELDS.items()}
+    device = _ASYNC_DEVICE.search(message)
+    allowed = found["allowed"]
+    return Figures(
+        requested_bytes=found["requested"],
+        total_bytes=found["total"],
+        free_bytes=found["free"],
+        allocated_bytes=found["allocated"],
+        allowed_bytes=None if is_no_limit(allowed) else allowed,
+        gpu_index=int(device.group(1)) if device else None,
+    )
+
+
+def _bfc_stats(lines: Sequence[Line]) -> tuple[int | None, int | None]:
+    limit = in_use = None
+    for line in lines:
+        if (m := _BFC_LIMIT.match(line.text)) is not None:
+            limit = int(m.group(1))
+        elif (m := _BFC_IN_USE.match(line.text)) is not None:
+            in_use = int(m.group(1))
+    return limit, in_use
+
+
+def _tensorflow_figures(message: str, hit: Hit) -> Figures:
+    requested = None
+    shape = _TF_SHAPE.search(message)
+    if shape is not None:
+        dims = [int(d) for d in shape.group(1).replace(" ", "").split(",") if d]
+        dtype = _TF_DTYPE_BYTES.get(shape.group(2))
+        if dims and dtype is not None:
+            requested = math.prod(dims) * dtype
+    limit, in_use = _bfc_stats(hit.before)
+    return Figures(requested_bytes=requested, allowed_bytes=limit, allocated_bytes=in_use)
+
+
+def _plain_number(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+def parse_hit(hit: Hit) -> OomEvent:
+    """The failure's figures, framework, backend and message."""
+    message = message_text(hit)
+    family = hit.family
+    figures = Figures()
+    backend: str | None = None
+    if family == formats.TORCH:
+        figures, backend = _torch_figures(message), "native"
+    elif family == formats.TORCH_ASYNC:
+        figures, backend = _async_figures(message), "cudaMallocAsync"
+    elif family == formats.TENSORFLOW:
+        figures = _tensorflow_figures(message, hit)
+    elif family == formats.XLA:
+        limit, in_use = _bfc_stats(hit.before)
+        figures = Figures(_find(_XLA_REQUEST, message), allowed_bytes=limit, allocated_bytes=in_use)
+    elif family == formats.CUPY:
+        match = _CUPY.search(message)
+        if match is not None:
+            figures = Figures(
+                _plain_number(match.group(1)), allocated_bytes=_plain_number(match.group(2))
+            )
+    elif family == formats.VLLM:
+        figures = Figures(_find(_VLLM_NEEDED, message), free_bytes=_find(_VLLM_AVAILABLE, message))
+    elif family in (formats.NCCL, formats.HOST_ALLOC, formats.DRIVER):
+        nearby = [message] + [x.text for x in hit.before[-3:]]
+        for text in nearby:
+            match = _BYTES_REQUEST.search(text) or _DRIVER_REQUEST.search(text)
+            if match is not None:
+                figures = Figures(_plain_number(match.group(1)))
+                break
+    rocm = "HIP out of memory" in message or "HIP error" in message or "hipError" in message
+    return OomEvent(
+        family=family,
+        framework=formats.framework_of(family, message),
+        message=message,
+        figures=figures,
+        backend=backend,
+        rocm=rocm,
+        rank=hit.line.rank,
+    )

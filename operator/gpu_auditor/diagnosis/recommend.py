@@ -1,0 +1,282 @@
+"""The fix: an allocator setting only where one helps (fragmentation), concrete actions always.
+
+Setting choice for fragmentation under PyTorch's native allocator:
+
+- ``expandable_segments:True`` when every release the evidence allows has it (2.1+) and the build
+  is not ROCm: measured on the H200 to fix pinned-segment fragmentation, where
+  ``max_split_size_mb`` and ``garbage_collection_threshold`` did not.
+- else ``max_split_size_mb:MAX_SPLIT_SIZE_MB`` (1.10+; > 20 everywhere) so big cached blocks are
+  not split for small requests.
+
+The value is merged into the job's current setting (its other keys kept, keys the release or
+backend rejects dropped) and checked again; a setting the job already has (a no-op) is never
+recommended: the remaining fix goes into the actions instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from . import allocconf, formats
+from .allocconf import ASYNC, KEYS, Checked
+from .classify import Verdict
+from .model import ALLOC_CONF_ENV, Growth, NodeEvidence, OomEvent, Recommendation
+from .sizes import format_size as fs
+from .torchversion import TorchRange
+
+MAX_SPLIT_SIZE_MB: Final = 128
+"""Blocks above this are never split; valid on every release that has the key (> 20)."""
+
+EXPANDABLE_SAFE_WITH_OTHERS: Final = (2, 5)
+"""Before ~2.5 expandable_segments with max_split_size_mb or the gc threshold could assert, and
+CUDA IPC of tensors (DataLoader workers sharing CUDA tensors) was unsupported."""
+
+REDUCE_PEAK: Final = (
+    "reduce peak memory: a smaller batch with gradient accumulation to keep the effective batch",
+    "use mixed precision (torch.autocast(device_type='cuda', dtype=torch.bfloat16))",
+    "enable activation checkpointing "
+    "(torch.utils.checkpoint / model.gradient_checkpointing_enable())",
+    "for inference, run under torch.inference_mode() so no autograd graph is kept",
+)
+LEAK_FIXES: Final = (
+    "accumulate numbers, not tensors: total_loss += loss.item() (a tensor keeps its graph alive)",
+    "store outputs with .detach() (and .cpu()) instead of keeping graph-attached tensors in lists",
+    "run evaluation under torch.inference_mode() / torch.no_grad()",
+    "find the growing allocation: torch.cuda.memory._record_memory_history() then "
+    "torch.cuda.memory._dump_snapshot('snap.pickle') and open it at pytorch.org/memory_viz",
+)
+HOST_FIXES: Final = (
+    "raise the container's memory limit (and set the request equal to it)",
+    "use fewer DataLoader workers (each worker holds its own copy of the dataset object)",
+    "set pin_memory=False or a smaller prefetch_factor "
+    "(pinned host buffers count against the limit)",
+    "load checkpoints with torch.load(..., mmap=True) or straight to the GPU (map_location='cuda')",
+    "a memory-backed /dev/shm (emptyDir medium: Memory) counts against the limit: "
+    "size it explicitly",
+)
+
+
+@dataclass(frozen=True)
+class Context:
+    event: OomEvent
+    verdict: Verdict
+    release: TorchRange
+    current: Checked | None
+    backend: str
+    node: NodeEvidence | None
+    growth: Growth | None
+
+
+def _setting(ctx: Context) -> tuple[dict[str, str] | None, list[str]]:
+    """The allocator keys to set for fragmentation, or None with the reason in actions."""
+    current = {e.key: e.value for e in ctx.current.entries} if ctx.current else {}
+    bad = ctx.current.bad_keys if ctx.current else frozenset()
+    rocm = ctx.event.rocm
+    if ctx.backend == ASYNC:
+        return None, [
+            "the job uses backend:cudaMallocAsync, whose pool PyTorch's fragmentation settings "
+            "do not touch: reduce peak memory instead"
+        ]
+    expandable = KEYS["expandable_segments"]
+    if allocconf.key_available(expandable, ctx.release, rocm=rocm):
+        if current.get("expandable_segments") == "True" and "expandable_segments" not in bad:
+            return None, [
+                "expandable_segments is already True, so no allocator setting is left to try: "
+                + REDUCE_PEAK[0]
+            ]
+        return {"expandable_segments": "True"}, []
+    split = KEYS["max_split_size_mb"]
+    if allocconf.key_available(split, ctx.release, rocm=rocm):
+        mb = (
+            allocconf._as_int(current.get("max_split_size_mb", ""))
+            if "max_split_size_mb" not in bad
+            else None
+        )
+        if mb is not None and 20 < mb <= MAX_SPLIT_SIZE_MB:
+            return None, [
+                f"max_split_size_mb is already {mb}, so no allocator setting is left to try"
+                + ("" if rocm else " on this release (torch >= 2.1 has expandable_segments:True)")
+                + ": "
+                + REDUCE_PEAK[0]
+            ]
+        return {"max_split_size_mb": str(MAX_SPLIT_SIZE_MB)}, []
+    return None, [
+        "this torch release has no allocator setting against fragmentation: upgrade to "
+        "torch >= 2.1 (expandable_segments:True), or " + REDUCE_PEAK[0]
+    ]
+
+
+def _alloc_conf(ctx: Context) -> tuple[str | None, list[str]]:
+    kind, contributing = ctx.verdict.kind, ctx.verdict.contributing
+    wanted = kind == "fragmentation" or "fragmentation" in contributing
+    if not wanted or ctx.event.framework != "pytorch":
+        return None, []
+    updates, notes = _setting(ctx)
+    if updates is None:
+        return None, notes
+    value = allocconf.merge(ctx.current, updates)
+    if allocconf.check(value, ctx.release, ctx.backend, rocm=ctx.event.rocm).problems:
+        return None, notes
+    u = ctx.verdict.figures.reserved_unallocated_bytes
+    notes.append(
+        f"set {ALLOC_CONF_ENV}={value}: lets the allocator reuse the {fs(u)} reserved "
+        "but unallocated"
+    )
+    keys = {e.key for e in allocconf.check(value).entries}
+    if "expandable_segments" in updates and not ctx.release.surely_at_least(
+        EXPANDABLE_SAFE_WITH_OTHERS
+    ):
+        if keys & {"max_split_size_mb", "garbage_collection_threshold"}:
+            notes.append(
+                "before torch 2.5, expandable_segments together with max_split_size_mb or "
+                "garbage_collection_threshold could assert: drop those keys if it does"
+            )
+        notes.append(
+            "before torch 2.5, expandable_segments does not support sharing CUDA tensors between "
+            "processes (CUDA IPC, e.g. DataLoader workers returning CUDA tensors)"
+        )
+    if kind == "fragmentation" and "capacity" in contributing:
+        notes.append("the GPU stays nearly full even without fragmentation: " + REDUCE_PEAK[0])
+    return value, notes
+
+
+def _framework_actions(ctx: Context) -> list[str]:
+    fw, kind, f = ctx.event.framework, ctx.verdict.kind, ctx.verdict.figures
+    if fw == "jax":
+        share = "" if kind == "gpu-shared" else " if the GPU has room"
+        return [
+            "JAX preallocates 75% of the GPU: raise XLA_PYTHON_CLIENT_MEM_FRACTION (e.g. 0.9)"
+            + share
+            + ", or set XLA_PYTHON_CLIENT_PREALLOCATE=false to allocate on demand",
+            "reduce the batch size or shard the computation across devices",
+        ]
+    if fw == "tensorflow":
+        return [
+            "reduce the batch size; use mixed precision "
+            "(tf.keras.mixed_precision.set_global_policy('mixed_float16'))",
+            "with other processes on the GPU, enable tf.config.experimental.set_memory_growth",
+        ]
+    if fw == "cupy":
+        return [
+            "free cached blocks between phases: cupy.get_default_memory_pool().free_all_blocks()",
+            "process the data in smaller pieces",
+        ]
+    if fw == "vllm":
+        return [
+            "raise gpu_memory_utilization (default 0.9) if nothing else uses the GPU, "
+            "or lower max_model_len / max_num_seqs",
+            "use tensor_parallel_size > 1 or a quantized model",
+        ]
+    if (
+        kind == "capacity"
+        and f.requested_bytes is not None
+        and f.total_bytes is not None
+        and f.requested_bytes > f.total_bytes
+    ):
+        return [
+            f"split the work: one {fs(f.requested_bytes)} tensor cannot fit a "
+            f"{fs(f.total_bytes)} GPU whatever the setting",
+            *REDUCE_PEAK[:2],
+            "shard the model (FSDP / DeepSpeed ZeRO) across GPUs",
+        ]
+    return [*REDUCE_PEAK, "shard the model (FSDP / DeepSpeed ZeRO) or use a GPU with more memory"]
+
+
+def _kind_actions(ctx: Context) -> list[str]:
+    kind, f, fam = ctx.verdict.kind, ctx.verdict.figures, ctx.event.family
+    if kind == "gpu-shared":
+        out = [
+            f"isolate the GPU: other processes hold {fs(f.other_bytes)} of it; stop them or make "
+            "sure one pod gets the whole GPU (request nvidia.com/gpu; check time-slicing/MPS)",
+        ]
+        if ctx.node is not None and ctx.node.allocated is False:
+            out.append(
+                "this pod used a GPU the kubelet did not allocate to it: request nvidia.com/gpu"
+            )
+        if ctx.event.framework in ("jax", "vllm", "tensorflow"):
+            out += _framework_actions(ctx)[:1]
+        return out
+    if kind == "leak":
+        growth = ctx.growth
+        head = []
+        if growth is not None:
+            head = [
+                f"memory grew by {fs(growth.growth_bytes)} over {growth.points} points: "
+                "something keeps tensors alive across steps"
+            ]
+        return head + list(LEAK_FIXES)
+    if kind == "memory-fraction-cap":
+        need = None
+        if f.total_bytes and f.requested_bytes is not None:
+            need = ((f.allocated_bytes or 0) + f.requested_bytes) / f.total_bytes
+        fraction = f" to at least {min(1.0, need + 0.05):.2f}" if need is not None else ""
+        if ctx.event.framework == "jax":
+            return [f"raise XLA_PYTHON_CLIENT_MEM_FRACTION{fraction}"]
+        if ctx.event.framework == "vllm":
+            return [f"raise gpu_memory_utilization{fraction}"]
+        return [
+            f"raise the per-process memory fraction{fraction} "
+            "(torch.cuda.set_per_process_memory_fraction): the cap, not the GPU, ran out",
+        ]
+    if kind == "non-pytorch-memory":
+        if fam == formats.NCCL:
+            return [
+                "leave NCCL headroom: create the process group (and run a first collective) "
+                "before loading the model, call torch.cuda.empty_cache() before collectives, "
+                "or lower NCCL_BUFFSIZE",
+                "cap PyTorch with torch.cuda.set_per_process_memory_fraction(0.9) so the cache "
+                "leaves room for NCCL",
+            ]
+        if fam == formats.CUDA_LIBRARY:
+            return [
+                "leave room for cuBLAS/cuDNN workspaces: torch.cuda.empty_cache() before the "
+                "failing call, a smaller batch, or CUBLAS_WORKSPACE_CONFIG=:4096:8",
+            ]
+        return [
+            "find what else allocates in this process outside PyTorch (CuPy/JAX/TensorRT/custom "
+            "CUDA extensions, cuDNN benchmark workspaces) and free or limit it",
+        ]
+    if kind == "unknown":
+        if fam == formats.HOST_ALLOC:
+            return list(HOST_FIXES)
+        return [
+            "the log has no usable memory figures: check what else holds the GPU "
+            "(nvidia-smi --query-compute-apps=pid,used_memory --format=csv, or the node agent's "
+            "GPUNodeReport)",
+            "if it fails at start-up (context creation, .cuda()), the GPU was already full: "
+            "isolate the GPU",
+        ]
+    return []
+
+
+def recommend(ctx: Context) -> Recommendation:
+    alloc_conf, notes = _alloc_conf(ctx)
+    kind = ctx.verdict.kind
+    actions = list(notes)
+    actions += _kind_actions(ctx)
+    if kind == "capacity" or (kind == "fragmentation" and alloc_conf is None and not notes):
+        actions += _framework_actions(ctx)
+    if ctx.current is not None and ctx.current.problems:
+        dropped = " (left out of the recommended value)" if alloc_conf else ""
+        actions.append(
+            f"the current {ALLOC_CONF_ENV} has problems for this release{dropped}: "
+            + "; ".join(ctx.current.problems)
+        )
+    unique = tuple(dict.fromkeys(actions))
+    return Recommendation(ALLOC_CONF_ENV if alloc_conf else None, alloc_conf, unique)
+
+
+def host_recommendation(limit: int | None, request: int | None) -> Recommendation:
+    actions = list(HOST_FIXES)
+    if limit is None:
+        actions.insert(
+            0, "the container has no memory limit: the node itself ran out; set requests and limits"
+        )
+    elif request is not None and request < limit:
+        actions.insert(
+            0,
+            f"the memory request ({fs(request)}) is below the limit ({fs(limit)}): the node may be "
+            "overcommitted; set request = limit",
+        )
+    return Recommendation(None, None, tuple(actions))

@@ -1,0 +1,86 @@
+"""Every value the recommender can produce is accepted by a real torch's allocator parser.
+
+Runs where torch is importable (``torch==2.13.0`` installs from local disk on these machines; the
+CUDA wheel's parser works without a GPU: ``torch._C._accelerator_setAllocatorSettings`` checks
+the CUDA keys and values). Skipped, with the reason, elsewhere.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+
+import pytest
+from diagnosis_helpers import torch_oom
+
+from gpu_auditor.diagnosis import diagnose, validate_alloc_conf
+
+pytestmark = pytest.mark.unit
+
+torch = pytest.importorskip("torch", reason="torch is not installed in this environment")
+RELEASE = ".".join(torch.__version__.split(".")[:2])
+
+
+def _setter() -> Callable[[str], None]:
+    setter = getattr(torch._C, "_accelerator_setAllocatorSettings", None)
+    if setter is None:
+        pytest.skip(f"torch {torch.__version__} has no _accelerator_setAllocatorSettings")
+    return setter  # type: ignore[no-any-return]
+
+
+FRAG = torch_oom(requested=2, total=79.15, free=1.2, process=77.8, allocated=70.1, unallocated=6.9)
+CURRENTS = [
+    None,
+    "",
+    "expandable_segments:False",
+    "max_split_size_mb:256",
+    "garbage_collection_threshold:0.6",
+    "garbage_collection_threshold:0.6,max_split_size_mb:512",
+    "roundup_power2_divisions:[256:1,512:2,>:8]",
+    "pinned_use_background_threads:True",
+    "foo:1,max_split_size_mb:10",
+    "expandable_segments:yes",
+    "backend:native",
+]
+VERSIONS = ["1.13", "2.0", "2.1", "2.4", "2.11", RELEASE]
+
+
+def recommended_values() -> set[str]:
+    values = set()
+    for current, version in itertools.product(CURRENTS, VERSIONS):
+        rec = diagnose(FRAG, torch_version=version, alloc_conf=current).recommendation
+        if rec.alloc_conf is not None:
+            values.add(rec.alloc_conf)
+    return values
+
+
+def test_recommender_produces_several_values() -> None:
+    assert len(recommended_values()) >= 5
+
+
+@pytest.mark.parametrize("value", sorted(recommended_values()))
+def test_recommended_value_is_accepted_by_real_torch(value: str) -> None:
+    setter = _setter()
+    setter(value)  # raises ValueError/RuntimeError when torch rejects it
+    setter("expandable_segments:False")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "foo:1",
+        "max_split_size_mb:10",
+        "garbage_collection_threshold:1.5",
+        "expandable_segments:yes",
+        "roundup_power2_divisions:3",
+        "backend:foo",
+        "pinned_num_register_threads:3",
+    ],
+)
+def test_validator_flags_what_real_torch_rejects(value: str) -> None:
+    setter = _setter()
+    with pytest.raises((ValueError, RuntimeError)) as raised:
+        setter(value)
+    problems = validate_alloc_conf(value, torch_version=RELEASE)
+    assert problems
+    assert str(raised.value).splitlines()[0].strip() == problems[0].strip()
