@@ -119,7 +119,9 @@ def diagnose_scan(
         else None
     )
     verdict = classify(event, node, growth, rate)
-    recommendation = recommend(Context(event, verdict, release, current, chosen, node, growth))
+    recommendation = recommend(
+        Context(event, verdict, release, current, chosen, node, growth, hit.precontext)
+    )
     extra: list[tuple[str, object]] = [
         ("backend", chosen if event.framework == "pytorch" else None)
     ]

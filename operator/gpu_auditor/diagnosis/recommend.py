@@ -15,6 +15,8 @@ recommended: the remaining fix goes into the actions instead.
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass
 from typing import Final
 
@@ -66,6 +68,8 @@ class Context:
     backend: str
     node: NodeEvidence | None
     growth: Growth | None
+    precontext: str = ""
+    """The log before the failure (bounded by the scanner): the job's own output and traceback."""
 
 
 def _setting(ctx: Context) -> tuple[dict[str, str] | None, list[str]]:
@@ -109,8 +113,10 @@ def _setting(ctx: Context) -> tuple[dict[str, str] | None, list[str]]:
 
 def _alloc_conf(ctx: Context) -> tuple[str | None, list[str]]:
     kind, contributing = ctx.verdict.kind, ctx.verdict.contributing
-    wanted = kind == "fragmentation" or "fragmentation" in contributing
-    if not wanted or ctx.event.framework != "pytorch":
+    # Only when fragmentation is the cause. As a contributing kind beside a leak it did not help:
+    # on the H200 the leak scenario with 257 MiB reserved-unallocated still ran out one step
+    # later under expandable_segments:True (bench/results/gpu-proof.md).
+    if kind != "fragmentation" or ctx.event.framework != "pytorch":
         return None, []
     updates, notes = _setting(ctx)
     if updates is None:
@@ -207,10 +213,10 @@ def _kind_actions(ctx: Context) -> list[str]:
             ]
         return head + list(LEAK_FIXES)
     if kind == "memory-fraction-cap":
-        need = None
+        fraction = ""
         if f.total_bytes and f.requested_bytes is not None:
             need = ((f.allocated_bytes or 0) + f.requested_bytes) / f.total_bytes
-        fraction = f" to at least {min(1.0, need + 0.05):.2f}" if need is not None else ""
+            fraction = f" to about {_fraction_with_headroom(need):.2f}"
         if ctx.event.framework == "jax":
             return [f"raise XLA_PYTHON_CLIENT_MEM_FRACTION{fraction}"]
         if ctx.event.framework == "vllm":
@@ -250,13 +256,39 @@ def _kind_actions(ctx: Context) -> list[str]:
     return []
 
 
+FRACTION_HEADROOM: Final = 2.0
+"""The failing allocation shows only the step that failed: later steps (optimizer state after the
+first step, longer sequences) need more. Measured on the H200 (gpu-proof.md): the fraction that
+just covered the failing step (0.10) failed one step later; twice that worked."""
+
+
+def _fraction_with_headroom(need: float) -> float:
+    """`need` times FRACTION_HEADROOM, rounded up to the next 0.05, at most 1."""
+    return min(1.0, math.ceil(need * FRACTION_HEADROOM * 20 - 1e-9) / 20)
+
+
+_BACKWARD_FRAMES = re.compile(r"backward|run_backward|optimizer|\.step\(", re.IGNORECASE)
+_INFERENCE_WORDS = re.compile(r"\b(inference|predict\w*|generat\w*|eval\w*|serving)\b",
+                              re.IGNORECASE)
+
+
+def looks_like_inference(precontext: str) -> bool:
+    """The job printed that it runs inference and the failure has no backward pass in its
+    traceback: then the graph autograd keeps is the first thing to drop."""
+    tail = precontext[-16384:]
+    return bool(_INFERENCE_WORDS.search(tail)) and not _BACKWARD_FRAMES.search(tail)
+
+
 def recommend(ctx: Context) -> Recommendation:
     alloc_conf, notes = _alloc_conf(ctx)
     kind = ctx.verdict.kind
     actions = list(notes)
     actions += _kind_actions(ctx)
     if kind == "capacity" or (kind == "fragmentation" and alloc_conf is None and not notes):
-        actions += _framework_actions(ctx)
+        framework = _framework_actions(ctx)
+        if ctx.event.framework == "pytorch" and looks_like_inference(ctx.precontext):
+            framework = [REDUCE_PEAK[3], *framework]  # measured: half the batch was not enough
+        actions += framework
     if ctx.current is not None and ctx.current.problems:
         dropped = " (left out of the recommended value)" if alloc_conf else ""
         actions.append(
