@@ -16,6 +16,13 @@ scrape) and reads each process's RSS (VmRSS) and peak RSS (VmHWM) from ``/proc``
 
     .venv/bin/python bench/agent_scrape.py                 # full run, writes bench/results/
     .venv/bin/python bench/agent_scrape.py --scrapes 50    # quicker
+    .venv/bin/python bench/agent_scrape.py --report-only   # only the RSS with --report
+
+With the control-plane binaries (scripts/build-control-plane.sh) it also starts a local
+etcd + kube-apiserver and measures the agent *with* ``--report`` (and, in one case, listing
+this node's pods from the API server and asking a (missing) kubelet socket over gRPC), the
+GPUNodeReport really written; ``--report-only`` runs that part alone and keeps the scrape rows
+of the last full run in the results.
 """
 
 from __future__ import annotations
@@ -246,10 +253,10 @@ def measure(argv: list[str], port: int, scrapes: int, warmup: int) -> dict[str, 
     }
 
 
-def import_rss(modules: list[str]) -> float:
-    code = (f"import {', '.join(modules)}; import pathlib; print([l for l in pathlib.Path("
-            "'/proc/self/status').read_text().splitlines() if l.startswith('VmRSS')][0]"
-            ".split()[1])")
+def import_rss(modules: list[str], then: str = "pass") -> float:
+    code = (f"import {', '.join(modules)}; {then}; import pathlib; print([l for l in "
+            "pathlib.Path('/proc/self/status').read_text().splitlines() "
+            "if l.startswith('VmRSS')][0].split()[1])")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                          check=True).stdout
     return round(int(out.strip()) / 1024, 1)
@@ -286,25 +293,144 @@ def run(scrapes: int, warmup: int) -> dict[str, Any]:
                 row["naive"] = measure(naive_argv, port, scrapes, warmup)
             rows.append(row)
             print(json.dumps(row), flush=True)
+    return {"scrapes": scrapes, "warmup": warmup, "rows": rows}
+
+
+REAL_NODE = ["node_agent.cli", "node_agent.http_server", "node_agent.nvml_source", "pynvml",
+             "grpc", "node_agent.podresources.v1.api_pb2_grpc"]
+
+
+def imports() -> dict[str, float]:
+    # The API client configured as in a pod: a CA file and a token file (contents don't matter).
+    tmp = tempfile.mkdtemp(prefix="agent-bench-sa-")
+    Path(tmp, "token").write_text("x")
+    Path(tmp, "ca.crt").write_bytes(ssl_ca_pem())
+    configure = ("from node_agent.apiclient import ApiClient, load_incluster; "
+                 "from pathlib import Path; "
+                 "ApiClient(load_incluster({'KUBERNETES_SERVICE_HOST': '10.0.0.1', "
+                 f"'KUBERNETES_SERVICE_PORT': '443'}}, Path({tmp!r})))")
     return {
-        "command": "python bench/agent_scrape.py " + " ".join(sys.argv[1:]),
-        "scrapes": scrapes,
-        "warmup": warmup,
-        "python": platform.python_version(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}",
-        "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
-        "rows": rows,
-        "import_rss_mib": {
-            "agent, fake node (what the rows above run)": import_rss(
-                ["node_agent.cli", "node_agent.http_server"]),
-            "agent, real node (+ pynvml, grpc + pod-resources stubs)": import_rss(
-                ["node_agent.cli", "node_agent.http_server", "node_agent.nvml_source", "pynvml",
-                 "grpc", "node_agent.podresources.v1.api_pb2_grpc"]),
-            "agent, real node with --report (+ kubernetes client)": import_rss(
-                ["node_agent.cli", "node_agent.http_server", "node_agent.nvml_source", "pynvml",
-                 "grpc", "node_agent.podresources.v1.api_pb2_grpc", "kubernetes.client"]),
-        },
+        "agent, fake node (what the rows above run)": import_rss(
+            ["node_agent.cli", "node_agent.http_server"]),
+        "agent, real node (+ pynvml, grpc + pod-resources stubs)": import_rss(REAL_NODE),
+        "agent, real node with --report (+ node_agent.apiclient, configured in-cluster)":
+            import_rss([*REAL_NODE, "node_agent.apiclient"], configure),
+        "for comparison: real node + the kubernetes client (what --report imported before)":
+            import_rss([*REAL_NODE, "kubernetes.client", "kubernetes.config"]),
     }
+
+
+def ssl_ca_pem() -> bytes:
+    """A self-signed CA certificate (for configuring the client; never connected to)."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "bench-ca")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(1).not_valid_before(now)
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+# ---- RSS with --report, against a real (local) API server ----------------------------------
+
+
+def report_rss(scrapes: int, warmup: int) -> dict[str, Any] | None:
+    """The agent daemon writing its GPUNodeReport to a local kube-apiserver; RSS after the
+    report was written, ~20 passes and the scrapes. None without the control-plane binaries."""
+    sys.path.insert(0, str(REPO / "operator"))
+    from gpu_auditor.localcluster import LocalCluster, default_bin_dir, missing_binaries
+    from node_agent.apiclient import ApiClient, ApiError, load_kubeconfig
+    from node_agent.report import GROUP, PLURAL, VERSION
+
+    missing = missing_binaries(default_bin_dir())
+    if missing:
+        print(f"skipping the --report RSS: no {', '.join(missing)} in {default_bin_dir()}",
+              file=sys.stderr)
+        return None
+    import yaml
+
+    crd = yaml.safe_load((REPO / "charts/gpu-auditor/crds/gpunodereports.gpu-auditor.io.yaml")
+                         .read_text())
+    rows = []
+    with LocalCluster() as cluster:
+        api = ApiClient(load_kubeconfig(cluster.kubeconfig))
+        api.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=crd)
+        cluster.wait_for_crd(crd["metadata"]["name"])
+        # A node with a full node's worth of pods (kubelet default max-pods: 110) for ApiPods.
+        api.request("POST", "/api/v1/nodes", body={"metadata": {"name": "bench-node", "labels": {
+            "nvidia.com/gpu.sharing-strategy": "time-slicing", "nvidia.com/gpu.replicas": "8"}}})
+        for i in range(110):
+            api.request("POST", "/api/v1/namespaces/default/pods", body={
+                "metadata": {"name": f"job-{i}", "labels": {"app": "bench", "job": str(i)}},
+                "spec": {"nodeName": "bench-node", "containers": [
+                    {"name": "main", "image": "example.invalid/trainer:1",
+                     "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}})
+        cases = [(1, 8, True), (8, 256, True), (8, 256, False)]
+        for gpus, procs, fake_pods in cases:
+            with tempfile.TemporaryDirectory(prefix="agent-bench-") as tmp:
+                nvml, proc = write_fake_node(Path(tmp), gpus, procs)
+                if not fake_pods:  # pods from the API server, allocations from the kubelet
+                    doc = yaml.safe_load(nvml.read_text())
+                    doc.pop("pods")
+                    nvml.write_text(yaml.safe_dump(doc))
+                node = f"bench-{gpus}x{procs}-fake" if fake_pods else "bench-node"
+                port = free_port()
+                argv = [sys.executable, "-m", "node_agent", "--nvml-fake", str(nvml),
+                        "--proc-root", str(proc), "--bind-address", "127.0.0.1",
+                        "--port", str(port), "--interval", "0.5", "--report",
+                        "--report-min-interval", "0", "--node-name", node,
+                        "--kubeconfig", str(cluster.kubeconfig),
+                        "--pod-resources-socket", str(Path(tmp) / "no-kubelet.sock"),
+                        "--log-level", "ERROR"]
+                proc_ = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.PIPE)
+                try:
+                    deadline = time.monotonic() + 60
+                    while True:
+                        try:
+                            report = api.get_cluster_object(GROUP, VERSION, PLURAL, node,
+                                                            timeout=5)
+                            break
+                        except ApiError as err:
+                            if err.status != 404 or proc_.poll() is not None or \
+                                    time.monotonic() > deadline:
+                                raise RuntimeError(proc_.stderr.read().decode()
+                                                   if proc_.stderr else "died") from err
+                            time.sleep(0.1)
+                    time.sleep(10)  # ~20 more passes (and report writes, when changed)
+                    times = []
+                    for i in range(warmup + scrapes):
+                        t0 = time.perf_counter()
+                        get(port, "/metrics")
+                        if i >= warmup:
+                            times.append((time.perf_counter() - t0) * 1000)
+                        time.sleep(0.005)
+                    rss, hwm = rss_kib(proc_.pid)
+                finally:
+                    proc_.terminate()
+                    proc_.wait(timeout=10)
+                times.sort()
+                rows.append({
+                    "gpus": gpus, "procs_per_gpu": procs,
+                    "pods_from": "fake pods file" if fake_pods else
+                    "API server (110 pods on the node) + kubelet gRPC (socket absent)",
+                    "report_written": report["spec"]["nodeName"] == node,
+                    "rss_mib": round(rss / 1024, 1), "peak_rss_mib": round(hwm / 1024, 1),
+                    "p50_ms": round(statistics.median(times), 3),
+                    "p99_ms": round(times[min(len(times) - 1, int(len(times) * 0.99))], 3),
+                })
+                print(json.dumps(rows[-1]), flush=True)
+    return {"apiserver": "local etcd + kube-apiserver (gpu_auditor.localcluster), kubeconfig "
+                         "with a client certificate", "interval_s": 0.5, "rows": rows}
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -341,7 +467,31 @@ def markdown(result: dict[str, Any]) -> str:
         f = r["static_floor"]
         lines.append(f"| {label} | {o['series']} | {o['p50_ms']} | {o['p99_ms']} | "
                      f"{o['rss_mib']} | {naive} | {f['p50_ms']} | {f['p99_ms']} |")
-    lines += ["", "RSS right after import (no data), by what the agent loads:", ""]
+    if result.get("import_command", result["command"]) != result["command"]:
+        lines += ["", f"(The table above is from the last full run, `{result['command']}`; "
+                  f"what follows is from `{result['import_command']}`, load average at its end "
+                  f"{result.get('report', {}).get('load_average_at_end')}.)"]
+    report = result.get("report")
+    if report:
+        lines += [
+            "", "## With `--report`, against a real API server", "",
+            f"Command: `{report['command']}`; {report['apiserver']}; the agent samples every "
+            f"{report['interval_s']} s, its GPUNodeReport is written before RSS is read (after "
+            "~20 more passes and the scrapes). The agent talks to the API server with "
+            "`node_agent/apiclient.py` (standard library); `kubernetes` is not imported "
+            "(tests/unit/node_agent/test_agent_cli.py checks that). NVML is the fake source in "
+            "every row: a real node adds pynvml (~2 MiB imported) and libnvidia-ml once "
+            "initialised; grpc (the kubelet client, last row) is ~20 MiB of it.", "",
+            "| GPUs x procs/GPU | pods from | report written | RSS MiB | peak RSS MiB | "
+            "p50 ms | p99 ms |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for r in report["rows"]:
+            lines.append(f"| {r['gpus']} x {r['procs_per_gpu']} | {r['pods_from']} | "
+                         f"{r['report_written']} | {r['rss_mib']} | {r['peak_rss_mib']} | "
+                         f"{r['p50_ms']} | {r['p99_ms']} |")
+    lines += ["", "RSS right after import (no data), by what the agent loads"
+              f" (measured with the `{result['import_command']}` run):", ""]
     for what, mib in result["import_rss_mib"].items():
         lines.append(f"- {what}: {mib} MiB")
     lines.append("")
@@ -359,8 +509,26 @@ def main() -> int:
     p.add_argument("--scrapes", type=int, default=500)
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--no-save", action="store_true", help="print only, do not write results")
+    p.add_argument("--report-only", action="store_true",
+                   help="only the RSS with --report against a local API server and the import "
+                   "RSS; the scrape rows are kept from the last saved full run")
     a = p.parse_args()
-    result = run(a.scrapes, a.warmup)
+    command = "python bench/agent_scrape.py " + " ".join(sys.argv[1:])
+    meta = {
+        "python": platform.python_version(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}",
+    }
+    if a.report_only:
+        result = json.loads((RESULTS / "agent_scrape.json").read_text())
+    else:
+        result = {"command": command, **meta, **run(a.scrapes, a.warmup)}
+        result["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    result["import_rss_mib"] = imports()
+    result["import_command"] = command
+    report = report_rss(min(a.scrapes, 200), a.warmup)
+    if report is not None:
+        result["report"] = {"command": command, **meta, **report,
+                            "load_average_at_end": [round(x, 2) for x in os.getloadavg()]}
     text = markdown(result)
     print(text)
     if not a.no_save:

@@ -7,7 +7,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 
@@ -22,6 +22,9 @@ from node_agent.pods import ApiPods, ClusterPods, FakePods, PodSource
 from node_agent.procfs import ProcReader
 from node_agent.publisher import ReportPublisher
 from node_agent.sampler import GpuSource, Sampler
+
+if TYPE_CHECKING:
+    from node_agent.apiclient import ApiClient
 
 log = logging.getLogger("node_agent")
 
@@ -56,7 +59,7 @@ def build(cfg: Config) -> Agent:
     node = node_name(cfg, fake_pods.node.name if fake_pods else None)
 
     report = cfg.report if cfg.report is not None else (not cfg.once and api_configured(cfg))
-    api: Any = None
+    api: ApiClient | None = None
     if report or (fake_pods is None and api_configured(cfg)):
         from node_agent.kube import api_client
 
@@ -69,12 +72,11 @@ def build(cfg: Config) -> Agent:
         from node_agent.podresources.client import PodResourcesClient
 
         pods = ClusterPods(PodResourcesClient(cfg.pod_resources_socket),
-                           ApiPods.for_client(api, node) if api is not None else None)
+                           ApiPods(api, node) if api is not None else None)
 
     sampler = Sampler(node, gpus, ProcReader(cfg.proc_root), pods, History())
-    publisher = (ReportPublisher.for_client(api, sampler.errors,
-                                            min_interval=cfg.report_min_interval)
-                 if report else None)
+    publisher = (ReportPublisher(api, sampler.errors, min_interval=cfg.report_min_interval)
+                 if report and api is not None else None)
     if not report and not cfg.once:
         log.info("GPUNodeReport publishing is off (--report to turn it on)")
     return Agent(sampler, cfg.interval, publisher)

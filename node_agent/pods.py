@@ -15,7 +15,6 @@ Static pods run under their config hash: the API server's mirror pod carries it 
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -242,15 +241,20 @@ class Kubelet(Protocol):
     def list(self) -> list[PodDevices]: ...
 
 
+class CoreApi(Protocol):
+    """The two core-API reads ApiPods makes (``node_agent.apiclient.ApiClient``; tests fake it).
+    Both return the response's JSON as is (no model objects: less memory and time)."""
+
+    def list_pods(self, *, field_selector: str, timeout: float) -> Mapping[str, Any]: ...
+
+    def get_node(self, name: str, *, timeout: float) -> Mapping[str, Any]: ...
+
+
 class ApiPods:
     """This node's pods (and labels) from the API server, re-listed when an unknown pod UID
-    shows up (at most every ``min_refresh`` s) and otherwise every ``max_age`` s.
+    shows up (at most every ``min_refresh`` s) and otherwise every ``max_age`` s."""
 
-    ``core`` is a ``kubernetes.client.CoreV1Api`` (tests pass a fake). Responses are read as raw
-    JSON (``_preload_content=False``): no model objects, much less memory and time.
-    """
-
-    def __init__(self, core: Any, node_name: str, *, min_refresh: float = 15.0,
+    def __init__(self, core: CoreApi, node_name: str, *, min_refresh: float = 15.0,
                  max_age: float = 300.0, timeout: float = 5.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._core = core
@@ -262,12 +266,6 @@ class ApiPods:
         self._last: float | None = None
         self.index: dict[str, PodInfo] = {}
         self.labels: dict[str, str] = {}
-
-    @classmethod
-    def for_client(cls, api_client: Any, node_name: str, **kwargs: Any) -> ApiPods:
-        from kubernetes import client
-
-        return cls(client.CoreV1Api(api_client), node_name, **kwargs)
 
     def _due(self, wanted_uids: Iterable[str]) -> bool:
         if self._last is None:
@@ -283,14 +281,12 @@ class ApiPods:
             return 0
         self._last = self._clock()
         try:
-            pods = self._core.list_pod_for_all_namespaces(
-                field_selector=f"spec.nodeName={self._node}", _preload_content=False,
-                _request_timeout=self._timeout)
-            self.index = index_pods(pods_from_api_list(json.loads(pods.data)))
-            node = self._core.read_node(self._node, _preload_content=False,
-                                        _request_timeout=self._timeout)
-            self.labels = dict((json.loads(node.data).get("metadata") or {}).get("labels") or {})
-        except Exception as err:  # any client, HTTP or JSON failure: keep the last good data
+            pods = self._core.list_pods(field_selector=f"spec.nodeName={self._node}",
+                                        timeout=self._timeout)
+            self.index = index_pods(pods_from_api_list(pods))
+            node = self._core.get_node(self._node, timeout=self._timeout)
+            self.labels = dict((node.get("metadata") or {}).get("labels") or {})
+        except Exception as err:  # ApiError, or a malformed answer: keep the last good data
             log.warning("listing pods of node %s from the API server failed: %s", self._node,
                         getattr(err, "reason", None) or err)
             return 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, MutableMapping
-from typing import Any
+from typing import Any, Protocol
 
 from node_agent.model import Snapshot
 from node_agent.report import GROUP, PLURAL, VERSION, build_body, build_spec, material_change
@@ -13,17 +13,31 @@ from node_agent.report import GROUP, PLURAL, VERSION, build_body, build_spec, ma
 log = logging.getLogger(__name__)
 
 
+class ClusterObjects(Protocol):
+    """Cluster-scoped custom objects (``node_agent.apiclient.ApiClient``; tests fake it). A
+    failure raises an exception whose ``status`` is the HTTP status (``apiclient.ApiError``)."""
+
+    def get_cluster_object(self, group: str, version: str, plural: str, name: str, *,
+                           timeout: float) -> dict[str, Any]: ...
+
+    def create_cluster_object(self, group: str, version: str, plural: str,
+                              body: dict[str, Any], *, timeout: float) -> dict[str, Any]: ...
+
+    def replace_cluster_object(self, group: str, version: str, plural: str, name: str,
+                               body: dict[str, Any], *, timeout: float) -> dict[str, Any]: ...
+
+
 def _status(err: Exception) -> int | None:
-    """The HTTP status of a ``kubernetes.client.ApiException`` (None for other failures)."""
+    """The HTTP status of a failed request (None when there was no response)."""
     status = getattr(err, "status", None)
     return status if isinstance(status, int) else None
 
 
 class ReportPublisher:
-    """``api`` is a ``kubernetes.client.CustomObjectsApi`` (tests pass a fake); ``errors`` is
-    the agent's error counter (``apiserver`` is incremented on each failed write)."""
+    """``api`` writes the report (an ``apiclient.ApiClient``); ``errors`` is the agent's error
+    counter (``apiserver`` is incremented on each failed write)."""
 
-    def __init__(self, api: Any, errors: MutableMapping[str, int], *,
+    def __init__(self, api: ClusterObjects, errors: MutableMapping[str, int], *,
                  min_interval: float = 30.0, timeout: float = 10.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._api = api
@@ -35,14 +49,6 @@ class ReportPublisher:
         self._last_write: float | None = None
         self._resource_version: str | None = None
         self.writes = 0
-
-    @classmethod
-    def for_client(cls, api_client: Any, errors: MutableMapping[str, int],
-                   **kwargs: Any) -> ReportPublisher:
-        """A publisher over a ``kubernetes.client.ApiClient``."""
-        from kubernetes import client
-
-        return cls(client.CustomObjectsApi(api_client), errors, **kwargs)
 
     def maybe_publish(self, snapshot: Snapshot, *, force: bool = False) -> bool:
         """Publish when the report changed materially and the last write is old enough
@@ -56,7 +62,7 @@ class ReportPublisher:
                 return False
         try:
             self._write(spec)
-        except Exception as err:  # ApiException, connection errors, timeouts
+        except Exception as err:  # ApiError (HTTP, connection, timeout), bad answers
             self._errors["apiserver"] = self._errors.get("apiserver", 0) + 1
             log.warning("writing GPUNodeReport %s failed: %s", spec["nodeName"],
                         getattr(err, "reason", None) or err)
@@ -71,20 +77,17 @@ class ReportPublisher:
         args = (GROUP, VERSION, PLURAL)
         if self._resource_version is None:
             try:
-                current = self._api.get_cluster_custom_object(
-                    *args, name, _request_timeout=self._timeout)
+                current = self._api.get_cluster_object(*args, name, timeout=self._timeout)
                 self._resource_version = current["metadata"]["resourceVersion"]
             except Exception as err:
                 if _status(err) != 404:
                     raise
-                created = self._api.create_cluster_custom_object(
-                    *args, body, _request_timeout=self._timeout)
+                created = self._api.create_cluster_object(*args, body, timeout=self._timeout)
                 self._resource_version = created["metadata"]["resourceVersion"]
                 return
         body["metadata"]["resourceVersion"] = self._resource_version
         try:
-            replaced = self._api.replace_cluster_custom_object(
-                *args, name, body, _request_timeout=self._timeout)
+            replaced = self._api.replace_cluster_object(*args, name, body, timeout=self._timeout)
         except Exception as err:
             self._resource_version = None  # someone else wrote or deleted it: re-read next time
             if retry and _status(err) in (404, 409):

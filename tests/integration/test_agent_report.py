@@ -161,9 +161,11 @@ def test_the_daemon_publishes_by_default_and_rewrites_on_material_change(
 
 
 def test_pod_identity_comes_from_the_api_servers_pods_on_this_node(cluster: Any) -> None:
-    """ApiPods lists this node's pods (raw JSON, field selector) and the node's labels."""
+    """ApiPods lists this node's pods (raw JSON, field selector) and the node's labels, through
+    the agent's own API client configured from the cluster's kubeconfig (client certificate)."""
     from kubernetes import client
 
+    from node_agent.kube import api_client as agent_api_client
     from node_agent.model import CgroupIdentity, PodRef
     from node_agent.pods import ApiPods, ClusterPods
 
@@ -186,9 +188,38 @@ def test_pod_identity_comes_from_the_api_servers_pods_on_this_node(cluster: Any)
         {"name": "main", "containerID": f"containerd://{cid}", "image": "x", "imageID": "",
          "ready": True, "restartCount": 0, "state": {"running": {}}}]}})
 
-    view = ClusterPods(None, ApiPods.for_client(api_client, node_name)).view([pod.metadata.uid])
+    agent_client = agent_api_client(str(cluster.kubeconfig))
+    view = ClusterPods(None, ApiPods(agent_client, node_name)).view([pod.metadata.uid])
     assert view.errors == {}
     assert view.resolve(CgroupIdentity(pod.metadata.uid, cid)) == PodRef(
         "default", "it-trainer", pod.metadata.uid, "main")
     assert other.metadata.uid not in view.index
     assert (view.strategy.kind, view.strategy.replicas) == ("time-slicing", 4)
+
+
+def test_the_agents_client_maps_real_api_server_errors_to_their_status(
+        cluster: Any, crd_installed: Any) -> None:
+    """404 and 409 from the real API server, as the publisher relies on them."""
+    from node_agent.apiclient import ApiError
+    from node_agent.kube import api_client as agent_api_client
+
+    api = agent_api_client(str(cluster.kubeconfig))
+    with pytest.raises(ApiError) as err:
+        api.get_cluster_object(GROUP, VERSION, PLURAL, "it-no-such-node", timeout=10)
+    assert err.value.status == 404
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "GPUNodeReport",
+            "metadata": {"name": "it-status-node"},
+            "spec": {"nodeName": "it-status-node", "generatedAt": "2024-01-01T00:00:00Z",
+                     "gpus": []}}
+    created = api.create_cluster_object(GROUP, VERSION, PLURAL, body, timeout=10)
+    with pytest.raises(ApiError) as err:
+        api.create_cluster_object(GROUP, VERSION, PLURAL, body, timeout=10)
+    assert err.value.status == 409
+    stale = {**created, "metadata": {**created["metadata"], "resourceVersion": "1"}}
+    with pytest.raises(ApiError) as err:
+        api.replace_cluster_object(GROUP, VERSION, PLURAL, "it-status-node", stale, timeout=10)
+    assert err.value.status == 409
+    created["spec"]["generatedAt"] = "2024-01-01T00:01:00Z"
+    replaced = api.replace_cluster_object(GROUP, VERSION, PLURAL, "it-status-node", created,
+                                          timeout=10)
+    assert replaced["metadata"]["resourceVersion"] != created["metadata"]["resourceVersion"]

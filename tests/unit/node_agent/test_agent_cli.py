@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from apiserver_helpers import b64, kubeconfig, make_pki, serve
 
 from node_agent.cli import build, exposition_for, main
 from node_agent.config import parse
@@ -85,6 +86,40 @@ def test_the_once_mode_does_not_import_the_kubernetes_client() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=60, cwd=REPO, check=True)
     assert result.stderr.strip().endswith("[]")
+
+
+def test_importing_the_cli_does_not_import_the_kubernetes_client() -> None:
+    code = ("import sys, node_agent.cli; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'kubernetes'))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60, cwd=REPO, check=True)
+    assert result.stdout.strip() == "[]"
+
+
+def test_the_agent_with_report_publishes_without_importing_kubernetes(tmp_path: Path) -> None:
+    """``python -m node_agent --once --report`` against a fake API server over mutual TLS."""
+    pki = make_pki()
+    with serve(pki, tmp_path / "server", client_cert_required=True) as api:
+        kc = kubeconfig(tmp_path / "kubeconfig", api.url,
+                        cluster={"certificate-authority-data": b64(pki.ca.cert)},
+                        user={"client-certificate-data": b64(pki.client.cert),
+                              "client-key-data": b64(pki.client.key)})
+        argv = ["node_agent", *FAKE, "--kubeconfig", str(kc), "--once", "--report"]
+        code = ("import runpy, sys\n"
+                f"sys.argv = {argv!r}\n"
+                "try:\n"
+                "    runpy.run_module('node_agent', run_name='__main__', alter_sys=True)\n"
+                "except SystemExit as e:\n"
+                "    status = e.code\n"
+                "loaded = sorted(m for m in sys.modules if m.split('.')[0] == 'kubernetes')\n"
+                "sys.stderr.write(f'\\nEXIT {status} KUBERNETES {loaded}\\n')\n")
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                timeout=60, cwd=REPO)
+        assert result.stderr.strip().endswith("EXIT 0 KUBERNETES []"), result.stderr
+        assert [(r.method, r.path.rsplit("/", 1)[-1]) for r in api.requests] == [
+            ("GET", "gpu-node-1"), ("POST", "gpunodereports")]
+        (report,) = api.objects.values()
+        assert report["spec"]["nodeName"] == "gpu-node-1"
 
 
 @pytest.fixture

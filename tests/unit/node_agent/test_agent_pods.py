@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
+from node_agent.apiclient import ApiError
 from node_agent.errors import ConfigError
 from node_agent.model import Allocated, Allocations, CgroupIdentity, PodRef
 from node_agent.podresources.client import ContainerDevices, KubeletUnavailable, PodDevices
@@ -99,23 +100,23 @@ def test_cluster_pods_with_kubelet_down_has_no_allocations_and_counts_it() -> No
 
 
 class FakeCoreV1:
-    """Answers the two CoreV1Api calls ApiPods makes, as raw JSON responses."""
+    """Answers the two core-API calls ApiPods makes, as ``apiclient.ApiClient`` does."""
 
     def __init__(self, fail: bool = False) -> None:
         self.calls: list[str] = []
         self.fail = fail
 
-    def _answer(self, call: str, body: object) -> SimpleNamespace:
+    def _answer(self, call: str, body: dict[str, Any]) -> dict[str, Any]:
         self.calls.append(call)
         if self.fail:
-            raise OSError("connection refused")
-        return SimpleNamespace(data=json.dumps(body).encode())
+            raise ApiError(None, "connection refused")
+        return json.loads(json.dumps(body))
 
-    def list_pod_for_all_namespaces(self, *, field_selector: str, **_: object) -> SimpleNamespace:
+    def list_pods(self, *, field_selector: str, timeout: float) -> dict[str, Any]:
         assert field_selector == "spec.nodeName=node-1"
         return self._answer("list_pods", API_LIST)
 
-    def read_node(self, name: str, **_: object) -> SimpleNamespace:
+    def get_node(self, name: str, *, timeout: float) -> dict[str, Any]:
         return self._answer("read_node", {
             "metadata": {"labels": {"nvidia.com/gpu.sharing-strategy": "mps"}}})
 

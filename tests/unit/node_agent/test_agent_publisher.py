@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from agent_helpers import GIB, GPU0, StaticGpus, fake_pods, gpu
 
+from node_agent.apiclient import ApiError
 from node_agent.model import ERROR_SOURCES
 from node_agent.procfs import ProcReader
 from node_agent.publisher import ReportPublisher
@@ -17,15 +18,8 @@ from node_agent.sampler import Sampler
 pytestmark = pytest.mark.unit
 
 
-class ApiError(Exception):
-    def __init__(self, status: int) -> None:
-        super().__init__(f"HTTP {status}")
-        self.status = status
-        self.reason = f"HTTP {status}"
-
-
 class FakeCustomObjects:
-    """An in-memory CustomObjectsApi for cluster-scoped objects."""
+    """In-memory cluster-scoped objects, answering like ``apiclient.ApiClient``."""
 
     def __init__(self) -> None:
         self.objects: dict[str, dict[str, Any]] = {}
@@ -40,27 +34,27 @@ class FakeCustomObjects:
         self.objects[body["metadata"]["name"]] = body
         return copy.deepcopy(body)
 
-    def get_cluster_custom_object(self, group, version, plural, name, **_: Any):
+    def get_cluster_object(self, group, version, plural, name, **_: Any):
         self.calls.append("get")
         if self.down:
-            raise ApiError(503)
+            raise ApiError(503, "Service Unavailable")
         if name not in self.objects:
-            raise ApiError(404)
+            raise ApiError(404, "not found")
         return copy.deepcopy(self.objects[name])
 
-    def create_cluster_custom_object(self, group, version, plural, body, **_: Any):
+    def create_cluster_object(self, group, version, plural, body, **_: Any):
         self.calls.append("create")
         return self._next(body)
 
-    def replace_cluster_custom_object(self, group, version, plural, name, body, **_: Any):
+    def replace_cluster_object(self, group, version, plural, name, body, **_: Any):
         self.calls.append("replace")
         if self.down:
-            raise ApiError(503)
+            raise ApiError(503, "Service Unavailable")
         current = self.objects.get(name)
         if current is None:
-            raise ApiError(404)
+            raise ApiError(404, "not found")
         if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
-            raise ApiError(409)
+            raise ApiError(409, "conflict")
         return self._next(body)
 
 
