@@ -102,6 +102,9 @@ def run_once(agent: Agent, cfg: Config) -> int:
     snapshot = agent.run_once(force_publish=True)
     sys.stdout.write(generate_latest(registry_for(agent, cfg)).decode())
     sys.stdout.flush()
+    if snapshot is None:
+        log.error("the sampling pass failed: no GPU metrics (see the error above)")
+        return 1
     if agent.publisher is not None and (snapshot is None or agent.publisher.writes == 0):
         log.error("the GPUNodeReport was not written")
         return 1

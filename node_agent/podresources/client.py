@@ -56,9 +56,14 @@ class PodResourcesClient:
 
     def _connect(self) -> Any:
         if self._stub is None:
-            import grpc
+            try:
+                import grpc
 
-            api_pb2_grpc: Any = importlib.import_module(f"{_GENERATED}.api_pb2_grpc")
+                api_pb2_grpc: Any = importlib.import_module(f"{_GENERATED}.api_pb2_grpc")
+            except Exception as err:  # ImportError, or the stubs' grpcio version check
+                # Seen on a GPU image with grpcio 1.84: the generated code refuses to load.
+                # That is the kubelet's side failing, not a reason to drop the NVML metrics.
+                raise KubeletUnavailable(f"pod-resources client unusable: {err}") from err
             self._channel = grpc.insecure_channel(
                 f"unix://{self.socket_path}",
                 options=[("grpc.max_receive_message_length", 16 * 1024 * 1024)],
@@ -67,10 +72,10 @@ class PodResourcesClient:
         return self._stub
 
     def list(self) -> list[PodDevices]:
+        stub = self._connect()
         import grpc
 
         api_pb2: Any = importlib.import_module(f"{_GENERATED}.api_pb2")
-        stub = self._connect()
         try:
             response = stub.List(api_pb2.ListPodResourcesRequest(), timeout=self.timeout)
         except grpc.RpcError as err:

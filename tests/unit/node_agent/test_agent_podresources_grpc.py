@@ -77,6 +77,26 @@ def test_missing_socket_is_kubelet_unavailable(tmp_path: Path) -> None:
         client.list()
 
 
+def test_stubs_that_refuse_the_installed_grpcio_are_kubelet_unavailable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Seen on a GPU image with grpcio 1.84: the generated stubs raise RuntimeError on import.
+    import importlib
+
+    real = importlib.import_module
+
+    def refuse(name: str, *args: Any) -> Any:
+        if name.endswith("api_pb2_grpc"):
+            raise RuntimeError("The grpc package installed is at version 1.84.0, but the "
+                               "generated code depends on grpcio>=1.85.1")
+        return real(name, *args)
+
+    monkeypatch.setattr(importlib, "import_module", refuse)
+    client = PodResourcesClient(str(tmp_path / "kubelet.sock"), timeout=0.5)
+    with pytest.raises(KubeletUnavailable, match=r"grpcio>=1\.85\.1"):
+        client.list()
+
+
 def test_a_slow_kubelet_times_out(tmp_path: Path) -> None:
     socket = tmp_path / "slow.sock"
     server = serve(socket, Lister(delay=2.0))
