@@ -32,8 +32,10 @@ from gpu_auditor.diagnosis import Diagnosis, diagnose, diagnose_host_oom, valida
 log = logging.getLogger("gpu_auditor.operator")
 
 IGNORE_LABEL = "gpu-auditor.io/ignore"
-RETRY_AFTER = 20.0
-"""Seconds before a termination whose log read failed transiently is tried again."""
+RETRY_DELAYS = (5.0, 15.0, 45.0, 120.0)
+"""Seconds before each new attempt at a termination whose log read failed transiently (kwok or
+a busy kubelet answering 400/5xx). A terminated pod sends no more events, so the operator
+schedules these attempts itself; after the last one, the next re-list tries once more."""
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,10 @@ class Services:
     checked: _Lru = field(default_factory=lambda: _Lru(50_000))
     """Terminations examined that held no OOM (or whose log is forbidden): not annotated and
     not re-read in this process. Value: True when final, else the monotonic time of a failed
-    attempt (a transient log error), retried after RETRY_AFTER on a later event or re-list."""
+    attempt (a transient log error) and the attempt count."""
+    on_retry: Any = None
+    """Called as on_retry(delay, namespace, name) to schedule another look at a pod; the
+    default runs a timer thread that re-reads the pod and handles it again."""
     sharing_written: _Lru = field(default_factory=lambda: _Lru(50_000))
 
     # -- pods ---------------------------------------------------------------------------------
@@ -95,7 +100,31 @@ class Services:
         seen = self.checked.get(key)
         if seen is None:
             return True
-        return isinstance(seen, float) and time.monotonic() - seen > RETRY_AFTER
+        if not isinstance(seen, tuple):
+            return False
+        at, attempts = seen
+        delay = RETRY_DELAYS[min(attempts, len(RETRY_DELAYS)) - 1]
+        return bool(time.monotonic() - at >= delay)
+
+    def _failed_attempt(self, pod: Mapping[str, Any], key: tuple[Any, str]) -> None:
+        seen = self.checked.get(key)
+        attempts = seen[1] + 1 if isinstance(seen, tuple) else 1
+        self.checked.add(key, (time.monotonic(), attempts))
+        if attempts <= len(RETRY_DELAYS):
+            meta = pod.get("metadata") or {}
+            (self.on_retry or self._retry_later)(
+                RETRY_DELAYS[attempts - 1], meta.get("namespace", ""), meta.get("name", ""))
+
+    def _retry_later(self, delay: float, namespace: str, name: str) -> None:
+        def again() -> None:
+            try:
+                self.handle_pod(self.kube.read_pod(namespace, name))
+            except Exception as exc:  # gone, or the API is down: the next re-list tries again
+                log.info("retry of %s/%s: %s", namespace, name, exc)
+
+        timer = threading.Timer(delay, again)
+        timer.daemon = True
+        timer.start()
 
     def handle_pod(self, pod: Mapping[str, Any]) -> None:
         for termination in self.pending(pod):
@@ -119,7 +148,7 @@ class Services:
         spec = podview.container_spec(fresh, t.container)
         diagnosis, source, node = self._diagnose(fresh, t, spec)
         if diagnosis is None:  # the log could not be read this time
-            self.checked.add((uid, t.key), time.monotonic())
+            self._failed_attempt(fresh, (uid, t.key))
             return
         if not diagnosis.detected:
             self.checked.add((uid, t.key))

@@ -161,13 +161,34 @@ def test_a_failure_without_an_oom_writes_nothing_and_is_not_read_again() -> None
     assert (kube.patches, kube.events, kube.log_reads) == ([], {}, 1)
 
 
-def test_a_transient_log_failure_is_retried_later_but_not_on_the_next_event() -> None:
+def test_a_transient_log_failure_schedules_its_own_retry_and_then_succeeds() -> None:
     kube = FakeKube(_pod(ERROR), log_error="unavailable")
     services = _services(kube)
+    scheduled: list[tuple[float, str, str]] = []
+    services.on_retry = lambda delay, ns, name: scheduled.append((delay, ns, name))
     services.handle_pod(kube.pod)
-    services.handle_pod(kube.pod)
+    services.handle_pod(kube.pod)  # an event right after: too early for another read
     assert kube.log_reads == 1 and kube.patches == []
-    assert services.checked.get(("uid-1", "main/0")) is not True
+    assert scheduled == [(5.0, "ml", "train-x")]  # a terminated pod sends no more events
+    kube.log_error, kube.log = None, (FIXTURE / "seed_example_fragmentation.log").read_bytes()
+    key = ("uid-1", "main/0")
+    at, attempts = services.checked.get(key)  # type: ignore[misc]
+    services.checked.add(key, (at - 5.0, attempts))  # the retry's time has come
+    services.handle_pod(kube.pod)
+    assert kube.pod["metadata"]["annotations"][f"{PREFIX}diagnosis"] == "fragmentation"
+
+
+def test_retries_back_off_and_stop() -> None:
+    kube = FakeKube(_pod(ERROR), log_error="unavailable")
+    services = _services(kube)
+    scheduled: list[float] = []
+    services.on_retry = lambda delay, ns, name: scheduled.append(delay)
+    key = ("uid-1", "main/0")
+    for _ in range(6):
+        services.handle_pod(kube.pod)
+        at, attempts = services.checked.get(key)  # type: ignore[misc]
+        services.checked.add(key, (at - 1000.0, attempts))
+    assert scheduled == [5.0, 15.0, 45.0, 120.0]
 
 
 def test_the_recommendation_merges_with_the_jobs_current_setting() -> None:
