@@ -1,0 +1,39 @@
+"""The arguments the chart passes are ones our programs accept: each container's args go
+through the program's own parser (a renamed flag fails here, not in a user's cluster)."""
+
+from __future__ import annotations
+
+import pytest
+from chartlib import Render, only
+
+from gpu_auditor.controller.main import parse_args
+from node_agent.config import parse as parse_agent_args
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize("sets", [(), ("operator.namespaces={ml,serving}",)])
+def test_the_operator_accepts_the_args_the_chart_gives_it(
+    render: Render, sets: tuple[str, ...]
+) -> None:
+    deployment = only(render(*sets), "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    config = parse_args(container["args"])
+    assert config.metrics_port == 9402 and config.liveness_port == 8080
+    if sets:
+        assert config.namespaces == ("ml", "serving")
+
+
+@pytest.mark.parametrize("sets", [(), ("agent.report=false", "agent.processLabels=true")])
+def test_the_agent_accepts_the_args_the_chart_gives_it(
+    render: Render, sets: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    daemonset = only(render(*sets), "DaemonSet")
+    (container,) = daemonset["spec"]["template"]["spec"]["containers"]
+    monkeypatch.setenv("NODE_NAME", "gpu-node-1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")  # as in every pod
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    args = [a.replace("$(NODE_NAME)", "gpu-node-1") for a in container["args"]]
+    config = parse_agent_args(args)
+    assert config.port == 9401
+    assert str(config.proc_root) == "/proc"
