@@ -85,6 +85,8 @@ class Services:
     """Called as on_retry(delay, namespace, name) to schedule another look at a pod; the
     default runs a timer thread that re-reads the pod and handles it again."""
     sharing_written: _Lru = field(default_factory=lambda: _Lru(50_000))
+    written: _Lru = field(default_factory=lambda: _Lru(50_000))
+    """Pod UID -> termination keys this process has written (stale events see them too)."""
 
     # -- pods ---------------------------------------------------------------------------------
 
@@ -135,20 +137,22 @@ class Services:
                 return
 
     def diagnose_termination(self, pod: Mapping[str, Any], t: podview.Termination) -> None:
+        """Diagnose one termination from the watched body, without reading the pod again: a
+        stale event (one queued before our own patch) is caught by the in-memory record of what
+        this process wrote, and after a restart kopf's fresh listing carries the annotation.
+        Measured at 5,000 pods, the extra GET cost about half the median latency."""
         meta = pod.get("metadata") or {}
         ns, name, uid = meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", "")
-        fresh = self.kube.read_pod(ns, name)  # the watch event may be stale: check once more
-        fresh_meta = fresh.get("metadata") or {}
-        if fresh_meta.get("uid") != uid:
-            return
         prefix = self.config.annotation_prefix
-        keys = notes.diagnosed_keys(fresh_meta.get("annotations"), prefix)
+        written = self.written.get(uid)
+        keys = list(dict.fromkeys([*notes.diagnosed_keys(meta.get("annotations"), prefix),
+                                   *(written if isinstance(written, list) else [])]))
         if t.key in keys:
             return
-        spec = podview.container_spec(fresh, t.container)
-        diagnosis, source, node = self._diagnose(fresh, t, spec)
+        spec = podview.container_spec(pod, t.container)
+        diagnosis, source, node = self._diagnose(pod, t, spec)
         if diagnosis is None:  # the log could not be read this time
-            self._failed_attempt(fresh, (uid, t.key))
+            self._failed_attempt(pod, (uid, t.key))
             return
         if not diagnosis.detected:
             self.checked.add((uid, t.key))
@@ -157,22 +161,23 @@ class Services:
         problems = tuple(validate_alloc_conf(current, torch_version=podview.torch_version_hint(
             spec)) if current else ())
         now = dt.datetime.now(dt.UTC)
-        written = notes.diagnosis_annotations(
+        result = notes.diagnosis_annotations(
             diagnosis, t, pod_uid=uid, pod_name=name, prefix=prefix, previous_keys=keys,
             source=source, now=now, node=node, current_alloc_conf_problems=problems,
         )
-        self.kube.post_event(fresh, name=written.event_name, reason=written.event_reason,
-                             message=written.event_message)
+        self.kube.post_event(pod, name=result.event_name, reason=result.event_reason,
+                             message=result.event_message)
         self.kube.patch_pod_annotations(
-            ns, name, notes.stale_recommendation_removal(fresh_meta.get("annotations"),
-                                                         written, prefix))
+            ns, name, notes.stale_recommendation_removal(meta.get("annotations"),
+                                                         result, prefix))
+        self.written.add(uid, [*keys, t.key])
         metrics.DIAGNOSES.labels(ns, diagnosis.kind).inc()
         if t.finished_at:
             finished = dt.datetime.fromisoformat(str(t.finished_at).replace("Z", "+00:00"))
             metrics.DIAGNOSIS_LATENCY.observe(max((now - finished).total_seconds(), 0.0))
         log.warning("%s/%s [%s]: %s", ns, name, t.container, diagnosis.summary)
         if self.config.annotate_owners:
-            self._annotate_owner(fresh, written)
+            self._annotate_owner(pod, result)
 
     def _diagnose(
         self, pod: Mapping[str, Any], t: podview.Termination, spec: Mapping[str, Any]

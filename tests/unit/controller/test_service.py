@@ -41,6 +41,8 @@ class FakeKube:
 
     def read_log(self, *_: Any, **__: Any) -> bytes:
         self.log_reads += 1
+        if self.pod is None:
+            raise Gone("gone")
         if self.log_error:
             raise LogUnavailable(self.log_error)
         return self.log
@@ -237,6 +239,16 @@ def test_a_pod_deleted_mid_diagnosis_writes_nothing() -> None:
     kube.pod = None  # type: ignore[assignment]
     _services(kube).handle_pod(pod)
     assert kube.patches == [] and kube.events == {}
+
+
+def test_a_stale_event_queued_before_our_own_patch_writes_nothing_twice() -> None:
+    kube = FakeKube(_pod(ERROR), log=(FIXTURE / "seed_example_fragmentation.log").read_bytes())
+    services = _services(kube)
+    stale = copy.deepcopy(kube.pod)  # the status event kopf queued while we were writing
+    services.handle_pod(kube.pod)
+    services.checked = type(services.checked)(10)  # even with that memory gone
+    services.handle_pod(stale)
+    assert (len(kube.patches), kube.event_creates, kube.log_reads) == (1, 1, 1)
 
 
 def test_sharing_findings_are_written_once_per_pod() -> None:
