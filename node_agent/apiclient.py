@@ -232,8 +232,10 @@ class ApiClient:
     """Synchronous, thread-safe; a new connection per request (the agent makes a few a minute)."""
 
     def __init__(self, cfg: ClusterConfig, *, token_refresh: float = 60.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 user_agent: str = USER_AGENT) -> None:
         self.config = cfg
+        self.user_agent = user_agent
         url = urlsplit(cfg.server)
         self._https = url.scheme == "https"
         if not url.hostname:
@@ -276,27 +278,38 @@ class ApiClient:
     # -- HTTP --
 
     def request(self, method: str, path: str, *, query: Mapping[str, str] | None = None,
-                body: Any = None, timeout: float = 10.0) -> Any:
+                body: Any = None, timeout: float = 10.0,
+                content_type: str = "application/json") -> Any:
         """One request; the decoded JSON response. Raises ApiError."""
-        payload = None if body is None else json.dumps(body).encode()
-        url = self._prefix + path + (f"?{urlencode(query)}" if query else "")
-        status, reason, data = self._send(method, url, payload, timeout, self._bearer())
-        if status == 401 and self.config.token_file is not None:  # rotated meanwhile?
-            status, reason, data = self._send(method, url, payload, timeout,
-                                              self._bearer(force=True))
-        if status >= 400:
-            raise ApiError(status, _status_message(data) or reason, data)
+        data = self.request_bytes(method, path, query=query, body=body, timeout=timeout,
+                                  content_type=content_type)
         try:
             return json.loads(data)
         except ValueError as err:
-            raise ApiError(status, f"{method} {path}: the response is not JSON") from err
+            raise ApiError(200, f"{method} {path}: the response is not JSON") from err
+
+    def request_bytes(self, method: str, path: str, *, query: Mapping[str, str] | None = None,
+                      body: Any = None, timeout: float = 10.0,
+                      content_type: str = "application/json") -> bytes:
+        """One request; the raw response body (e.g. a container log). Raises ApiError."""
+        payload = None if body is None else json.dumps(body).encode()
+        url = self._prefix + path + (f"?{urlencode(query)}" if query else "")
+        status, reason, data = self._send(method, url, payload, timeout, self._bearer(),
+                                          content_type)
+        if status == 401 and self.config.token_file is not None:  # rotated meanwhile?
+            status, reason, data = self._send(method, url, payload, timeout,
+                                              self._bearer(force=True), content_type)
+        if status >= 400:
+            raise ApiError(status, _status_message(data) or reason, data)
+        return data
 
     def _send(self, method: str, url: str, payload: bytes | None, timeout: float,
-              token: str | None) -> tuple[int, str, bytes]:
+              token: str | None, content_type: str = "application/json",
+              ) -> tuple[int, str, bytes]:
         deadline = time.monotonic() + timeout
-        headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
+        headers = {"Accept": "application/json", "User-Agent": self.user_agent}
         if payload is not None:
-            headers["Content-Type"] = "application/json"
+            headers["Content-Type"] = content_type
         if token:
             headers["Authorization"] = f"Bearer {token}"
         conn: http.client.HTTPConnection

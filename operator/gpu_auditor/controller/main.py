@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import kopf
 from prometheus_client import start_http_server
@@ -15,6 +16,13 @@ from gpu_auditor.controller import handlers  # noqa: F401  (registers the handle
 from gpu_auditor.controller.annotations import DEFAULT_PREFIX
 from gpu_auditor.controller.kube import KubeApi
 from gpu_auditor.controller.service import OperatorConfig, Services
+from node_agent.apiclient import (
+    SERVICE_ACCOUNT_DIR,
+    ApiClient,
+    load_incluster,
+    load_kubeconfig,
+)
+from node_agent.errors import ConfigError
 
 
 def parse_args(argv: Sequence[str] | None = None) -> OperatorConfig:
@@ -51,27 +59,28 @@ def parse_args(argv: Sequence[str] | None = None) -> OperatorConfig:
 
 
 def use_kubeconfig(path: str) -> None:
-    """Point both our client and kopf's login (which calls load_kube_config() without a
-    file) at `path`: the kubernetes package reads $KUBECONFIG once, at import."""
-    from kubernetes.config import kube_config
-
+    """Point kopf's login (which reads $KUBECONFIG when it runs) and ours at `path`."""
     os.environ["KUBECONFIG"] = path
-    kube_config.KUBE_CONFIG_DEFAULT_LOCATION = path
 
 
-def api_client() -> object:
-    from kubernetes import client, config
-
-    try:
-        config.load_incluster_config()
-    except config.ConfigException:
-        config.load_kube_config()
-    return client.ApiClient()
+def api_client() -> ApiClient:
+    """In-cluster (the pod's service account) when there is one, else the kubeconfig."""
+    if os.environ.get("KUBERNETES_SERVICE_HOST") and (SERVICE_ACCOUNT_DIR / "token").is_file():
+        config = load_incluster()
+    else:
+        path = os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
+        config = load_kubeconfig(path.split(os.pathsep)[0])
+    return ApiClient(config, user_agent="gpu-auditor-operator")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     cfg = parse_args(argv)
-    services = Services(kube=KubeApi(api_client()), config=cfg)
+    try:
+        api = api_client()
+    except ConfigError as exc:
+        print(f"gpu-auditor-operator: {exc}", file=sys.stderr)
+        return 2
+    services = Services(kube=KubeApi(api), config=cfg)
     if cfg.metrics_port:
         start_http_server(cfg.metrics_port)
     kopf.run(
