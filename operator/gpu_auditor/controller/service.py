@@ -20,7 +20,7 @@ from typing import Any
 
 from gpu_auditor.controller import annotations as notes
 from gpu_auditor.controller import metrics, podview
-from gpu_auditor.controller.kube import Gone, KubeApi, LogUnavailable
+from gpu_auditor.controller.kube import Gone, KubeApi, LogUnavailable, Retry
 from gpu_auditor.controller.nodereport import (
     UNINTENDED_FINDINGS,
     PodSightings,
@@ -32,10 +32,11 @@ from gpu_auditor.diagnosis import Diagnosis, diagnose, diagnose_host_oom, valida
 log = logging.getLogger("gpu_auditor.operator")
 
 IGNORE_LABEL = "gpu-auditor.io/ignore"
-RETRY_DELAYS = (5.0, 15.0, 45.0, 120.0)
-"""Seconds before each new attempt at a termination whose log read failed transiently (kwok or
-a busy kubelet answering 400/5xx). A terminated pod sends no more events, so the operator
-schedules these attempts itself; after the last one, the next re-list tries once more."""
+RETRY_DELAYS = (5.0, 15.0, 45.0, 120.0, *(300.0,) * 8)
+"""Seconds before each new attempt at a termination whose log read or write failed transiently
+(a kubelet or kwok answering 400/5xx, the API server restarting). A terminated pod sends no more
+events and kopf re-lists only after a 410, so the operator schedules these attempts itself:
+about 45 minutes in all, then the termination waits for an operator restart."""
 
 
 @dataclass(frozen=True)
@@ -129,12 +130,17 @@ class Services:
         timer.start()
 
     def handle_pod(self, pod: Mapping[str, Any]) -> None:
+        uid = (pod.get("metadata") or {}).get("uid")
         for termination in self.pending(pod):
             try:
                 self.diagnose_termination(pod, termination)
             except Gone:
                 log.info("pod %s is gone; nothing to write", podview.pod_ref(pod))
                 return
+            except Retry as exc:
+                log.warning("%s [%s]: %s; trying again later", podview.pod_ref(pod),
+                            termination.container, exc)
+                self._failed_attempt(pod, (uid, termination.key))
 
     def diagnose_termination(self, pod: Mapping[str, Any], t: podview.Termination) -> None:
         """Diagnose one termination from the watched body, without reading the pod again: a

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gpu_auditor.controller.kube import Gone, LogUnavailable
+from gpu_auditor.controller.kube import Gone, LogUnavailable, Retry
 from gpu_auditor.controller.service import OperatorConfig, Services
 
 pytestmark = pytest.mark.unit
@@ -180,7 +180,7 @@ def test_a_transient_log_failure_schedules_its_own_retry_and_then_succeeds() -> 
     assert kube.pod["metadata"]["annotations"][f"{PREFIX}diagnosis"] == "fragmentation"
 
 
-def test_retries_back_off_and_stop() -> None:
+def test_retries_back_off() -> None:
     kube = FakeKube(_pod(ERROR), log_error="unavailable")
     services = _services(kube)
     scheduled: list[float] = []
@@ -190,7 +190,7 @@ def test_retries_back_off_and_stop() -> None:
         services.handle_pod(kube.pod)
         at, attempts = services.checked.get(key)  # type: ignore[misc]
         services.checked.add(key, (at - 1000.0, attempts))
-    assert scheduled == [5.0, 15.0, 45.0, 120.0]
+    assert scheduled == [5.0, 15.0, 45.0, 120.0, 300.0, 300.0]
 
 
 def test_the_recommendation_merges_with_the_jobs_current_setting() -> None:
@@ -231,6 +231,28 @@ def test_a_raw_cuda_error_with_another_pod_filling_the_gpu_is_gpu_shared() -> No
     notes = kube.pod["metadata"]["annotations"]
     assert notes[f"{PREFIX}diagnosis"] == "gpu-shared"
     assert json.loads(notes[f"{PREFIX}evidence"])["otherPodsOnGPU"] == ["ml/hog"]
+
+
+def test_an_api_outage_while_writing_is_retried_later() -> None:
+    kube = FakeKube(_pod({"exitCode": 137, "reason": "OOMKilled"}))
+    scheduled: list[float] = []
+    services = _services(kube)
+    services.on_retry = lambda delay, ns, name: scheduled.append(delay)
+    original = kube.patch_pod_annotations
+
+    def outage(*_: Any) -> None:
+        raise Retry("patch_pod: 503 Service Unavailable")
+
+    kube.patch_pod_annotations = outage  # type: ignore[method-assign]
+    services.handle_pod(kube.pod)
+    assert scheduled == [5.0]
+    kube.patch_pod_annotations = original  # type: ignore[method-assign]
+    key = ("uid-1", "main/0")
+    at, attempts = services.checked.get(key)  # type: ignore[misc]
+    services.checked.add(key, (at - 5.0, attempts))
+    services.handle_pod(kube.pod)
+    assert kube.pod["metadata"]["annotations"][f"{PREFIX}diagnosis"] == "host-oom-killed"
+    assert len(kube.events) == 1
 
 
 def test_a_pod_deleted_mid_diagnosis_writes_nothing() -> None:
