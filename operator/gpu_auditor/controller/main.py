@@ -12,7 +12,10 @@ from pathlib import Path
 import kopf
 from prometheus_client import start_http_server
 
-from gpu_auditor.controller import handlers  # noqa: F401  (registers the handlers)
+from gpu_auditor.controller import (
+    handlers,  # noqa: F401  (registers the handlers)
+    memory,
+)
 from gpu_auditor.controller.annotations import DEFAULT_PREFIX
 from gpu_auditor.controller.kube import KubeApi
 from gpu_auditor.controller.service import OperatorConfig, Services
@@ -83,6 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     services = Services(kube=KubeApi(api), config=cfg)
     if cfg.metrics_port:
         start_http_server(cfg.metrics_port)
+    memory.start_trimming()
     kopf.run(
         standalone=True,
         clusterwide=not cfg.namespaces,
