@@ -19,7 +19,7 @@ LOG_FETCH_FAILURES = Counter(
 DIAGNOSIS_LATENCY = Histogram(
     "gpu_auditor_diagnosis_latency_seconds",
     "Time from the container's termination (finishedAt) to the annotation on the pod.",
-    buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300),
+    buckets=(0.1, 0.25, 0.5, 1, 1.5, 2, 3, 5, 10, 30, 60, 300),
 )
 API_REQUESTS = Counter(
     "gpu_auditor_operator_api_requests", "Kubernetes API requests the operator made, by verb.",
