@@ -122,13 +122,15 @@ def owner_annotations(written: Written, prefix: str, pod_ref: str) -> dict[str, 
 
 
 def sharing_annotations(
-    prefix: str, finding: Mapping[str, Any], ref: str
+    prefix: str, findings: list[Mapping[str, Any]], ref: str
 ) -> dict[str, str]:
-    others = sorted(p for p in finding.get("pods") or [] if p != ref)
+    """One set of annotations for all of a pod's findings (a pod on a GPU it did not request,
+    shared with another pod, has two): each value lists them sorted, so it is stable."""
+    others = sorted({p for f in findings for p in f.get("pods") or [] if p != ref})
     return {
         f"{prefix}gpu-shared-with": ",".join(others) or "(host processes)",
-        f"{prefix}sharing-finding": str(finding.get("kind")),
-        f"{prefix}sharing-gpu": str(finding.get("gpuUUID") or ""),
+        f"{prefix}sharing-finding": ",".join(sorted({str(f.get("kind")) for f in findings})),
+        f"{prefix}sharing-gpu": ",".join(sorted({str(f.get("gpuUUID") or "") for f in findings})),
     }
 
 

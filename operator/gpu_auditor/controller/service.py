@@ -255,15 +255,18 @@ class Services:
 
     def handle_report(self, spec: dict[str, Any]) -> None:
         self.note_report(spec)
+        by_pod: dict[str, list[Mapping[str, Any]]] = {}
         for ref, finding in findings_for_pods(spec):
+            by_pod.setdefault(ref, []).append(finding)
+        for ref, findings in by_pod.items():
             try:
-                self.annotate_sharing(ref, finding)
+                self.annotate_sharing(ref, findings)
             except Gone:
                 continue
 
-    def annotate_sharing(self, ref: str, finding: Mapping[str, Any]) -> None:
+    def annotate_sharing(self, ref: str, findings: list[Mapping[str, Any]]) -> None:
         prefix = self.config.annotation_prefix
-        wanted = notes.sharing_annotations(prefix, finding, ref)
+        wanted = notes.sharing_annotations(prefix, findings, ref)
         memo_key = (ref, tuple(sorted(wanted.items())))
         if self.sharing_written.get(memo_key):
             return
@@ -276,12 +279,16 @@ class Services:
         if all(existing.get(k) == v for k, v in wanted.items()):
             self.sharing_written.add(memo_key)
             return
-        kind = str(finding.get("kind"))
-        self.kube.post_event(
-            pod, name=notes.event_name(name, str(meta.get("uid")), kind, *sorted(wanted.values())),
-            reason=UNINTENDED_FINDINGS[kind], message=notes.sharing_message(finding, ref),
-        )
+        for finding in findings:
+            kind = str(finding.get("kind"))
+            identity = [kind, str(finding.get("gpuUUID")), *sorted(finding.get("pods") or [])]
+            posted = self.kube.post_event(
+                pod, name=notes.event_name(name, str(meta.get("uid")), *identity),
+                reason=UNINTENDED_FINDINGS[kind], message=notes.sharing_message(finding, ref),
+            )
+            if posted:
+                metrics.SHARING_FINDINGS.labels(kind).inc()
         self.kube.patch_pod_annotations(namespace, name, wanted)
-        metrics.SHARING_FINDINGS.labels(kind).inc()
         self.sharing_written.add(memo_key)
-        log.warning("%s: %s", ref, notes.sharing_message(finding, ref))
+        for finding in findings:
+            log.warning("%s: %s", ref, notes.sharing_message(finding, ref))

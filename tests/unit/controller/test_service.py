@@ -283,3 +283,19 @@ def test_sharing_findings_are_written_once_per_pod() -> None:
     services.handle_report(spec)
     assert kube.pod["metadata"]["annotations"][f"{PREFIX}gpu-shared-with"] == "ml/nb"
     assert len(kube.patches) == 1 and len(kube.events) == 1  # ml/nb is not served: skipped
+
+
+def test_a_pod_with_two_findings_gets_one_stable_annotation_set_and_an_event_for_each() -> None:
+    kube = FakeKube(_pod(ERROR))
+    services = _services(kube)
+    spec = {"nodeName": "gpu-1", "gpus": [], "findings": [
+        {"kind": "unintended-sharing", "gpuUUID": "GPU-a", "pods": ["ml/train-x", "ml/nb"]},
+        {"kind": "unrequested-gpu-use", "gpuUUID": "GPU-a", "pods": ["ml/train-x"]}]}
+    services.handle_report(spec)
+    _services(kube).handle_report(spec)  # a restarted operator: nothing changes
+    notes = kube.pod["metadata"]["annotations"]
+    assert notes[f"{PREFIX}sharing-finding"] == "unintended-sharing,unrequested-gpu-use"
+    assert notes[f"{PREFIX}gpu-shared-with"] == "ml/nb"
+    assert len(kube.patches) == 1
+    assert sorted(reason for reason, _ in kube.events.values()) == [
+        "UnintendedGPUSharing", "UnrequestedGPUUse"]
