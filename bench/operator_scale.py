@@ -48,7 +48,6 @@ import statistics
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -63,6 +62,7 @@ from kubernetes.watch.watch import iter_resp_lines  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from gpu_auditor.localcluster import LocalCluster  # noqa: E402
+from gpu_auditor.localcluster.cluster import http_ok  # noqa: E402
 from gpu_auditor.localcluster.components import OperatorProcess, install_crds  # noqa: E402
 from gpu_auditor.localcluster.process import Component, free_port  # noqa: E402
 
@@ -199,14 +199,6 @@ class Fleet:
 # ---- the operator processes --------------------------------------------------------------------
 
 
-def _serving(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return bool(response.status == 200)
-    except OSError:
-        return False
-
-
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
@@ -233,7 +225,7 @@ class Operator:
             return
         self.component.start()
         url = f"http://127.0.0.1:{self.liveness_port}/healthz"
-        self.component.wait_until(lambda: _serving(url), 120, "live")
+        self.component.wait_until(lambda: http_ok(url), 120, "live")
 
     @property
     def pid(self) -> int:

@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from gpu_auditor.localcluster import ClusterError, LocalCluster
+from gpu_auditor.localcluster import ClusterError, LocalCluster, cri
 from gpu_auditor.localcluster.components import AgentProcess, OperatorProcess, install_crds
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,11 +35,6 @@ CHAOS = "pod-container-running-failed.stage.kwok.x-k8s.io"
 
 def _say(text: str) -> None:
     print(f"==> {text}", flush=True)
-
-
-def _cri(text: str) -> str:
-    stamp = "2026-11-29T10:00:00.000000000Z stderr F"
-    return "".join(f"{stamp} {line}\n" for line in text.splitlines())
 
 
 def _pod(name: str, node: str, container: str, *, gpu: bool, fail: dict[str, str] | None = None,
@@ -57,13 +52,6 @@ def _pod(name: str, node: str, container: str, *, gpu: bool, fail: dict[str, str
         "nodeName": node, "restartPolicy": "Never",
         "containers": [{"name": container, "image": "pytorch/pytorch:2.11.0-cuda13.0-runtime",
                         "resources": resources}]}}
-
-
-def _logs(custom: Any, ns: str, pod: str, container: str, path: Path) -> None:
-    custom.create_namespaced_custom_object("kwok.x-k8s.io", "v1alpha1", ns, "logs", {
-        "apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Logs",
-        "metadata": {"name": pod, "namespace": ns},
-        "spec": {"logs": [{"containers": [container], "logsFile": str(path)}]}})
 
 
 def _crowded_gpu(work: Path) -> Path:
@@ -111,8 +99,8 @@ def run(cluster: LocalCluster) -> int:
             pod["name"], node, pod["containers"][0]["name"], gpu=gpu))
     work = cluster.workdir / "demo-logs"
     work.mkdir()
-    (work / "trainer-0.log").write_text(_cri((LOGS / "context-oom.log").read_text()))
-    _logs(custom, "ml", "trainer-0", "trainer", work / "trainer-0.log")
+    (work / "trainer-0.log").write_bytes(cri((LOGS / "context-oom.log").read_text()))
+    cluster.serve_logs("ml", "trainer-0", current=work / "trainer-0.log", container="trainer")
 
     _say("starting the operator and the node agent (fake NVML, fake /proc)")
     operator = OperatorProcess(cluster).start()
@@ -129,11 +117,11 @@ def run(cluster: LocalCluster) -> int:
         "labels": {CHAOS: "true"},
         "annotations": {f"{CHAOS}/reason": "Error", f"{CHAOS}/exit-code": "1",
                         f"{CHAOS}/delay": "1s"}}})
-    (work / "finetune.log").write_text(_cri((LOGS / "fragmentation.log").read_text()))
+    (work / "finetune.log").write_bytes(cri((LOGS / "fragmentation.log").read_text()))
     core.create_namespaced_pod("ml", _pod(
         "finetune-7b", "gpu-node-2", "main", gpu=True,
         fail={"reason": "Error", "exit-code": "1", "delay": "2s"}))
-    _logs(custom, "ml", "finetune-7b", "main", work / "finetune.log")
+    cluster.serve_logs("ml", "finetune-7b", current=work / "finetune.log")
     core.create_namespaced_pod("etl", _pod("preprocess", "gpu-node-2", "main", gpu=False,
                                            memory="16Gi", fail={"reason": "OOMKilled",
                                                                 "exit-code": "137", "delay": "2s"}))

@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gpu_auditor.localcluster.cluster import http_ok
 from gpu_auditor.localcluster.process import free_port
 
 pytestmark = pytest.mark.integration
@@ -80,11 +81,6 @@ def _wait(predicate: Any, timeout: float, what: str, log: Path) -> None:
     raise AssertionError(f"timed out waiting for {what}; log tail:\n{_tail(log)}")
 
 
-def _http_ok(url: str) -> bool:
-    with urllib.request.urlopen(url, timeout=2) as response:
-        return bool(response.status == 200)
-
-
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
     binary = shutil.which("prometheus")
@@ -118,12 +114,12 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]
         with agent_log.open("wb") as alog, prom_log.open("wb") as plog:
             procs.append(subprocess.Popen(agent_argv, cwd=ROOT, env=env, stdout=alog,
                                           stderr=subprocess.STDOUT))
-            _wait(lambda: _http_ok(f"http://127.0.0.1:{agent_port}/healthz"), 30,
+            _wait(lambda: http_ok(f"http://127.0.0.1:{agent_port}/healthz"), 30,
                   "the agent's /healthz", agent_log)
             procs.append(subprocess.Popen(prom_argv, cwd=work, env=env, stdout=plog,
                                           stderr=subprocess.STDOUT))
         prom = Prometheus(f"http://127.0.0.1:{prom_port}", prom_log)
-        _wait(lambda: _http_ok(f"{prom.url}/-/ready"), 30, "Prometheus ready", prom_log)
+        _wait(lambda: http_ok(f"{prom.url}/-/ready"), 30, "Prometheus ready", prom_log)
 
         def scraped_a_few_times() -> bool:
             result = prom.query('count_over_time(up{job="gpu-auditor-agent"}[1m])')

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from gpu_auditor.localcluster import LocalCluster
+from gpu_auditor.localcluster import LocalCluster, cri
 
 pytestmark = pytest.mark.integration
 
@@ -70,11 +70,6 @@ def test_a_gpu_pod_is_scheduled_onto_the_gpu_node_and_runs(kwok_cluster: LocalCl
     assert pod.spec.node_name == node
 
 
-def _cri(lines: list[str]) -> str:
-    return "".join(f"2026-11-29T10:00:{i:02d}.000000000Z stdout F {line}\n"
-                   for i, line in enumerate(lines))
-
-
 def test_pod_logs_are_served_from_a_kwok_logs_object_current_and_previous(
     kwok_cluster: LocalCluster, tmp_path: Path
 ) -> None:
@@ -82,16 +77,10 @@ def test_pod_logs_are_served_from_a_kwok_logs_object_current_and_previous(
     node = _gpu_node(kwok_cluster)
     ns = _namespace(core)
     current, previous = tmp_path / "current.log", tmp_path / "previous.log"
-    current.write_text(_cri(["epoch 2 resumed"]))
-    previous.write_text(_cri(["epoch 1", "torch.OutOfMemoryError: CUDA out of memory."]))
+    current.write_bytes(cri("epoch 2 resumed", stream="stdout"))
+    previous.write_bytes(cri("epoch 1\ntorch.OutOfMemoryError: CUDA out of memory."))
     core.create_namespaced_pod(ns, _pod("logger", nodeName=node))
-    client.CustomObjectsApi(kwok_cluster.api_client()).create_namespaced_custom_object(
-        "kwok.x-k8s.io", "v1alpha1", ns, "logs",
-        {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Logs",
-         "metadata": {"name": "logger", "namespace": ns},
-         "spec": {"logs": [{"containers": ["main"], "logsFile": str(current),
-                            "previousLogsFile": str(previous)}]}},
-    )
+    kwok_cluster.serve_logs(ns, "logger", current=current, previous=previous)
     kwok_cluster.wait(
         lambda: core.read_namespaced_pod("logger", ns).status.phase == "Running", 60, "Running"
     )

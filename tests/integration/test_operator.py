@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from gpu_auditor.localcluster import LocalCluster
+from gpu_auditor.localcluster import LocalCluster, cri
 from gpu_auditor.localcluster.components import OperatorProcess, install_crds
 
 pytestmark = pytest.mark.integration
@@ -51,13 +51,6 @@ def _core(env: dict[str, Any]) -> client.CoreV1Api:
     return client.CoreV1Api(env["cluster"].api_client())
 
 
-def cri(text: str | bytes) -> bytes:
-    """A log in CRI format, as the kubelet (and kwok) store it."""
-    data = text.encode() if isinstance(text, str) else text
-    return b"".join(b"2026-11-29T10:00:00.000000000Z stderr F " + line + b"\n"
-                    for line in data.splitlines())
-
-
 def corpus_log(name: str) -> str:
     shared = ROOT.parent / "shared" / "corpus" / "oom" / name
     return (shared if shared.exists() else FIXTURES / name).read_text()
@@ -70,17 +63,9 @@ def write_log(tmp_path: Path, name: str, data: bytes) -> str:
 
 
 def logs_object(env: dict[str, Any], ns: str, pod: str, *, current: str | None = None,
-                previous: str | None = None, container: str = "main") -> None:
-    entry: dict[str, Any] = {"containers": [container]}
-    if current:
-        entry["logsFile"] = current
-    if previous:
-        entry["previousLogsFile"] = previous
-    client.CustomObjectsApi(env["cluster"].api_client()).create_namespaced_custom_object(
-        "kwok.x-k8s.io", "v1alpha1", ns, "logs",
-        {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Logs",
-         "metadata": {"name": pod, "namespace": ns}, "spec": {"logs": [entry]}},
-    )
+                previous: str | None = None) -> None:
+    env["cluster"].serve_logs(ns, pod, current=Path(current) if current else None,
+                              previous=Path(previous) if previous else None)
 
 
 def failing_pod(env: dict[str, Any], ns: str, name: str, *, reason: str = "Error",

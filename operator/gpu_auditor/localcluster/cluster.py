@@ -138,7 +138,7 @@ class LocalCluster:
             f"--initial-cluster=default={peer}",
             "--unsafe-no-fsync=true", "--log-level=warn",
         ])
-        etcd.wait_until(lambda: _http_ok(f"{client}/health"), 30, "healthy")
+        etcd.wait_until(lambda: http_ok(f"{client}/health"), 30, "healthy")
 
     def _apiserver_argv(self) -> list[str]:
         assert self.pki is not None
@@ -182,7 +182,7 @@ class LocalCluster:
         return ctx
 
     def _readyz(self) -> bool:
-        return _http_ok(f"{self.server}/readyz", self._ssl_context())
+        return http_ok(f"{self.server}/readyz", self._ssl_context())
 
     def _write_kubeconfig(self) -> None:
         assert self.pki is not None
@@ -344,6 +344,25 @@ class LocalCluster:
             time.sleep(interval)
         raise ClusterError(f"timed out after {timeout:.0f}s waiting for {what} ({last_error})")
 
+    def serve_logs(
+        self, namespace: str, pod: str, *, current: Path | None = None,
+        previous: Path | None = None, container: str = "main",
+    ) -> None:
+        """A kwok `Logs` object: pods/log of `pod` returns these CRI-format files (the current
+        container's, and the previous one's for previous=true)."""
+        from kubernetes import client
+
+        entry: dict[str, Any] = {"containers": [container]}
+        if current is not None:
+            entry["logsFile"] = str(current)
+        if previous is not None:
+            entry["previousLogsFile"] = str(previous)
+        client.CustomObjectsApi(self.api_client()).create_namespaced_custom_object(
+            "kwok.x-k8s.io", "v1alpha1", namespace, "logs",
+            {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Logs",
+             "metadata": {"name": pod, "namespace": namespace}, "spec": {"logs": [entry]}},
+        )
+
     def helm(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """Run helm against this cluster."""
         env = child_environment()
@@ -362,12 +381,21 @@ class LocalCluster:
             return dict(json.load(r))
 
 
+def cri(text: str | bytes, stream: str = "stderr") -> bytes:
+    """`text` as a container log in CRI format (`<ts> <stream> F <line>`), as the kubelet and kwok
+    store it."""
+    data = text.encode() if isinstance(text, str) else text
+    prefix = f"2026-11-29T10:00:00.000000000Z {stream} F ".encode()
+    return b"".join(prefix + line + b"\n" for line in data.splitlines())
+
+
 def _node_ready(node: Any) -> bool:
     conditions = (node.status.conditions or []) if node.status else []
     return any(c.type == "Ready" and c.status == "True" for c in conditions)
 
 
-def _http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
+def http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
+    """GET `url` answers 200 (False on any connection error)."""
     try:
         with urllib.request.urlopen(url, timeout=2, context=context) as response:
             return bool(response.status == 200)

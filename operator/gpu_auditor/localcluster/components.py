@@ -11,7 +11,7 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from gpu_auditor.localcluster.cluster import LocalCluster
+from gpu_auditor.localcluster.cluster import LocalCluster, http_ok
 from gpu_auditor.localcluster.process import Component, free_port
 
 CRD_FILE = (Path(__file__).resolve().parents[3]
@@ -22,14 +22,6 @@ def install_crds(cluster: LocalCluster, crd_file: Path = CRD_FILE) -> None:
     """The GPUNodeReport CRD, as the chart ships it."""
     cluster.apply_yaml(crd_file.read_text())
     cluster.wait_for_crd("gpunodereports.gpu-auditor.io")
-
-
-def _serving(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return bool(response.status == 200)
-    except OSError:
-        return False
 
 
 class OperatorProcess:
@@ -52,7 +44,7 @@ class OperatorProcess:
     def start(self, timeout: float = 60) -> OperatorProcess:
         self.component.start()
         self.component.wait_until(
-            lambda: _serving(f"http://127.0.0.1:{self.liveness_port}/healthz"), timeout, "live"
+            lambda: http_ok(f"http://127.0.0.1:{self.liveness_port}/healthz"), timeout, "live"
         )
         return self
 
@@ -92,7 +84,7 @@ class AgentProcess:
     def start(self, timeout: float = 60) -> AgentProcess:
         self.component.start()
         self.component.wait_until(
-            lambda: _serving(f"http://127.0.0.1:{self.port}/healthz"), timeout, "live"
+            lambda: http_ok(f"http://127.0.0.1:{self.port}/healthz"), timeout, "live"
         )
         return self
 
