@@ -64,7 +64,7 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 from gpu_auditor.localcluster import LocalCluster  # noqa: E402
 from gpu_auditor.localcluster.cluster import http_ok  # noqa: E402
 from gpu_auditor.localcluster.components import OperatorProcess, install_crds  # noqa: E402
-from gpu_auditor.localcluster.process import Component, free_port  # noqa: E402
+from gpu_auditor.localcluster.process import free_port  # noqa: E402
 
 NAMESPACE = "bench"
 KEY = "gpu-auditor.io/diagnosis"
@@ -216,8 +216,7 @@ class Operator:
             self.liveness_port = free_port()
             argv = [sys.executable, str(REPO / "bench" / "baseline_operator.py"),
                     f"--kubeconfig={cluster.kubeconfig}", f"--liveness-port={self.liveness_port}"]
-            self.component = Component(name, argv, cluster.workdir / "logs" / f"{name}.log")
-            cluster.components[name] = self.component
+            self.component = cluster.add_component(name, argv, start=False)
 
     def start(self) -> None:
         if self.ours is not None:

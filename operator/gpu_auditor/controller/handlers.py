@@ -12,7 +12,6 @@ from typing import Any
 
 import kopf
 
-from gpu_auditor.controller import podview
 from gpu_auditor.controller.kube import Retry
 from gpu_auditor.controller.nodereport import GROUP, PLURAL, VERSION
 from gpu_auditor.controller.service import IGNORE_LABEL, Services
@@ -84,4 +83,4 @@ def node_report_event(body: kopf.Body, type: str | None, memo: Any, **_: Any) ->
         raise kopf.TemporaryError(str(exc), delay=RETRY_DELAY) from exc
 
 
-__all__ = ["configure", "has_failed_container", "node_report_event", "pod_event", "podview"]
+__all__ = ["configure", "has_failed_container", "login", "node_report_event", "pod_event"]

@@ -115,10 +115,12 @@ class LocalCluster:
     def server(self) -> str:
         return f"https://127.0.0.1:{self.api_port}"
 
-    def _component(self, name: str, argv: list[str]) -> Component:
+    def add_component(self, name: str, argv: list[str], *, start: bool = True) -> Component:
+        """A child process of this cluster: logged in the work folder, stopped with it."""
         component = Component(name, argv, self.workdir / "logs" / f"{name}.log")
         self.components[name] = component
-        component.start()
+        if start:
+            component.start()
         return component
 
     def _bin(self, name: str) -> str:
@@ -130,7 +132,7 @@ class LocalCluster:
         peer_port = free_port()
         client = f"http://127.0.0.1:{self.etcd_port}"
         peer = f"http://127.0.0.1:{peer_port}"
-        etcd = self._component("etcd", [
+        etcd = self.add_component("etcd", [
             self._bin("etcd"),
             f"--data-dir={self.workdir / 'etcd'}",
             f"--listen-client-urls={client}", f"--advertise-client-urls={client}",
@@ -166,7 +168,7 @@ class LocalCluster:
         ]
 
     def _start_apiserver(self) -> None:
-        apiserver = self._component("kube-apiserver", self._apiserver_argv())
+        apiserver = self.add_component("kube-apiserver", self._apiserver_argv())
         apiserver.wait_until(self._readyz, 90, "ready")
 
     def restart_apiserver(self, downtime: float = 1.0) -> None:
@@ -211,31 +213,27 @@ class LocalCluster:
         kube-scheduler. Idempotent."""
         assert self.pki is not None
         if "kube-controller-manager" not in self.components:
-            port = free_port()
-            kcm = self._component("kube-controller-manager", [
-                self._bin("kube-controller-manager"),
-                f"--kubeconfig={self.kubeconfig}",
-                f"--authentication-kubeconfig={self.kubeconfig}",
-                f"--authorization-kubeconfig={self.kubeconfig}",
-                "--bind-address=127.0.0.1", f"--secure-port={port}",
-                f"--root-ca-file={self.pki.ca_cert}",
-                f"--service-account-private-key-file={self.pki.sa_private_key}",
-                f"--service-cluster-ip-range={SERVICE_CIDR}",
-                "--leader-elect=false", "--use-service-account-credentials=false",
-            ])
-            kcm.wait_until(lambda: _https_ok(f"https://127.0.0.1:{port}/healthz"), 60, "healthy")
+            self._start_secured("kube-controller-manager",
+                                f"--root-ca-file={self.pki.ca_cert}",
+                                f"--service-account-private-key-file={self.pki.sa_private_key}",
+                                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                                "--use-service-account-credentials=false")
         if "kube-scheduler" not in self.components:
-            port = free_port()
-            scheduler = self._component("kube-scheduler", [
-                self._bin("kube-scheduler"),
-                f"--kubeconfig={self.kubeconfig}",
-                f"--authentication-kubeconfig={self.kubeconfig}",
-                f"--authorization-kubeconfig={self.kubeconfig}",
-                "--bind-address=127.0.0.1", f"--secure-port={port}", "--leader-elect=false",
-            ])
-            scheduler.wait_until(
-                lambda: _https_ok(f"https://127.0.0.1:{port}/healthz"), 60, "healthy"
-            )
+            self._start_secured("kube-scheduler")
+
+    def _start_secured(self, name: str, *extra: str) -> None:
+        """kube-controller-manager or kube-scheduler: the admin kubeconfig for everything, a
+        free secure port on loopback, no leader election; waits for /healthz."""
+        port = free_port()
+        component = self.add_component(name, [
+            self._bin(name),
+            f"--kubeconfig={self.kubeconfig}",
+            f"--authentication-kubeconfig={self.kubeconfig}",
+            f"--authorization-kubeconfig={self.kubeconfig}",
+            "--bind-address=127.0.0.1", f"--secure-port={port}", "--leader-elect=false",
+            *extra,
+        ])
+        component.wait_until(lambda: _https_ok(f"https://127.0.0.1:{port}/healthz"), 60, "healthy")
 
     def start_kwok(self) -> None:
         """kwok managing every node annotated kwok.x-k8s.io/node=fake: node heartbeats,
@@ -249,7 +247,7 @@ class LocalCluster:
         config = self.workdir / "kwok-config.yaml"
         config.write_text(_kwok_file("stages.yaml") + "\n---\n" + _kwok_file("restart-stages.yaml"))
         self.kwok_port = free_port()
-        kwok = self._component("kwok", [
+        kwok = self.add_component("kwok", [
             self._bin("kwok"),
             f"--kubeconfig={self.kubeconfig}", f"--config={config}",
             f"--manage-nodes-with-annotation-selector={FAKE_NODE_ANNOTATION}=fake",

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gpu_auditor.localcluster.cluster import LocalCluster, http_ok
-from gpu_auditor.localcluster.process import Component, free_port
+from gpu_auditor.localcluster.process import free_port
 
 CRD_FILE = (Path(__file__).resolve().parents[3]
             / "charts/gpu-auditor/crds/gpunodereports.gpu-auditor.io.yaml")
@@ -38,8 +38,7 @@ class OperatorProcess:
             f"--metrics-port={self.metrics_port}", f"--liveness-port={self.liveness_port}",
             *extra,
         ]
-        self.component = Component(name, self.argv, cluster.workdir / "logs" / f"{name}.log")
-        cluster.components[name] = self.component
+        self.component = cluster.add_component(name, list(self.argv), start=False)
 
     def start(self, timeout: float = 60) -> OperatorProcess:
         self.component.start()
@@ -77,9 +76,7 @@ class AgentProcess:
             f"--kubeconfig={cluster.kubeconfig}", "--bind-address=127.0.0.1",
             f"--port={self.port}", "--report", *extra,
         ]
-        self.component = Component(f"agent-{node_name}", argv,
-                                   cluster.workdir / "logs" / f"agent-{node_name}.log")
-        cluster.components[self.component.name] = self.component
+        self.component = cluster.add_component(f"agent-{node_name}", argv, start=False)
 
     def start(self, timeout: float = 60) -> AgentProcess:
         self.component.start()
