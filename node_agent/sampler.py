@@ -14,9 +14,11 @@ from node_agent.history import History, Key
 from node_agent.model import (
     ERROR_SOURCES,
     Allocated,
+    CgroupIdentity,
     ContainerUsage,
     GpuSample,
     GpuUsage,
+    NoPod,
     NvmlReading,
     PodRef,
     ProcessUsage,
@@ -42,9 +44,9 @@ class ProcSource(Protocol):
 def attribute(info: ProcInfo | None, gpu_uuid: str, view: PodView) -> tuple[PodRef | None,
                                                                             Allocated]:
     """The pod of one process and whether that pod was allocated this GPU."""
-    if info is None:
-        return None, Allocated.UNKNOWN  # vanished or unreadable: unknown pod
-    if info.cgroup is None:
+    if info is None or info.cgroup is NoPod.UNKNOWN:
+        return None, Allocated.UNKNOWN  # vanished, unreadable or ambiguous: unknown pod
+    if info.cgroup is NoPod.HOST:
         return None, Allocated.HOST
     pod = view.resolve(info.cgroup)
     return pod, allocation_of(pod, gpu_uuid, view.allocations)
@@ -97,7 +99,8 @@ class Sampler:
         self._procs.forget_all_but(infos)
         self.errors["proc"] += self._procs.errors - proc_errors_before
 
-        wanted = {i.cgroup.pod_uid for i in infos.values() if i is not None and i.cgroup}
+        wanted = {i.cgroup.pod_uid for i in infos.values()
+                  if i is not None and isinstance(i.cgroup, CgroupIdentity)}
         view = self._pods.view(wanted)
         for source, n in view.errors.items():
             self.errors[source] = self.errors.get(source, 0) + n
