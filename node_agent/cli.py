@@ -32,12 +32,16 @@ log = logging.getLogger("node_agent")
 def _fake_pods_path(cfg: Config, nvml: FakeNvmlSource | None) -> Path | None:
     if cfg.pods_fake is not None:
         return cfg.pods_fake
-    if nvml is not None and nvml.data.get("pods"):
-        ref = nvml.data["pods"]
+    if nvml is not None and nvml.pods_ref:
+        ref = nvml.pods_ref
         if not isinstance(ref, str):
             raise ConfigError(f"{nvml.path}: pods must name a file (relative to it)")
-        path = (nvml.path.parent / ref).resolve()
-        if not path.is_file():
+        try:
+            path = (nvml.path.parent / ref).resolve()
+            found = path.is_file()
+        except (OSError, ValueError) as err:  # a NUL byte, a name too long, a link loop
+            raise ConfigError(f"{nvml.path}: pods: not a usable file name ({err})") from err
+        if not found:
             raise ConfigError(f"{nvml.path}: pods file {path} not found")
         return path
     return None

@@ -104,6 +104,8 @@ def validate(cfg: Config) -> None:
             raise ConfigError(f"{flag} {path}: no such file")
     if not cfg.proc_root.is_dir():
         raise ConfigError(f"--proc-root {cfg.proc_root}: not a directory")
+    if not os.access(cfg.proc_root, os.R_OK | os.X_OK):
+        raise ConfigError(f"--proc-root {cfg.proc_root}: not readable by uid {os.geteuid()}")
     if cfg.report and not api_configured(cfg):
         raise ConfigError("--report needs --kubeconfig, or in-cluster config "
                           "(KUBERNETES_SERVICE_HOST is not set)")

@@ -25,6 +25,15 @@ from typing import Any, Protocol
 from node_agent.errors import ConfigError
 from node_agent.fake_source import load_yaml
 from node_agent.model import Allocated, Allocations, CgroupIdentity, PodRef, SharingStrategy
+from node_agent.names import (
+    is_config_hash,
+    is_container_id,
+    is_container_name,
+    is_device_id,
+    is_namespace,
+    is_pod_name,
+    is_pod_uid,
+)
 from node_agent.podresources.client import ContainerDevices, KubeletUnavailable, PodDevices
 from node_agent.sharing import strategy_from
 
@@ -162,50 +171,77 @@ class FakeNode:
     devices: tuple[PodDevices, ...]
 
 
+MAX_FAKE_PODS = 10_000
+
+
 def parse_fake_pods(data: Mapping[str, Any], path: Path) -> FakeNode:
-    """The fake node's pods file (format in docs/node-agent.md)."""
+    """The fake node's pods file (format in docs/node-agent.md); ConfigError on anything that
+    the API server or the kubelet could not have said."""
     node = data.get("node") or {}
     if not isinstance(node, dict):
         raise ConfigError(f"{path}: node must be a mapping")
     labels = node.get("labels") or {}
+    if not isinstance(labels, dict) or not all(
+            isinstance(k, str) and isinstance(v, (str, int, float)) and not isinstance(v, bool)
+            for k, v in labels.items()):
+        raise ConfigError(f"{path}: node.labels must map names to strings")
+    name = node.get("name")
+    if name is not None and not is_pod_name(name):
+        raise ConfigError(f"{path}: node.name must be a DNS subdomain name (e.g. gpu-node-1)")
     kubelet_up = data.get("kubeletUp", True)
     if not isinstance(kubelet_up, bool):
         raise ConfigError(f"{path}: kubeletUp must be true or false")
     raw = data.get("pods") or []
     if not isinstance(raw, list):
         raise ConfigError(f"{path}: pods must be a list")
-    pods: list[PodInfo] = []
-    devices: list[PodDevices] = []
-    for i, p in enumerate(raw):
-        where = f"{path}: pods[{i}]"
-        if not isinstance(p, dict) or not all(isinstance(p.get(k), str) and p.get(k)
-                                              for k in ("namespace", "name", "uid")):
-            raise ConfigError(f"{where}: needs namespace, name and uid")
-        containers: dict[str, str] = {}
-        pod_devices: list[ContainerDevices] = []
-        for c in p.get("containers") or []:
-            if not isinstance(c, dict) or not isinstance(c.get("name"), str):
-                raise ConfigError(f"{where}.containers: each needs a name")
-            if c.get("containerID"):
-                containers[strip_runtime(str(c["containerID"]))] = c["name"]
-            gpus = c.get("gpus") or []
-            if not isinstance(gpus, list):
-                raise ConfigError(f"{where}.containers[{c['name']}].gpus: must be a list")
-            if gpus:
-                resource = str(c.get("resourceName", "nvidia.com/gpu"))
-                pod_devices.append(ContainerDevices(c["name"], resource,
-                                                    tuple(str(g) for g in gpus)))
-        pods.append(PodInfo(p["namespace"], p["name"], p["uid"], containers,
-                            p.get("mirrorHash")))
-        devices.append(PodDevices(p["namespace"], p["name"], tuple(pod_devices)))
-    name = node.get("name")
+    if len(raw) > MAX_FAKE_PODS:
+        raise ConfigError(f"{path}: pods: more than {MAX_FAKE_PODS}")
+    parsed = [_fake_pod(p, f"{path}: pods[{i}]") for i, p in enumerate(raw)]
     return FakeNode(
-        name=str(name) if name else None,
-        labels={str(k): str(v) for k, v in labels.items()},
+        name=name,
+        labels={k: str(v) for k, v in labels.items()},
         kubelet_up=kubelet_up,
-        pods=tuple(pods),
-        devices=tuple(devices),
+        pods=tuple(info for info, _ in parsed),
+        devices=tuple(devices for _, devices in parsed),
     )
+
+
+def _fake_pod(p: Any, where: str) -> tuple[PodInfo, PodDevices]:
+    if not isinstance(p, dict):
+        raise ConfigError(f"{where}: expected a mapping with namespace, name and uid")
+    if not is_namespace(p.get("namespace")):
+        raise ConfigError(f"{where}.namespace: required, a DNS label (e.g. ml)")
+    if not is_pod_name(p.get("name")):
+        raise ConfigError(f"{where}.name: required, a DNS subdomain name (e.g. trainer-0)")
+    if not is_pod_uid(p.get("uid")):
+        raise ConfigError(f"{where}.uid: required, a lowercase UUID")
+    mirror = p.get("mirrorHash")
+    if mirror is not None and not is_config_hash(mirror):
+        raise ConfigError(f"{where}.mirrorHash: 32 lowercase hex digits")
+    raw = p.get("containers") or []
+    if not isinstance(raw, list):
+        raise ConfigError(f"{where}.containers: must be a list")
+    containers: dict[str, str] = {}
+    pod_devices: list[ContainerDevices] = []
+    for j, c in enumerate(raw):
+        w = f"{where}.containers[{j}]"
+        if not isinstance(c, dict) or not is_container_name(c.get("name")):
+            raise ConfigError(f"{w}.name: required, a DNS label (e.g. main)")
+        cid = c.get("containerID")
+        if cid is not None:
+            if not isinstance(cid, str) or not is_container_id(strip_runtime(cid)):
+                raise ConfigError(f"{w}.containerID: <runtime>://<64 hex digits>")
+            containers[strip_runtime(cid)] = c["name"]
+        gpus = c.get("gpus") or []
+        if not isinstance(gpus, list) or not all(is_device_id(g) for g in gpus):
+            raise ConfigError(f"{w}.gpus: a list of device IDs (e.g. GPU-..., MIG-...)")
+        resource = c.get("resourceName", "nvidia.com/gpu")
+        if not isinstance(resource, str) or not 0 < len(resource) <= 253:
+            raise ConfigError(f"{w}.resourceName: a resource name (e.g. nvidia.com/gpu)")
+        if gpus:
+            pod_devices.append(ContainerDevices(c["name"], resource, tuple(gpus)))
+    info = PodInfo(p["namespace"], p["name"], p["uid"], containers, mirror)
+    return info, PodDevices(p["namespace"], p["name"], tuple(pod_devices))
 
 
 class FakePods:

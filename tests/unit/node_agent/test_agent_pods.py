@@ -152,5 +152,5 @@ def test_the_example_fake_node_loads() -> None:
 def test_a_bad_fake_pods_file_is_a_clear_config_error(tmp_path: Path) -> None:
     bad = tmp_path / "pods.yaml"
     bad.write_text("pods:\n- namespace: ml\n  name: a\n")
-    with pytest.raises(ConfigError, match=r"pods\[0\]: needs namespace, name and uid"):
+    with pytest.raises(ConfigError, match=r"pods\[0\].uid: required, a lowercase UUID"):
         FakePods.from_file(bad)
