@@ -10,6 +10,7 @@ string is refused after at most a few hundred characters of matching.
 from __future__ import annotations
 
 import re
+from typing import TypeGuard
 
 # RFC 1123 label (namespaces, container names) and subdomain (pod names), as Kubernetes checks.
 _DNS_LABEL = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?")
@@ -22,39 +23,39 @@ _DEVICE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
 _GPU_UUID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
 
 
-def _fits(pattern: re.Pattern[str], value: object) -> bool:
+def _fits(pattern: re.Pattern[str], value: object) -> TypeGuard[str]:
     return isinstance(value, str) and pattern.fullmatch(value) is not None
 
 
-def is_namespace(value: object) -> bool:
+def is_namespace(value: object) -> TypeGuard[str]:
     return _fits(_DNS_LABEL, value)
 
 
-def is_pod_name(value: object) -> bool:
+def is_pod_name(value: object) -> TypeGuard[str]:
     return _fits(_DNS_SUBDOMAIN, value)
 
 
-def is_container_name(value: object) -> bool:
+def is_container_name(value: object) -> TypeGuard[str]:
     return _fits(_DNS_LABEL, value)
 
 
-def is_pod_uid(value: object) -> bool:
+def is_pod_uid(value: object) -> TypeGuard[str]:
     return _fits(_UID, value)
 
 
-def is_config_hash(value: object) -> bool:
+def is_config_hash(value: object) -> TypeGuard[str]:
     return _fits(_CONFIG_HASH, value)
 
 
-def is_container_id(value: object) -> bool:
+def is_container_id(value: object) -> TypeGuard[str]:
     return _fits(_CONTAINER_ID, value)
 
 
-def is_device_id(value: object) -> bool:
+def is_device_id(value: object) -> TypeGuard[str]:
     return _fits(_DEVICE_ID, value)
 
 
-def is_gpu_uuid(value: object) -> bool:
+def is_gpu_uuid(value: object) -> TypeGuard[str]:
     return _fits(_GPU_UUID, value)
 
 

@@ -54,27 +54,57 @@ class PodInfo:
 # ---- pure helpers -------------------------------------------------------------------------
 
 
+MAX_DEVICE_IDS_PER_POD = 1024  # distinct GPUs / MIG instances after replicas are merged
+MAX_NODE_PODS = 10_000  # pods of one node from the API server (the kubelet allows ~110-1000)
+
+
 def normalize_device_id(device_id: str) -> str:
     """``GPU-x::3`` (a time-slicing replica) is GPU ``GPU-x``; other IDs are kept."""
     return device_id.split("::", 1)[0]
 
 
+def _pod_key(namespace: object, name: object) -> str | None:
+    if is_namespace(namespace) and is_pod_name(name):
+        return f"{namespace}/{name}"
+    return None
+
+
 def allocations_from(pods: Iterable[PodDevices]) -> Allocations:
-    """GPU allocations by ``namespace/name`` from the kubelet's List (``nvidia.com/*`` only)."""
+    """GPU allocations by ``namespace/name`` from the kubelet's List (``nvidia.com/*`` only).
+
+    A pod whose answer we cannot trust (a malformed name, a device ID that is no device ID, more
+    than ``MAX_DEVICE_IDS_PER_POD`` distinct GPUs) is left out: its allocation is then unknown,
+    never "not allocated", so a bad answer cannot accuse it of using a GPU it did not request.
+    """
     by_pod: dict[str, frozenset[str]] = {}
+    untrusted: set[str] = set()
     replicated = mig = False
     for pod in pods:
+        key = _pod_key(pod.namespace, pod.name)
+        if key is None:
+            continue
         ids: set[str] = set()
+        trusted = True
         for d in pod.devices:
             if not d.resource_name.startswith("nvidia.com/"):
                 continue
             mig = mig or d.resource_name.startswith("nvidia.com/mig-")
             for device_id in d.device_ids:
+                if not is_device_id(device_id):
+                    trusted = False
+                    break
                 replicated = replicated or "::" in device_id
                 mig = mig or device_id.startswith("MIG-")
                 ids.add(normalize_device_id(device_id))
-        key = f"{pod.namespace}/{pod.name}"
+            if not trusted or len(ids) > MAX_DEVICE_IDS_PER_POD:
+                trusted = False
+                break
+        if not trusted:
+            untrusted.add(key)
+            continue
         by_pod[key] = by_pod.get(key, frozenset()) | frozenset(ids)
+    for key in untrusted:
+        by_pod.pop(key, None)
     return Allocations(by_pod=by_pod, replicated=replicated, mig=mig)
 
 
@@ -83,24 +113,46 @@ def strip_runtime(container_id: str) -> str:
     return container_id.split("://", 1)[-1]
 
 
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _containers(status: Mapping[str, Any]) -> dict[str, str]:
+    """Container ID → name from a pod's status, for well-formed entries only."""
+    containers: dict[str, str] = {}
+    for key in ("initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses"):
+        statuses = status.get(key)
+        for cs in statuses if isinstance(statuses, list) else []:
+            entry = _mapping(cs)
+            cid, name = entry.get("containerID"), entry.get("name")
+            if isinstance(cid, str) and is_container_id(strip_runtime(cid)) \
+                    and is_container_name(name):
+                containers[strip_runtime(cid)] = name
+    return containers
+
+
 def pods_from_api_list(body: Mapping[str, Any]) -> list[PodInfo]:
-    """PodInfo from a ``PodList`` as JSON (the raw response; no model objects, less memory)."""
+    """PodInfo from a ``PodList`` as JSON (the raw response; no model objects, less memory).
+
+    Items the API server could not have sent (a name that is no Kubernetes name, a UID that is
+    no UUID) are skipped: their processes keep the pod UID from the cgroup, unnamed. At most
+    ``MAX_NODE_PODS`` items are read.
+    """
     out: list[PodInfo] = []
-    for item in body.get("items") or []:
-        meta = item.get("metadata") or {}
-        status = item.get("status") or {}
-        containers: dict[str, str] = {}
-        for key in ("initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses"):
-            for cs in status.get(key) or []:
-                if cs.get("containerID"):
-                    containers[strip_runtime(cs["containerID"])] = cs.get("name", "")
+    items = body.get("items")
+    for item in (items if isinstance(items, list) else [])[:MAX_NODE_PODS]:
+        meta = _mapping(_mapping(item).get("metadata"))
+        namespace, name, uid = meta.get("namespace"), meta.get("name"), meta.get("uid")
+        if not (is_namespace(namespace) and is_pod_name(name) and is_pod_uid(uid)):
+            continue
+        mirror = _mapping(meta.get("annotations")).get(MIRROR_ANNOTATION)
         out.append(
             PodInfo(
-                namespace=meta.get("namespace", ""),
-                name=meta.get("name", ""),
-                uid=meta.get("uid", ""),
-                containers=containers,
-                mirror_hash=(meta.get("annotations") or {}).get(MIRROR_ANNOTATION),
+                namespace=namespace,
+                name=name,
+                uid=uid,
+                containers=_containers(_mapping(_mapping(item).get("status"))),
+                mirror_hash=mirror if is_config_hash(mirror) else None,
             )
         )
     return out
@@ -321,7 +373,9 @@ class ApiPods:
                                         timeout=self._timeout)
             self.index = index_pods(pods_from_api_list(pods))
             node = self._core.get_node(self._node, timeout=self._timeout)
-            self.labels = dict((node.get("metadata") or {}).get("labels") or {})
+            labels = _mapping(_mapping(node.get("metadata")).get("labels"))
+            self.labels = {k: v for k, v in labels.items()
+                           if isinstance(k, str) and isinstance(v, str)}
         except Exception as err:  # ApiError, or a malformed answer: keep the last good data
             log.warning("listing pods of node %s from the API server failed: %s", self._node,
                         getattr(err, "reason", None) or err)
