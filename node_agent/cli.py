@@ -89,7 +89,8 @@ def build(cfg: Config) -> Agent:
 def registry_for(agent: Agent, cfg: Config) -> CollectorRegistry:
     """A registry holding the agent's collector (and nothing else)."""
     registry = CollectorRegistry()
-    registry.register(AgentCollector(agent.latest, agent.sampler.node, cfg.process_labels))
+    registry.register(AgentCollector(agent.latest, agent.sampler.node, cfg.process_labels,
+                                     cfg.max_series_per_gpu))
     return registry
 
 

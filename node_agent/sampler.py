@@ -28,6 +28,8 @@ from node_agent.model import (
 from node_agent.pods import PodSource, PodView, allocation_of
 from node_agent.sharing import findings
 
+MAX_BYTES = 2**63 - 1  # the report's int64: a sum over thousands of processes stays inside
+
 
 class GpuSource(Protocol):
     def sample(self) -> NvmlReading: ...
@@ -63,7 +65,7 @@ def sum_containers(processes: Iterable[ProcessUsage]) -> tuple[ContainerUsage, .
         out.append(ContainerUsage(
             pod=pod,
             allocated=allocated,
-            used_bytes=sum(p.used_bytes or 0 for p in procs),
+            used_bytes=min(MAX_BYTES, sum(p.used_bytes or 0 for p in procs)),
             pids=tuple(sorted(p.pid for p in procs)),
             growth_bytes_per_second=sum(rates) if rates else None,
         ))

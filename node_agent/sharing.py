@@ -20,6 +20,7 @@ MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
 
 
 MAX_REPLICAS = 4096
+MESSAGE_PODS = 8  # pods named in a finding's message (its pods field lists them all)
 
 
 def replicas_from(value: object) -> int:
@@ -81,7 +82,10 @@ def findings_for(usage: GpuUsage, strategy: SharingStrategy) -> list[Finding]:
         ))
     if len(bytes_by_pod) >= 2:
         pods = tuple(sorted(bytes_by_pod))
-        shares = ", ".join(f"{k} {_gib(bytes_by_pod[k])}" for k in pods)
+        largest = sorted(pods, key=lambda k: (-bytes_by_pod[k], k))
+        shares = ", ".join(f"{k} {_gib(bytes_by_pod[k])}" for k in largest[:MESSAGE_PODS])
+        if len(largest) > MESSAGE_PODS:
+            shares += f" and {len(largest) - MESSAGE_PODS} more"
         if strategy.allows_sharing:
             kind = "intended-sharing"
             why = f"shared by {strategy.kind} (replicas {strategy.replicas})"
