@@ -123,10 +123,14 @@ def serve(agent: Agent, cfg: Config) -> int:
     # thread every 1 ms instead of Python's default 5 ms, so scrapes stay fast during a pass.
     sys.setswitchinterval(0.001)
     exposition = exposition_for(agent, cfg)
+    try:  # bound before the first pass: a port in use is a config error at once
+        server = make_server(lambda accept: exposition.render_parts(accept, agent.latest()),
+                             agent.health, cfg.bind_address, cfg.port)
+    except OSError as err:  # address in use, no such address, no permission for the port
+        raise ConfigError(f"cannot serve on {cfg.bind_address}:{cfg.port}: "
+                          f"{err.strerror or err}") from err
     agent.run_once()  # the first scrape already has data
     agent.start()
-    server = make_server(lambda accept: exposition.render(accept, agent.latest()), agent.health,
-                         cfg.bind_address, cfg.port)
     log.info("serving /metrics and /healthz on %s:%d for node %s", cfg.bind_address,
              server.server_address[1], agent.sampler.node)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
@@ -149,7 +153,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as err:
         print(f"gpu-auditor-agent: error: {err}", file=sys.stderr)
         return 2
-    return run_once(agent, cfg) if cfg.once else serve(agent, cfg)
+    if cfg.once:
+        return run_once(agent, cfg)
+    try:
+        return serve(agent, cfg)
+    except ConfigError as err:
+        print(f"gpu-auditor-agent: error: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
