@@ -398,7 +398,7 @@ def _catalogue() -> list[Point]:
     # fmt: off
     return [
         # A: the issue's "full GPU, a little slack" class: PyTorch holds ~99% of the GPU,
-        # 36-84 MiB reserved-unallocated in 12 MiB pieces, a 64 MiB request, headroom -8..72
+        # 12-84 MiB reserved-unallocated in 12 MiB pieces, a 64 MiB request, headroom -8..72
         # MiB (with U 84 MiB and R 64 MiB, H cannot be below 20 MiB: free = R + H - U >= 0);
         # static vs leaking vs optimizer state made at step 1.
         *_series("A", "u84", issue + ", static", "full", u84, 64, (24, 48, 72)),
@@ -409,6 +409,10 @@ def _catalogue() -> list[Point]:
         *_series("A", "u48", "issue class, U 48 MiB, static", "full", _split(4, 32, 20), 64,
                  (-8, 8, 24)),
         *_series("A", "u36", "issue class, U 36 MiB", "full", _split(3, 32, 20), 64, (16,)),
+        *_series("A", "u24", "U 24 MiB (below today's 0.25 R)", "full", _split(2, 32, 20), 64,
+                 (16,)),
+        *_series("A", "u12", "U 12 MiB: one split remainder", "full", _split(1, 32, 20), 64,
+                 (8,)),
         # B: U against R at small headroom: U/R from 0.09 to 1.5 (today's rule wants
         # U >= 0.25 R), 24 MiB pieces, R 1 GiB.
         *[p for n in (4, 8, 16, 32) for p in _series(

@@ -437,6 +437,9 @@ class Runner:
                 top = self.lmax - budget
                 top -= top % (2 * MiB)
                 rec["top_up_bytes"] = top
+                # where the model ends inside a 20 MiB expandable-segment page: under
+                # expandable_segments the rest of that page is mapped and free for the job
+                rec["model_bytes_mod_20mib"] = (self.ballast_bytes + top) % (20 * MiB)
                 if top > 0:
                     held.append(jobs.empty(top))
                 head.append(f"model loaded ({(self.ballast_bytes + top) / GiB:.1f} GiB on the GPU)")

@@ -97,6 +97,8 @@ def outcome_text(rec: Record | None) -> str:
         return f"OOM step {rec.get('step')} ({rec.get('where')})"
     if o == "ok":
         return "ok"
+    if o == "setup-oom":
+        return "OOM before step 1 (setup)"
     return str(o)
 
 
@@ -113,6 +115,8 @@ def fixed(base: Record | None, other: Record | None) -> tuple[bool | None, str]:
         if other.get("step") == base.get("step") and other.get("where") == base.get("where"):
             return False, "no (same step)"
         return False, f"no (step {other.get('step')} {other.get('where')})"
+    if o == "setup-oom":  # the job ran out before its first step under the setting
+        return False, "no (OOM before step 1)"
     return None, f"? ({o})"
 
 
@@ -227,6 +231,7 @@ def _run_summary(rec: Record | None) -> dict[str, Any] | None:
         "message",
         "wall_s",
         "top_up_bytes",
+        "model_bytes_mod_20mib",
         "fraction",
         "allowed_bytes",
         "probe",

@@ -267,6 +267,15 @@ def test_fixed_means_the_rerun_got_through_every_later_step(sweep_dir: Path) -> 
     assert r["outcomes"]["native"] == "OOM step 1 (activations)"
 
 
+def test_an_oom_while_building_under_the_setting_is_not_a_fix() -> None:
+    base = {"outcome": "oom", "step": 1, "where": "activations"}
+    assert table.fixed(base, {"outcome": "setup-oom", "step": 0, "where": "setup"}) == (
+        False,
+        "no (OOM before step 1)",
+    )
+    assert table.fixed(base, {"outcome": "crashed"}) == (None, "? (crashed)")
+
+
 def test_a_control_without_baseline_oom_is_not_counted_as_fixed(sweep_dir: Path) -> None:
     r = rows(table.build(sweep_dir, None))["H-ok"]
     assert r["fixed"]["es"] == {"fixed": None, "text": "not run"}  # es has no record of it
