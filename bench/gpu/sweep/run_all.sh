@@ -32,8 +32,19 @@ nvidia-smi --query-compute-apps=pid,used_memory --format=csv 2>&1 | tail -3
 $PY -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1 | tail -1
 $PY "$HERE/sweep.py" --dry-run | tail -7
 
+gpu_clean() {  # wait up to 15 s for no compute process on the GPU; report any left
+  local i apps
+  for i in $(seq 30); do
+    apps=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader 2>/dev/null)
+    [ -z "$apps" ] && return 0
+    sleep 0.5
+  done
+  echo "    warning: GPU processes still present: $(echo "$apps" | tr '\n' ' ')"
+}
+
 sweep() {  # sweep SETTING
   local s=$1 t rc
+  gpu_clean
   t=$(min "$SETTING_TIMEOUT_S" "$(left)")
   if [ "$t" -lt 20 ]; then echo "=== sweep $s skipped: $(left) s left"; return; fi
   echo "=== sweep $s at $(el) s (timeout $t s)"
@@ -56,6 +67,7 @@ sweep() {  # sweep SETTING
 
 overhead() {
   local t rc
+  gpu_clean
   t=$(min "$OVERHEAD_TIMEOUT_S" "$(left)")
   if [ "$t" -lt 40 ]; then echo "=== overhead skipped: $(left) s left"; return; fi
   echo "=== overhead at $(el) s (timeout $t s)"

@@ -47,6 +47,8 @@ ENV_KEYS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH_HIP_ALLOC_
 
 BALLAST_MARGIN = 64 * MiB
 """Room above the largest budget, so each point's top-up ballast is never negative."""
+REF_SHIFT_LIMIT = 64 * MiB
+"""Free memory further than this from the reference: size the ballast from our own."""
 DRIFT_TOLERANCE = 4 * MiB
 """Free memory after a point may differ this much from before it without rebuilding."""
 
@@ -205,6 +207,8 @@ class Runner:
         self.lmax = 0
         self.base: dict[str, int] = {}
         self.free_without_ballast: int | None = None
+        self.ballast_from_own_free: int | None = None
+        self.ballast_broken = False
         self.rebuilds = 0
 
     # -- records ------------------------------------------------------------------------------
@@ -279,9 +283,15 @@ class Runner:
                 max(p.budget(ref["probes"].get(p.mlp.key()) if p.mlp else None) for p in full)
                 + BALLAST_MARGIN
             )
-            self.make_ballast()
+            try:
+                self.make_ballast()
+            except Exception as e:
+                self.write({"type": "meta", "setting": self.setting, **jobs.error(0, "ballast", e)})
+                print(f"[{self.setting}] ballast failed: {e}; full-GPU points skipped", flush=True)
+                skipped += [p.name for p in full]
+                full = []
             for p in full:
-                if self.past_deadline(cap_reserve):
+                if self.past_deadline(cap_reserve) or self.ballast_broken:
                     skipped.append(p.name)
                     continue
                 self.one(p)
@@ -299,6 +309,8 @@ class Runner:
                 "elapsed_s": round(elapsed, 1),
                 "skipped": skipped,
                 "ballast_rebuilds": self.rebuilds,
+                "ballast_bytes": self.ballast_bytes,
+                "ballast_from_own_free": self.ballast_from_own_free,
             }
         )
         print(f"[{self.setting}] done in {elapsed:.1f} s; skipped {len(skipped)}", flush=True)
@@ -354,7 +366,12 @@ class Runner:
         free_now = int(self.torch.cuda.mem_get_info()[0])
         if self.free_without_ballast is None:
             self.free_without_ballast = free_now
-        n = self.ref["free"] - self.lmax + (free_now - self.free_without_ballast)
+            if abs(free_now - self.ref["free"]) > REF_SHIFT_LIMIT:
+                # something else holds (or freed) memory since the reference was taken: keep
+                # the points' room as designed rather than the ballast's bytes, and say so
+                self.ballast_from_own_free = free_now
+        base = self.ballast_from_own_free or self.ref["free"]
+        n = base - self.lmax + (free_now - self.free_without_ballast)
         n -= n % (2 * MiB)
         self.ballast_bytes = max(0, n)
         self.ballast = jobs.empty(self.ballast_bytes) if self.ballast_bytes else None
@@ -480,7 +497,12 @@ class Runner:
             if abs(drift) > DRIFT_TOLERANCE or out["allocated_drift"] != 0:
                 self.ballast = None
                 jobs.settle()
-                self.make_ballast()
+                try:
+                    self.make_ballast()
+                except Exception as e:  # without the ballast a full-GPU point is not full
+                    self.ballast_broken = True
+                    out["ballast_rebuild_error"] = f"{type(e).__name__}: {e}"[:2000]
+                    return out
                 self.rebuilds += 1
                 out["ballast_rebuilt"] = True
         return out

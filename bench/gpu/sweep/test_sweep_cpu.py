@@ -276,6 +276,47 @@ def test_other_settings_size_the_ballast_from_the_reference(fake: FakeCuda, tmp_
     assert es[1]["before_pattern"]["free"] == free_native - 6 * MiB
 
 
+def test_far_from_the_reference_the_ballast_keeps_the_points_room(
+    fake: FakeCuda, tmp_path: Path
+) -> None:
+    ref = tmp_path / "ref.json"
+    assert (
+        sweep.main(
+            [
+                "--setting",
+                "native",
+                "--out",
+                str(tmp_path),
+                "--ref",
+                str(ref),
+                "--only",
+                "H-full-none-h-16",
+            ]
+        )
+        == 0
+    )
+    fake.context += 2 * GiB  # another process took 2 GiB since: the reference no longer fits
+    assert (
+        sweep.main(
+            [
+                "--setting",
+                "es",
+                "--out",
+                str(tmp_path),
+                "--ref",
+                str(ref),
+                "--only",
+                "H-full-none-h-16",
+            ]
+        )
+        == 0
+    )
+    native, es = records(tmp_path, "native"), records(tmp_path, "es")
+    assert es[-1]["ballast_from_own_free"] == native[0]["free_after_warmup"] - 2 * GiB
+    assert es[1]["before_pattern"]["free"] == native[1]["before_pattern"]["free"]
+    assert es[1]["outcome"] == "oom"
+
+
 def test_the_table_joins_the_fake_run(fake: FakeCuda, tmp_path: Path) -> None:
     names = "A-full-u48-h-8,A-full-u48-h24,J-cap-none-h-512"
     for s in ("native", "es"):
