@@ -5,11 +5,10 @@
 allocator settings before the job's code runs (many jobs set the variable after
 ``import torch``) and would break ``fork`` for DataLoader workers. So:
 
-1. ``arm()`` puts a finder first on ``sys.meta_path`` that only answers for ``torch``; it wraps
-   that one loader's ``exec_module`` and removes itself, so later imports pay nothing.
-2. After ``torch`` has executed, ``torch.cuda._lazy_call(attach)`` queues the attachment for
-   the job's first CUDA use (it runs at once if CUDA is already initialised). A CPU-only
-   build (``torch.version.cuda`` and ``.hip`` both None) is left alone.
+1. ``_arm`` calls ``on_torch_imported`` right after the job's ``import torch``.
+2. ``torch.cuda._lazy_call(attach)`` queues the attachment for the job's first CUDA use (it runs
+   at once if CUDA is already initialised). A CPU-only build (``torch.version.cuda`` and
+   ``.hip`` both None) is left alone.
 3. ``attach`` hands the allocator ``observe``. Where the release has no observer, or the backend
    refuses it (``cudaMallocAsync``), a ``sys.excepthook`` wrapper writes a record that says
    so when the job dies of an out-of-memory error.
@@ -20,11 +19,9 @@ Nothing here raises into the job: each entry point catches everything.
 from __future__ import annotations
 
 import _thread
+import contextlib
 import sys
-
-TYPE_CHECKING = False  # typing and threading cost ~10 ms at interpreter start: not imported
-if TYPE_CHECKING:
-    from typing import Any
+from typing import Any
 
 TORCH = "torch"
 MAX_CHAIN = 8  # causes/contexts followed when looking for an OOM behind another exception
@@ -37,6 +34,7 @@ class ProbeState:
         self.status = "ok"
         self.backend: str | None = None
         self.oom_count = 0
+        self.queued = False
         self.attached = False
         self.observer_wrote = False
         self.lock = _thread.RLock()  # re-entrant: an OOM inside the observer must not deadlock
@@ -45,75 +43,11 @@ class ProbeState:
 STATE = ProbeState()
 
 
-class TorchImportHook:
-    """A meta path finder that runs ``callback(torch)`` once, right after torch executes."""
-
-    gpu_auditor_probe = True
-
-    def __init__(self, callback: Any) -> None:
-        self._callback = callback
-        self._busy = False
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        if name != TORCH or self._busy:
-            return None
-        try:
-            return self._wrap(self._find_elsewhere(name, path, target))
-        except Exception:
-            return None  # the normal finders run next, as if we were not there
-
-    def _find_elsewhere(self, name: str, path: Any, target: Any) -> Any:
-        self._busy = True
-        try:
-            for finder in list(sys.meta_path):
-                find = getattr(finder, "find_spec", None)
-                if finder is self or find is None:
-                    continue
-                spec = find(name, path, target)
-                if spec is not None:
-                    return spec
-            return None
-        finally:
-            self._busy = False
-
-    def _wrap(self, spec: Any) -> Any:
-        loader: Any = getattr(spec, "loader", None) if spec is not None else None
-        original = getattr(loader, "exec_module", None)
-        if loader is None or original is None:
-            return None
-        callback = self._callback
-
-        def exec_module(module: Any) -> None:
-            try:
-                original(module)
-            finally:
-                try:  # noqa: SIM105 (no contextlib import at interpreter start)
-                    del loader.exec_module  # the loader is the job's again
-                except Exception:
-                    pass
-            callback(module)
-
-        loader.exec_module = exec_module  # raises for a loader without a __dict__: not wrapped
-        remove_hook()
-        return spec
-
-
-def remove_hook() -> None:
-    sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, "gpu_auditor_probe", False)]
-
-
-def arm() -> None:
-    """Wait for torch (or act now if the job already imported it)."""
-    torch = sys.modules.get(TORCH)
-    if torch is not None and hasattr(torch, "cuda"):
-        on_torch_imported(torch)
-        return
-    if not any(getattr(f, "gpu_auditor_probe", False) for f in sys.meta_path):
-        sys.meta_path.insert(0, TorchImportHook(on_torch_imported))
-
-
 def on_torch_imported(torch: Any) -> None:
     """Queue ``attach`` for CUDA initialisation; nothing on a build without CUDA or ROCm."""
+    if STATE.queued:
+        return
+    STATE.queued = True
     try:
         version = getattr(torch, "version", None)
         if getattr(version, "cuda", None) is None and getattr(version, "hip", None) is None:
@@ -145,10 +79,8 @@ def attach() -> None:
             # try anyway, in case a later release does, but the record says the snapshot does
             # not describe that pool, and the excepthook below still covers the uncaught OOM
             STATE.status = "async-backend" if STATE.backend == "cudaMallocAsync" else "no-hooks"
-            try:  # noqa: SIM105 (no contextlib import at interpreter start)
+            with contextlib.suppress(Exception):
                 attach_observer(observe)
-            except Exception:
-                pass
         else:
             attach_observer(observe)
             STATE.attached = True
@@ -156,10 +88,8 @@ def attach() -> None:
             install_excepthook()
     except Exception as exc:
         STATE.status = "error: " + _short(exc)
-        try:  # noqa: SIM105 (no contextlib import at interpreter start)
+        with contextlib.suppress(Exception):
             install_excepthook()
-        except Exception:
-            pass
 
 
 def observe(device: int, alloc: int, device_alloc: int, device_free: int) -> None:

@@ -30,7 +30,7 @@ def state_of(proc) -> dict:
 
 def test_without_the_switch_nothing_is_armed_and_nothing_imported() -> None:
     out = state_of(run_python(STATE, pythonpath=[PROBE_DIR]))
-    assert out == {"hooks": [], "modules": ["gpu_auditor_probe", "gpu_auditor_probe._chain"]}
+    assert out == {"hooks": [], "modules": []}
 
 
 @pytest.mark.parametrize("value", ["0", "true", "yes", " 1", ""])
@@ -41,15 +41,18 @@ def test_only_the_exact_value_1_switches_it_on(value: str) -> None:
 
 def test_switched_on_it_waits_for_torch_without_importing_it() -> None:
     out = state_of(run_python(STATE, pythonpath=[PROBE_DIR], env=ON))
-    assert out["hooks"] == ["TorchImportHook"]
-    assert "torch" not in out["modules"]
-    assert "gpu_auditor_probe._record" not in out["modules"]  # loaded at CUDA init, not at start
+    assert out == {
+        "hooks": ["TorchImportHook"],
+        "modules": ["gpu_auditor_probe", "gpu_auditor_probe._arm"],
+    }
 
 
 def test_attach_is_queued_at_import_and_runs_at_cuda_initialisation(tmp_path: Path) -> None:
     code = (
         "import sys, importlib\n"
         "torch = importlib.import_module('torch')\n"
+        "import gpu_auditor_probe\n"
+        "gpu_auditor_probe.install()  # a second install is a no-op\n"
         "from gpu_auditor_probe import _hook\n"
         "print(len(torch.observers), len(torch.cuda._queued_calls),\n"
         "      any(getattr(f, 'gpu_auditor_probe', 0) for f in sys.meta_path),\n"
@@ -241,3 +244,27 @@ def test_an_image_sitecustomize_before_ours_on_the_path_is_the_one_python_runs(
     proc = run_python(CHECK_CHAIN + STATE, pythonpath=[other, PROBE_DIR], env=ON)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.strip().split("\n")[-1])["hooks"] == []  # ours never ran
+
+
+@pytest.mark.parametrize("python", ["python3.8", "python3.12"])
+def test_the_probe_runs_on_the_pythons_jobs_use(tmp_path: Path, python: str) -> None:
+    import shutil
+    import subprocess
+
+    found = [str(p) for p in sorted(Path.home().glob(f".pyenv/versions/*/bin/{python}"))]
+    found += [w for w in [shutil.which(python)] if w]
+    usable = [e for e in found if subprocess.run([e, "-V"], capture_output=True).returncode == 0]
+    if not usable:
+        pytest.skip(f"{python} is not installed here")
+    exe = usable[0]
+    target = tmp_path / "record"
+    other = image_sitecustomize(tmp_path / "image")
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("GPU_AUDITOR_")}
+    env.update(ON, FAKE_TORCH_CUDA="12.4", GPU_AUDITOR_PROBE_PATH=str(target))
+    env["PYTHONPATH"] = f"{PROBE_DIR}:{make_fake_torch(tmp_path)}:{other}"
+    code = OOM_TWICE.format(req=GiB, free=0)
+    proc = subprocess.run([exe, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("image sitecustomize ran\n")
+    parsed = find_record(target.read_bytes())
+    assert parsed is not None and parsed.record is not None and parsed.record.oom_count == 2
