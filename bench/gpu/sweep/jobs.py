@@ -13,6 +13,7 @@ allocation failed, ``torch.cuda.memory_stats()`` extracts, ``mem_get_info()`` an
 from __future__ import annotations
 
 import gc
+import os
 import traceback
 from typing import Any
 
@@ -147,7 +148,24 @@ def failure(step: int, where: str, requested: int, e: BaseException) -> dict[str
         "message": str(e),
         "traceback": traceback.format_exc(),
         "at_oom": memory_state(),
+        "probe_record": probe_record(),
     }
+
+
+def probe_record() -> str | None:
+    """The OOM probe's record for this failure, when the probe is loaded (GPU_AUDITOR_PROBE=1
+    and PYTHONPATH=probe): the probe writes it from the allocator's OOM observer, before the
+    exception reaches Python. Read and removed, so the next point cannot see a stale one."""
+    path = os.environ.get("GPU_AUDITOR_PROBE_PATH")
+    if not path or os.environ.get("GPU_AUDITOR_PROBE") != "1":
+        return None
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read(8192)
+        os.unlink(path)
+    except OSError:
+        return None
+    return text
 
 
 def error(step: int, where: str, e: BaseException) -> dict[str, Any]:

@@ -42,20 +42,25 @@ gpu_clean() {  # wait up to 15 s for no compute process on the GPU; report any l
   echo "    warning: GPU processes still present: $(echo "$apps" | tr '\n' ' ')"
 }
 
+probe_env() {  # the OOM probe loaded as a job loads it (NO_PROBE=1 to run without it)
+  [ -n "${NO_PROBE:-}" ] && return
+  echo "PYTHONPATH=$REPO/probe${PYTHONPATH:+:$PYTHONPATH} GPU_AUDITOR_PROBE=1 GPU_AUDITOR_PROBE_PATH=/tmp/sweep-probe-$1.rec"
+}
+
 sweep() {  # sweep SETTING
   local s=$1 t rc
   gpu_clean
   t=$(min "$SETTING_TIMEOUT_S" "$(left)")
   if [ "$t" -lt 20 ]; then echo "=== sweep $s skipped: $(left) s left"; return; fi
   echo "=== sweep $s at $(el) s (timeout $t s)"
-  timeout -k 5 "$t" $PY "$HERE/sweep.py" --setting "$s" --out "$OUT/sweep" \
+  timeout -k 5 "$t" env $(probe_env "$s") $PY "$HERE/sweep.py" --setting "$s" --out "$OUT/sweep" \
     --ref "$OUT/sweep/ref.json" --deadline-s $(( t - 12 )) ${SWEEP_ONLY:+--only "$SWEEP_ONLY"} \
     >> "$OUT/sweep-$s.log" 2>&1
   rc=$?
   if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $rc -ne 137 ] && [ "$(left)" -gt 30 ]; then
     t=$(min $(( SETTING_TIMEOUT_S / 2 )) "$(left)")
     echo "    rc=$rc: resuming once (timeout $t s)"
-    timeout -k 5 "$t" $PY "$HERE/sweep.py" --setting "$s" --out "$OUT/sweep" \
+    timeout -k 5 "$t" env $(probe_env "$s") $PY "$HERE/sweep.py" --setting "$s" --out "$OUT/sweep" \
       --ref "$OUT/sweep/ref.json" --deadline-s $(( t - 12 )) ${SWEEP_ONLY:+--only "$SWEEP_ONLY"} \
       >> "$OUT/sweep-$s.log" 2>&1
     rc=$?
