@@ -152,6 +152,20 @@ def test_network_policies_open_only_the_metrics_ports_to_the_scrapers(render: Re
     assert {(p["protocol"], p["port"]) for p in dns["ports"]} == {("UDP", 53), ("TCP", 53)}
 
 
+def test_the_helm_test_pod_may_reach_only_the_agents_and_dns(render: Render) -> None:
+    spec = only(render("networkPolicy.enabled=true"), "NetworkPolicy", "-test")["spec"]
+    assert spec["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "test"
+    assert "ingress" not in spec and spec["policyTypes"] == ["Ingress", "Egress"]
+    to_agent, dns = spec["egress"]
+    assert to_agent["ports"] == [{"protocol": "TCP", "port": 9401}]
+    assert to_agent["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == (
+        "agent")
+    assert {p["port"] for p in dns["ports"]} == {53}
+    assert "NetworkPolicy" not in {o["kind"] for o in render("networkPolicy.enabled=true",
+                                                            "tests.enabled=false")
+                                   if o["metadata"]["name"].endswith("-test")}
+
+
 def test_network_policies_take_the_api_servers_cidrs(render: Render) -> None:
     objects = render(values=["ci/locked-down-values.yaml"])
     egress = only(objects, "NetworkPolicy", "-agent")["spec"]["egress"]

@@ -152,8 +152,8 @@ def test_agent_probes_differ_liveness_on_healthz_readiness_on_the_open_port(
 
 def test_agent_resources_are_modest(render: Render) -> None:
     assert container(agent_pod(render()))["resources"] == {
-        "requests": {"cpu": "50m", "memory": "64Mi"},
-        "limits": {"cpu": "200m", "memory": "128Mi"},
+        "requests": {"cpu": "50m", "memory": "64Mi", "ephemeral-storage": "32Mi"},
+        "limits": {"cpu": "200m", "memory": "128Mi", "ephemeral-storage": "128Mi"},
     }
 
 
