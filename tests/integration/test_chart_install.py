@@ -123,6 +123,11 @@ def cluster_setup(kwok_cluster: LocalCluster) -> Iterator[dict[str, Any]]:
     kwok_cluster.create_node(cpu_node)
     api = kwok_cluster.api_client()
     node_api, core = client.NodeV1Api(api), client.CoreV1Api(api)
+    # A kubelet reports its ephemeral storage; kwok's nodes have none until told, and the
+    # chart's containers request some.
+    storage = {"ephemeral-storage": "100Gi"}
+    for name in [*gpu_nodes, cpu_node]:
+        core.patch_node_status(name, {"status": {"capacity": storage, "allocatable": storage}})
     created_runtime_class = False
     try:
         node_api.create_runtime_class({"metadata": {"name": "nvidia"}, "handler": "nvidia"})
