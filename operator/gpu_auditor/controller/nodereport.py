@@ -203,6 +203,7 @@ def _finding(raw: Mapping[str, Any], dropped: Counter[str]) -> Finding | None:
     if len(pods) > MAX_PODS_PER_FINDING:
         dropped["too-many"] += len(pods) - MAX_PODS_PER_FINDING
     text = message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 1] + "…"
+    text = "".join(c if c.isprintable() else " " for c in text)  # no forged log lines
     return Finding(kind=str(kind), gpu_uuid=str(gpu_uuid), pods=tuple(dict.fromkeys(refs)),
                    message=text)
 

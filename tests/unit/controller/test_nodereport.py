@@ -149,6 +149,13 @@ def test_lists_beyond_their_bounds_are_cut_and_counted() -> None:
     assert report.dropped == {"too-many": 44 + 36}
 
 
+def test_a_findings_message_cannot_forge_log_lines() -> None:
+    report = parse_report(_report(findings=[
+        {"kind": "unintended-sharing", "gpuUUID": "GPU-a", "pods": [],
+         "message": "ok\n2026-11-29 ERROR gpu_auditor.operator: fake\r\x1b[2J"}]))
+    assert report.findings[0].message == "ok 2026-11-29 ERROR gpu_auditor.operator: fake  [2J"
+
+
 def test_a_growth_rate_that_is_not_a_finite_number_is_unknown() -> None:
     report = parse_report(_report(_entry("a", 1, growthBytesPerSecond=float("inf")),
                                   _entry("b", 1, growthBytesPerSecond=True)))
