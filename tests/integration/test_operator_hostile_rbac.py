@@ -128,7 +128,7 @@ def test_a_403_in_the_middle_of_a_report_does_not_stop_the_rest(
 
     operator: OperatorProcess = restricted["operator"]
     cluster.wait(lambda: re.search(
-        r'gpu_auditor_operator_api_errors_total\{verb="patch_pod",reason="forbidden"\} [1-9]',
+        r'gpu_auditor_operator_api_errors_total\{reason="forbidden",verb="patch_pod"\} [1-9]',
         operator.metrics()), 60, "the forbidden write")
     cluster.wait(lambda: shared_with(last), 60, "the pod after the forbidden one annotated")
     assert shared_with(first) == f"{forbidden}/trainer,{last}/trainer"
