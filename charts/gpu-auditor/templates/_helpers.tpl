@@ -109,6 +109,31 @@ The image reference: repository@digest, else repository:tag (tag defaults to app
 {{- end }}
 
 {{/*
+The agent container's securityContext: the user from agent.runAsUser (0 only for the kubelet's
+root-owned pod-resources socket), then agent.securityContext merged over it.
+*/}}
+{{- define "gpu-auditor.agent.securityContext" -}}
+{{- $uid := int64 .Values.agent.runAsUser }}
+{{- $user := dict "runAsUser" $uid "runAsNonRoot" (ne $uid 0) }}
+{{- if ne $uid 0 }}
+{{- $_ := set $user "runAsGroup" $uid }}
+{{- end }}
+{{- toYaml (mergeOverwrite $user (deepCopy .Values.agent.securityContext)) }}
+{{- end }}
+
+{{/*
+The kube-rbac-proxy image: repository@digest, else repository:tag.
+*/}}
+{{- define "gpu-auditor.metricsProxy.image" -}}
+{{- $image := .Values.agent.metricsProxy.image }}
+{{- if $image.digest }}
+{{- printf "%s@%s" $image.repository $image.digest }}
+{{- else }}
+{{- printf "%s:%s" $image.repository $image.tag }}
+{{- end }}
+{{- end }}
+
+{{/*
 Stable Prometheus job names. The alert rules in files/prometheus-rules.yaml select on them,
 so the ServiceMonitor/PodMonitor take the job name from this label instead of the object name.
 */}}
@@ -131,5 +156,20 @@ Fail early on combinations that cannot work.
 {{- end }}
 {{- if eq (int .Values.operator.metricsPort) (int .Values.operator.livenessPort) }}
 {{- fail "operator.metricsPort and operator.livenessPort must differ" }}
+{{- end }}
+{{- if and .Values.agent.enabled .Values.agent.report .Values.agent.reportPolicy.enabled (semverCompare "<1.30.0-0" .Capabilities.KubeVersion.Version) }}
+{{- fail "agent.reportPolicy.enabled needs Kubernetes >= 1.30 (ValidatingAdmissionPolicy v1, node-bound ServiceAccount tokens); on an older cluster set agent.reportPolicy.enabled=false, and any agent can then write every node's GPUNodeReport" }}
+{{- end }}
+{{- if and .Values.agent.enabled .Values.agent.metricsProxy.enabled }}
+{{- if .Values.podMonitor.enabled }}
+{{- fail "agent.metricsProxy.enabled needs a scraper that sends its token: use serviceMonitor.enabled (a PodMonitor cannot use Prometheus' own token)" }}
+{{- end }}
+{{- $ports := list (int .Values.agent.port) (int .Values.agent.metricsProxy.upstreamPort) (int .Values.agent.metricsProxy.healthPort) }}
+{{- if ne (len (uniq $ports)) 3 }}
+{{- fail "agent.port, agent.metricsProxy.upstreamPort and agent.metricsProxy.healthPort must differ" }}
+{{- end }}
+{{- end }}
+{{- if and (not (kindIs "invalid" .Values.agent.podResourcesSocketGroup)) (eq (int64 .Values.agent.runAsUser) 0) }}
+{{- fail "agent.podResourcesSocketGroup is for a non-root agent: set agent.runAsUser too (root needs no group to reach the socket)" }}
 {{- end }}
 {{- end }}

@@ -15,9 +15,12 @@ from prometheus_client import start_http_server
 from gpu_auditor.controller import (
     handlers,  # noqa: F401  (registers the handlers)
     memory,
+    worker,
 )
-from gpu_auditor.controller.annotations import DEFAULT_PREFIX
+from gpu_auditor.controller.annotations import DEFAULT_PREFIX, MAX_PREFIX
+from gpu_auditor.controller.diagnoser import DEFAULT_BUDGET, DEFAULT_WORKERS, DiagnosisPool
 from gpu_auditor.controller.kube import KubeApi
+from gpu_auditor.controller.names import is_subdomain
 from gpu_auditor.controller.service import OperatorConfig, Services
 from node_agent.apiclient import (
     SERVICE_ACCOUNT_DIR,
@@ -40,13 +43,24 @@ def parse_args(argv: Sequence[str] | None = None) -> OperatorConfig:
     parser.add_argument("--liveness-port", type=int, default=8080, help="0 disables /healthz")
     parser.add_argument("--log-tail-lines", type=int, default=500)
     parser.add_argument("--log-limit-bytes", type=int, default=1 << 20)
+    parser.add_argument("--diagnosis-timeout", type=float, default=DEFAULT_BUDGET,
+                        help="seconds one diagnosis may take before its worker is killed and "
+                             "the failure written on the pod (default %(default)s)")
+    parser.add_argument("--diagnosis-workers", type=int, default=DEFAULT_WORKERS,
+                        help="diagnosis worker processes at most (default %(default)s)")
     parser.add_argument("--no-owner-annotations", action="store_true",
                         help="do not copy the diagnosis onto the owning Job/Deployment/...")
     parser.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
-    if not args.annotation_prefix.endswith("/") or "/" in args.annotation_prefix[:-1]:
-        parser.error("--annotation-prefix must look like 'example.com/'")
+    prefix = args.annotation_prefix
+    if (not prefix.endswith("/") or not is_subdomain(prefix[:-1])
+            or len(prefix) > MAX_PREFIX):
+        parser.error(f"--annotation-prefix must look like 'example.com/' (at most {MAX_PREFIX} "
+                     "characters)")
+    if not 0 < args.diagnosis_timeout <= 600 or not 1 <= args.diagnosis_workers <= 64:
+        parser.error("--diagnosis-timeout must be in (0, 600] and --diagnosis-workers in "
+                     "[1, 64]")
     if args.log_tail_lines < 1 or args.log_limit_bytes < 1024:
         parser.error("--log-tail-lines must be >= 1 and --log-limit-bytes >= 1024")
     if args.kubeconfig:
@@ -58,6 +72,7 @@ def parse_args(argv: Sequence[str] | None = None) -> OperatorConfig:
         metrics_port=args.metrics_port, liveness_port=args.liveness_port,
         log_tail_lines=args.log_tail_lines, log_limit_bytes=args.log_limit_bytes,
         annotate_owners=not args.no_owner_annotations,
+        diagnosis_timeout=args.diagnosis_timeout, diagnosis_workers=args.diagnosis_workers,
     )
 
 
@@ -76,14 +91,19 @@ def api_client() -> ApiClient:
     return ApiClient(config, user_agent="gpu-auditor-operator")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *,
+         diagnose_function: str = worker.DEFAULT_FUNCTION) -> int:
+    """`diagnose_function` (`module:function`, imported in the worker processes) is a test seam:
+    the tests hand in a diagnosis that raises or never returns."""
     cfg = parse_args(argv)
     try:
         api = api_client()
     except ConfigError as exc:
         print(f"gpu-auditor-operator: {exc}", file=sys.stderr)
         return 2
-    services = Services(kube=KubeApi(api), config=cfg)
+    pool = DiagnosisPool(size=cfg.diagnosis_workers, budget=cfg.diagnosis_timeout,
+                         function=diagnose_function)
+    services = Services(kube=KubeApi(api), config=cfg, diagnoser=pool)
     if cfg.metrics_port:
         start_http_server(cfg.metrics_port)
     memory.start_trimming()

@@ -3,6 +3,8 @@ through the program's own parser (a renamed flag fails here, not in a user's clu
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from chartlib import Render, only
 
@@ -24,16 +26,26 @@ def test_the_operator_accepts_the_args_the_chart_gives_it(
         assert config.namespaces == ("ml", "serving")
 
 
-@pytest.mark.parametrize("sets", [(), ("agent.report=false", "agent.processLabels=true")])
+@pytest.mark.parametrize("sets", [(), ("agent.report=false", "agent.processLabels=true"),
+                                  ("agent.hostPID=false", "agent.metricsProxy.enabled=true")])
 def test_the_agent_accepts_the_args_the_chart_gives_it(
-    render: Render, sets: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
+    render: Render, sets: tuple[str, ...], monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
 ) -> None:
     daemonset = only(render(*sets), "DaemonSet")
-    (container,) = daemonset["spec"]["template"]["spec"]["containers"]
+    (container,) = [c for c in daemonset["spec"]["template"]["spec"]["containers"]
+                    if c["name"] == "agent"]
     monkeypatch.setenv("NODE_NAME", "gpu-node-1")
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")  # as in every pod
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
     args = [a.replace("$(NODE_NAME)", "gpu-node-1") for a in container["args"]]
+    if "agent.hostPID=false" in sets:
+        # The agent checks that --proc-root is a folder: the chart's mount point is not one here.
+        assert "--proc-root=/host/proc" in args
+        args = [f"--proc-root={tmp_path}" if a == "--proc-root=/host/proc" else a for a in args]
     config = parse_agent_args(args)
-    assert config.port == 9401
-    assert str(config.proc_root) == "/proc"
+    if "agent.hostPID=false" in sets:
+        # Behind kube-rbac-proxy, on loopback.
+        assert (config.bind_address, config.port) == ("127.0.0.1", 9411)
+    else:
+        assert config.port == 9401
+        assert str(config.proc_root) == "/proc"
