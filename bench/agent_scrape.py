@@ -438,7 +438,8 @@ def report_rss(scrapes: int, warmup: int) -> dict[str, Any] | None:
 # ---- 20,000 processes: the agent before and after the series cap ---------------------------
 
 
-MANY_CASES = [(8, 2500, False), (8, 2500, True)]  # 20,000 processes, 5,000 pods
+# 20,000 processes (5,000 pods), and for scale a busy but ordinary node (8 x 256: under the cap)
+MANY_CASES = [(8, 256, False), (8, 2500, False), (8, 2500, True)]
 
 # Python memory the agent itself allocates (tracemalloc), after the fake files are loaded: a
 # pass, the exposition rendered, three more passes and renders. Leaves the harness out.
@@ -520,7 +521,9 @@ def many_markdown(result: dict[str, Any]) -> str:
         "RSS (VmRSS) and peak RSS (VmHWM) read after the scrapes.",
         "",
         "A fake node of 8 GPUs x 2,500 processes (4 processes per pod: 5,000 pods, 1 pod in 8 "
-        "on a GPU it did not request, time-slicing labels), served in the same run by: "
+        "on a GPU it did not request, time-slicing labels), and for scale one of 8 x 256 "
+        "(512 pods: under the cap, so only the new HTTP server and parsing differ), served in "
+        "the same run by: "
         f"*before*: `node_agent` at `{result['baseline_ref']}` (no cap); *after, uncapped*: "
         "this tree with `--max-series-per-gpu 100000` (isolates what changed besides the cap: "
         "libyaml for the fake files, shared cgroup objects, the asyncio HTTP server); *after*: "
@@ -534,12 +537,14 @@ def many_markdown(result: dict[str, Any]) -> str:
         "(tracemalloc over a pass, the exposition rendered, three more passes and renders; "
         "retained at the end / peak): the part that does not depend on the fake harness.",
         "",
-        "| labels | agent | series (memory family) | body bytes | scrape p50 ms | p99 ms | "
-        "RSS MiB | peak RSS MiB | traced retained / peak MiB | ready s |",
+        "| GPUs x procs/GPU, labels | agent | series (memory family) | body bytes | "
+        "scrape p50 ms | p99 ms | RSS MiB | peak RSS MiB | traced retained / peak MiB | "
+        "ready s |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["rows"]:
-        label = "--process-labels" if r["process_labels"] else "default"
+        label = f"{r['gpus']} x {r['procs_per_gpu']}, " + (
+            "--process-labels" if r["process_labels"] else "default")
         for name, title in (("before", "before"), ("after_uncapped", "after, uncapped"),
                             ("after", "after (cap 256/GPU)")):
             m = r[name]
@@ -629,8 +634,8 @@ def main() -> int:
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--no-save", action="store_true", help="print only, do not write results")
     p.add_argument("--many", action="store_true",
-                   help="only the 20,000-process node, before (--baseline-ref) and after the "
-                   "series cap; writes bench/results/agent_scrape_20k.{json,md}")
+                   help="only the 20,000-process node (and 8 x 256), before (--baseline-ref) "
+                   "and after the series cap; writes bench/results/agent_scrape_20k.{json,md}")
     p.add_argument("--baseline-ref", default="959ef6f",
                    help="git ref of the 'before' agent for --many (default: the commit before "
                    "the series cap and the HTTP server limits)")
