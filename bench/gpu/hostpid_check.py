@@ -250,6 +250,8 @@ def runs(hostproc: str) -> list[tuple[str, list[str], dict[str, Any]]]:
 
 def run_child(name: str, prefix: list[str], opts: dict[str, Any], holders_file: Path,
               fake: bool, work: Path, timeout: float) -> dict[str, Any]:
+    if prefix and shutil.which(prefix[0]) is None:
+        return {"name": name, "ran": False, "error": f"{prefix[0]} not found"}
     result_file = work / f"{name}.json"
     argv = [*prefix, sys.executable, str(Path(__file__).resolve()), "--child",
             "--holders-file", str(holders_file), "--result", str(result_file), "--cli"]
@@ -264,8 +266,6 @@ def run_child(name: str, prefix: list[str], opts: dict[str, Any], holders_file: 
         argv += ["--drop-to", str(opts["drop_to"])]
     if fake:
         argv.append("--fake-nvml")
-    if prefix and shutil.which(prefix[0]) is None:
-        return {"name": name, "ran": False, "error": f"{prefix[0]} not found"}
     started = time.monotonic()
     try:
         r = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout,
