@@ -89,13 +89,12 @@ def truth(scn: dict[str, Any], runs: dict[tuple[str, str], dict[str, Any]]) -> d
 
 def judge(t: dict[str, Any], d: dict[str, Any] | None) -> dict[str, Any]:
     if not d or "error" in d:
-        return {"kind": None, "alloc_conf": None, "kind_ok": False, "setting_ok": False, "ok": False}
+        return {"kind": None, "alloc_conf": None, "kind_ok": False, "setting_ok": False,
+                "ok": False}
     kind = d.get("kind")
     conf = (d.get("recommendation") or {}).get("alloc_conf")
-    if t["kind"] == "not-fragmentation":
-        kind_ok = kind != "fragmentation"
-    else:
-        kind_ok = kind == t["kind"]
+    not_frag = t["kind"] == "not-fragmentation"
+    kind_ok = kind != "fragmentation" if not_frag else kind == t["kind"]
     if conf is None:
         setting_ok = not t["setting_helps"]
     else:
@@ -132,7 +131,8 @@ def main() -> int:
     for scn in result["scenarios"]:
         base = runs.get((scn["name"], "baseline"))
         if base is None or base.get("outcome") != "oom":
-            rows.append({"scenario": scn["name"], "skipped": f"baseline {base and base.get('outcome')}"})
+            outcome = base and base.get("outcome")
+            rows.append({"scenario": scn["name"], "skipped": f"baseline {outcome}"})
             continue
         t = truth(scn, runs)
         row: dict[str, Any] = {"scenario": scn["name"], "truth": t}
@@ -152,7 +152,7 @@ def main() -> int:
     out = {"summary": summary, "rows": rows}
     if a.json:
         a.json.write_text(json.dumps(out, indent=1))
-    md = [f"| scenario | truth (intended{'' if True else ''}) | setting helps? | "
+    md = ["| scenario | truth | setting helps? | "
           + " | ".join(f"{lb}: kind / setting" for lb in labels) + " |",
           "|---|---|---|" + "---|" * len(labels)]
     for r in rows:
