@@ -74,6 +74,7 @@ for phase in "$@"; do
       PYTHONPATH=operator:.${PYTHONPATH:+:$PYTHONPATH} timeout -k 5 120 python3 -m pytest -m gpu \
         tests/gpu/test_procroot_tmp.py -v -s -rA -p no:cacheprovider 2>&1 | tee "$OUT/gpu-procroot.log"
       rm -f tests/gpu/test_procroot_tmp.py ;;
+    hostpid) timeout -k 5 120 python3 bench/gpu/hostpid_check.py --out "$OUT/hostpid-check.json" 2>&1 | tail -20 ;;
     *) echo "unknown phase $phase" ;;
   esac
   echo "=== phase $phase done at $(el)s"
