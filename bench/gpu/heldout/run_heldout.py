@@ -279,6 +279,9 @@ def main() -> int:
                 fallback = list(scn["fallback_args"])
                 entry["fallback_used"] = fallback
                 rec["superseded_by_fallback"] = True
+                kept = logdir / f"{scn['name']}__baseline-before-fallback.log"
+                (logdir / rec["log"]).rename(kept)
+                rec["log"] = kept.name
                 result["runs"].append(rec)
                 rec = run_one(scn, "baseline", conf, fallback, logdir, a.run_timeout_s)
             result["runs"].append(rec)

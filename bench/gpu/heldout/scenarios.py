@@ -16,8 +16,8 @@ Written blind: without reading the diagnosis rules, to stand for what real jobs 
   variant uses them
 - est_s: expected seconds for one run on an H200 (for the runner's time estimate)
 - extra: written and checked like the others, but left out of the default run to keep it
-  near 6 minutes (their logs look much like vision_multiscale's: capacity, forward pass, a
-  large request); ``run_heldout.py --with-extra`` or ``--only NAME`` runs them
+  to about 7 minutes (their logs look much like vision_multiscale's: capacity, forward pass,
+  a large request); ``run_heldout.py --with-extra`` or ``--only NAME`` runs them
 """
 
 from __future__ import annotations
