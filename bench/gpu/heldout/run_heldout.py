@@ -113,11 +113,20 @@ def run_one(
     argv = [*scn["args"], *extra]
     cmd = [sys.executable, str(script), *argv]
     log = logdir / f"{scn['name']}__{rp.slug(variant)}.log"
+    env = job_env(conf)
+    record_path = logdir / f"{scn['name']}__{rp.slug(variant)}.probe"
+    if rp.PROBE["on"]:  # the OOM probe, loaded as a job loads it (run_proof.py --probe)
+        record_path.unlink(missing_ok=True)
+        env["PYTHONPATH"] = str(rp.PROBE_DIR) + (
+            ":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
+        )
+        env["GPU_AUDITOR_PROBE"] = "1"
+        env["GPU_AUDITOR_PROBE_PATH"] = str(record_path)
     t0 = time.time()
     try:
         p = subprocess.run(
             cmd,
-            env=job_env(conf),
+            env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             timeout=timeout_s,
@@ -155,6 +164,9 @@ def run_one(
         "log": log.name,
         "last_lines": out.splitlines()[-3:],
         "gpu_apps_after": leftovers,
+        "probe_record": record_path.read_text(errors="replace")[:8192]
+        if rp.PROBE["on"] and record_path.exists()
+        else None,
     }
     print(
         f"[{time.strftime('%H:%M:%S')}] {scn['name']:<20} {variant:<36} rc={rc:<3} "
@@ -210,9 +222,11 @@ def main() -> int:
     ap.add_argument("--with-extra", action="store_true", help="also run the jobs marked extra")
     ap.add_argument("--diagnose", action="store_true", help="gpu-auditor on each baseline")
     ap.add_argument("--tar", default="gpu-heldout.tar.gz")
+    ap.add_argument("--probe", action="store_true", help="load the OOM probe in every run")
     ap.add_argument("--resume", help="heldout.json of an earlier call: its runs are not repeated")
     ap.add_argument("--dry-run-cpu", action="store_true", help="check every job on the CPU")
     a = ap.parse_args()
+    rp.PROBE["on"] = a.probe
     only = {s for s in a.only.split(",") if s}
     unknown = only - {s["name"] for s in HELDOUT}
     if unknown:
