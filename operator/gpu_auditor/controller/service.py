@@ -62,6 +62,7 @@ class OperatorConfig:
     namespaces: tuple[str, ...] = ()
     annotation_prefix: str = notes.DEFAULT_PREFIX
     metrics_port: int = 9402
+    metrics_bind_address: str = "0.0.0.0"
     liveness_port: int = 8080
     log_tail_lines: int = 500
     log_limit_bytes: int = 1 << 20
