@@ -22,6 +22,7 @@ import contextlib
 import datetime
 import json
 import re
+import socket
 import ssl
 import urllib.error
 import urllib.request
@@ -676,8 +677,10 @@ def _chart_operator(install: Install, tmp_path: Path) -> Iterator[OperatorProces
     path = tmp_path / "chart-operator.kubeconfig"
     path.write_text(yaml.safe_dump(config))
     path.chmod(0o600)
-    watched = [f"--namespace={n}" for n in install.values["operator"]["namespaces"]]
-    operator = OperatorProcess(install.cluster, *watched, name=f"operator-{install.release}",
+    args = [f"--namespace={n}" for n in install.values["operator"]["namespaces"]]
+    if install.values["operator"]["metricsProxy"]["enabled"]:
+        args.append("--metrics-bind-address=127.0.0.1")  # as the chart runs it behind the proxy
+    operator = OperatorProcess(install.cluster, *args, name=f"operator-{install.release}",
                                kubeconfig=path)
     operator.start()
     try:
@@ -859,6 +862,11 @@ def test_the_operator_does_all_its_work_with_only_the_charts_grants(
         assert shared[f"{PREFIX}gpu-shared-with"] == f"{ns}/notebook-{tag}"
         metrics = operator.metrics()
         log = operator.component.log_path.read_text(errors="replace")
+        if chosen.values["operator"]["metricsProxy"]["enabled"]:
+            # /metrics on 127.0.0.1 alone: another address of this host (127.0.0.2, loopback
+            # too on Linux, where 0.0.0.0 would answer) is refused, as the pod's IP would be.
+            with pytest.raises(ConnectionRefusedError):
+                socket.create_connection(("127.0.0.2", operator.metrics_port), timeout=5).close()
     assert _metric_sum(metrics, "gpu_auditor_operator_api_requests_total", verb="get_log") >= 4
     assert _metric_sum(metrics, "gpu_auditor_operator_api_errors_total", reason="forbidden") == 0
     refused = [line for line in log.splitlines() if REFUSED.search(line)]
