@@ -140,7 +140,7 @@ component's metricsProxy values), port (the metrics port it serves over TLS), ig
 passed on without a token, for the kubelet's probes; "" for none).
 */}}
 {{- define "gpu-auditor.metricsProxy.container" -}}
-{{- $proxy := .proxy }}
+{{- $proxy := .proxy -}}
 - name: kube-rbac-proxy
   image: {{ include "gpu-auditor.metricsProxy.image" $proxy }}
   imagePullPolicy: {{ $proxy.image.pullPolicy }}
