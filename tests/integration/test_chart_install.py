@@ -796,7 +796,8 @@ def _running_pod(install: Install, ns: str, name: str, node: str) -> str:
 def _metric_sum(text: str, name: str, **labels: str) -> float:
     total = 0.0
     for line in text.splitlines():
-        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+        if (line.startswith((name + "{", name + " "))
+                and all(f'{k}="{v}"' in line for k, v in labels.items())):
             total += float(line.rsplit(" ", 1)[1])
     return total
 
@@ -844,22 +845,35 @@ def test_the_operator_does_all_its_work_with_only_the_charts_grants(
         finally:
             for where, _ in owners.values():
                 _delete(chosen, ns, where)
-        # A GPUNodeReport, through kopf's watch of the cluster-scoped reports.
-        uids = {name: _running_pod(chosen, ns, f"{name}-{tag}", node)
-                for name in ("trainer", "notebook")}
-        entries = [{"namespace": ns, "pod": f"{name}-{tag}", "container": "main", "podUID": uid,
-                    "bytes": 60 * GIB, "allocated": name == "trainer", "pids": [11 + i]}
-                   for i, (name, uid) in enumerate(uids.items())]
+        # A GPUNodeReport, through kopf's watch of the cluster-scoped reports. It also names a
+        # pod of the release namespace, which the namespaced operator does not watch: that one
+        # it must leave alone, not be refused.
+        pods = {(ns, f"trainer-{tag}"), (ns, f"notebook-{tag}"),
+                (chosen.namespace, f"outsider-{tag}")}
+        entries = [{"namespace": where, "pod": name, "container": "main",
+                    "podUID": _running_pod(chosen, where, name, node), "bytes": 40 * GIB,
+                    "allocated": name.startswith("trainer"), "pids": [11 + i]}
+                   for i, (where, name) in enumerate(sorted(pods))]
         report = _report(node)
         report["spec"]["gpus"] = [{"uuid": "GPU-chart", "index": 0, "memoryTotalBytes": 140 * GIB,
                                    "memoryFreeBytes": GIB, "pods": entries}]
         report["spec"]["findings"] = [{"kind": "unintended-sharing", "gpuUUID": "GPU-chart",
-                                       "pods": [f"{ns}/trainer-{tag}", f"{ns}/notebook-{tag}"],
-                                       "message": "2 pods on GPU-chart"}]
+                                       "pods": [f"{w}/{n}" for w, n in sorted(pods)],
+                                       "message": "3 pods on GPU-chart"}]
         client.CustomObjectsApi(chosen.api()).create_cluster_custom_object(
             "gpu-auditor.io", "v1alpha1", "gpunodereports", report)
-        shared = _wait_annotated(chosen, ns, f"pods/trainer-{tag}", "gpu-shared-with")
-        assert shared[f"{PREFIX}gpu-shared-with"] == f"{ns}/notebook-{tag}"
+        for name in (f"trainer-{tag}", f"notebook-{tag}"):
+            shared = _wait_annotated(chosen, ns, f"pods/{name}", "gpu-shared-with")
+            assert f"{chosen.namespace}/outsider-{tag}" in shared[f"{PREFIX}gpu-shared-with"]
+        outsider = f"pods/outsider-{tag}"
+        if chosen.values["operator"]["namespaces"]:
+            cluster.wait(lambda: _metric_sum(operator.metrics(),
+                                             "gpu_auditor_report_items_ignored_total",
+                                             reason="not-watched") >= 1, 30, "not-watched")
+            assert not [k for k in _annotations(chosen, chosen.namespace, outsider)
+                        if k.startswith(PREFIX)]
+        else:
+            _wait_annotated(chosen, chosen.namespace, outsider, "gpu-shared-with")
         metrics = operator.metrics()
         log = operator.component.log_path.read_text(errors="replace")
         if chosen.values["operator"]["metricsProxy"]["enabled"]:

@@ -354,6 +354,11 @@ class Services:
         found, ignored = nodereport.targets(report)
         count_ignored(ignored)
         for target in found:
+            if self.config.namespaces and target.namespace not in self.config.namespaces:
+                # Reports are cluster-wide; an operator watching some namespaces neither reads
+                # nor writes pods elsewhere (its Roles stop there).
+                count_ignored({"not-watched": 1})
+                continue
             self._sharing_attempt(report.node, target)
 
     def _sharing_attempt(self, node: str, target: Target) -> None:
