@@ -18,8 +18,11 @@ on those resources must be, and the server's own list of what the account may do
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime
 import json
+import re
+import socket
 import ssl
 import urllib.error
 import urllib.request
@@ -30,10 +33,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from gpu_auditor.localcluster import LocalCluster
+from gpu_auditor.localcluster import LocalCluster, cri
+from gpu_auditor.localcluster.components import OperatorProcess
 from tests.unit.chart.apicalls import (
     Expected,
     Triple,
@@ -51,7 +56,8 @@ PRIVILEGED = {"pod-security.kubernetes.io/enforce": "privileged",
               "pod-security.kubernetes.io/enforce-version": "latest"}
 LOCKED_DOWN_SETS = {"agent.hostPID": False, "agent.runAsUser": 10001,
                     "agent.podResourcesSocketGroup": 2000, "agent.report": False,
-                    "agent.metricsProxy.enabled": True, "tests.enabled": False}
+                    "agent.metricsProxy.enabled": True, "operator.metricsProxy.enabled": True,
+                    "tests.enabled": False}
 
 
 @dataclass
@@ -73,6 +79,9 @@ class Install:
 
     def expected(self) -> Expected:
         return expected_rbac(read_table(), self.values, self.namespace)
+
+    def granted(self, account: str, namespace: str | None) -> set[Triple]:
+        return granted(account, namespace, self.expected(), self.values)
 
     def token(self, account: str, *, bound_pod: Any = None) -> str:
         """A fresh token of the chart's `account` ServiceAccount ("agent" or "operator"),
@@ -243,6 +252,18 @@ def test_the_locked_down_agent_runs_without_host_pid_as_non_root_behind_the_prox
     assert "kube-rbac-proxy" in containers
 
 
+def test_the_locked_down_operator_serves_metrics_on_loopback_behind_the_proxy(
+    locked_down: Install,
+) -> None:
+    def running() -> Any:
+        return next(iter(_running(_pods(locked_down, "operator"))), None)
+
+    pod = locked_down.cluster.wait(running, 60, "the locked-down operator pod Running")
+    containers = {c.name: c for c in pod.spec.containers}
+    assert "--metrics-bind-address=127.0.0.1" in containers["operator"].args
+    assert [p.name for p in containers["kube-rbac-proxy"].ports] == ["metrics", "proxy-health"]
+
+
 def test_the_operator_deployment_gets_its_one_pod(install: Install) -> None:
     apps = client.AppsV1Api(install.api())
     name = f"{install.fullname}-operator"
@@ -274,8 +295,7 @@ def test_namespaced_mode_makes_roles_in_the_watched_namespace_only(locked_down: 
     role = rbac.read_namespaced_role(name, locked_down.workload_namespace)
     assert {r for rule in role.rules for r in rule.resources} >= {"pods", "pods/log", "events"}
     cluster_role = rbac.read_cluster_role(name)
-    assert {r for rule in cluster_role.rules for r in rule.resources} == {
-        "gpunodereports", "customresourcedefinitions", "namespaces"}
+    assert {r for rule in cluster_role.rules for r in rule.resources} == {"gpunodereports"}
 
 
 # -- each account's grants against the table ---------------------------------------------------
@@ -338,7 +358,7 @@ def _where(install: Install, account: str, triple: Triple, namespace: str) -> st
     account holds cluster-wide (the agent's pod list), else in `namespace`."""
     plural = triple[1].partition("/")[0]
     if (plural in NAMESPACED and triple[2] in ("list", "watch")
-            and triple in granted(account, None, install.expected())):
+            and triple in install.granted(account, None)):
         return None
     return namespace
 
@@ -354,7 +374,7 @@ def test_each_account_may_make_every_call_of_the_table(
     chosen: Install = request.getfixturevalue(release)
     token = chosen.token(account)
     namespace = chosen.workload_namespace
-    calls = granted(account, namespace, chosen.expected())
+    calls = chosen.granted(account, namespace)
     assert calls, "the table gives this account nothing: nothing to check"
     for triple in sorted(calls):
         status, body = _call(chosen, token, triple,
@@ -369,7 +389,7 @@ def test_each_account_is_refused_every_other_verb_on_those_resources(
     chosen: Install = request.getfixturevalue(release)
     token = chosen.token(account)
     namespace = chosen.workload_namespace
-    calls = granted(account, namespace, chosen.expected())
+    calls = chosen.granted(account, namespace)
     resources = {(group, resource) for group, resource, _ in calls}
     for group, resource in sorted(resources | {("", "secrets"), ("", "configmaps")}):
         for verb in VERBS:
@@ -397,9 +417,8 @@ def test_the_server_grants_each_account_exactly_the_table(
 ) -> None:
     chosen: Install = request.getfixturevalue(release)
     token = chosen.token(account)
-    expected = chosen.expected()
     for namespace in (chosen.workload_namespace, chosen.namespace, "default"):
-        assert _server_rules(chosen, token, namespace) == granted(account, namespace, expected), (
+        assert _server_rules(chosen, token, namespace) == chosen.granted(account, namespace), (
             namespace)
 
 
@@ -629,6 +648,243 @@ def test_operator_token_may_not_delete_pods_or_write_reports(
                                               {"metadata": {"labels": {"x": "y"}}}))
     assert _forbidden(lambda: client.CustomObjectsApi(operator_api).create_cluster_custom_object(
         "gpu-auditor.io", "v1alpha1", "gpunodereports", _report(install.gpu_nodes[0])))
+
+
+# -- the operator itself, with nothing but the chart's grants -----------------------------------
+# The calls above are the table's, made by hand. Here the real operator process runs with a
+# token of the chart's ServiceAccount (kwok runs no containers, so it runs beside the cluster,
+# as the pod would: its kubeconfig's namespace is the release namespace, as the pod's is) and
+# does each thing it does: diagnoses a failed pod (reading its log), verifies and annotates each
+# kind of owner, and acts on a GPUNodeReport. Any request the chart does not grant shows as a
+# 403 in its metrics or its log; what kopf would do without its discovery grants shows in the
+# log too.
+
+CHAOS = "pod-container-running-failed.stage.kwok.x-k8s.io"
+PREFIX = "gpu-auditor.io/"
+GIB = 2**30
+CUDA_OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has "
+            "a total capacity of 139.72 GiB of which 1.50 GiB is free. Of the allocated memory "
+            "118.00 GiB is allocated by PyTorch, and 17.60 GiB is reserved by PyTorch but "
+            "unallocated.\n")
+
+
+@contextlib.contextmanager
+def _chart_operator(install: Install, tmp_path: Path) -> Iterator[OperatorProcess]:
+    config = yaml.safe_load(install.cluster.kubeconfig.read_text())
+    config["users"] = [{"name": "chart-operator", "user": {"token": install.token("operator")}}]
+    config["contexts"] = [{"name": "local", "context": {
+        "cluster": "local", "user": "chart-operator", "namespace": install.namespace}}]
+    path = tmp_path / "chart-operator.kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    args = [f"--namespace={n}" for n in install.values["operator"]["namespaces"]]
+    if install.values["operator"]["metricsProxy"]["enabled"]:
+        args.append("--metrics-bind-address=127.0.0.1")  # as the chart runs it behind the proxy
+    operator = OperatorProcess(install.cluster, *args, name=f"operator-{install.release}",
+                               kubeconfig=path)
+    operator.start()
+    try:
+        yield operator
+    finally:
+        operator.stop()
+
+
+@contextlib.contextmanager
+def _controllers_paused(cluster: LocalCluster) -> Iterator[None]:
+    """kube-controller-manager stopped, then started again: its Job, ReplicaSet, StatefulSet and
+    DaemonSet controllers would release (or delete) the pods this test gives owners by hand."""
+    kcm = cluster.components["kube-controller-manager"]
+    port = next(a.split("=", 1)[1] for a in kcm.argv if a.startswith("--secure-port="))
+    kcm.stop()
+    try:
+        yield
+    finally:
+        kcm.start()
+        insecure = ssl.create_default_context()
+        insecure.check_hostname, insecure.verify_mode = False, ssl.CERT_NONE
+
+        def healthy() -> bool:
+            url = f"https://127.0.0.1:{port}/healthz"
+            with urllib.request.urlopen(url, timeout=2, context=insecure) as answer:
+                return bool(answer.status == 200)
+
+        kcm.wait_until(healthy, 60, "healthy again")
+
+
+def _owners(install: Install, ns: str, tag: str) -> dict[str, tuple[str, dict[str, Any]]]:
+    """One workload of each kind the operator annotates, and a Deployment's ReplicaSet: kind ->
+    (the object the annotation must land on, the controller reference its pod carries)."""
+    api = install.api()
+    apps, batch = client.AppsV1Api(api), client.BatchV1Api(api)
+    labels = {"app": f"owned-{tag}"}
+    template = {"metadata": {"labels": labels},
+                "spec": {"containers": [{"name": "main", "image": "x"}]}}
+    nowhere = {"nodeSelector": {"no-such-node": "true"}}
+
+    def ref(kind: str, api_version: str, obj: Any) -> dict[str, Any]:
+        return {"apiVersion": api_version, "kind": kind, "name": obj.metadata.name,
+                "uid": obj.metadata.uid, "controller": True}
+
+    job = batch.create_namespaced_job(ns, {
+        "metadata": {"name": f"job-{tag}"},
+        "spec": {"suspend": True, "template": {
+            "spec": {**template["spec"], "restartPolicy": "Never"}}}})
+    deployment = apps.create_namespaced_deployment(ns, {
+        "metadata": {"name": f"deploy-{tag}"},
+        "spec": {"replicas": 0, "selector": {"matchLabels": labels}, "template": template}})
+    replica_set = apps.create_namespaced_replica_set(ns, {
+        "metadata": {"name": f"deploy-{tag}-1", "labels": labels,
+                     "ownerReferences": [ref("Deployment", "apps/v1", deployment)]},
+        "spec": {"replicas": 0, "selector": {"matchLabels": labels}, "template": template}})
+    stateful_set = apps.create_namespaced_stateful_set(ns, {
+        "metadata": {"name": f"sts-{tag}"},
+        "spec": {"replicas": 0, "serviceName": "x", "selector": {"matchLabels": labels},
+                 "template": template}})
+    daemon_set = apps.create_namespaced_daemon_set(ns, {
+        "metadata": {"name": f"ds-{tag}"},
+        "spec": {"selector": {"matchLabels": labels}, "template": {
+            **template, "spec": {**template["spec"], **nowhere}}}})
+    return {
+        "Job": (f"jobs/{job.metadata.name}", ref("Job", "batch/v1", job)),
+        "Deployment": (f"deployments/{deployment.metadata.name}",
+                       ref("ReplicaSet", "apps/v1", replica_set)),
+        "StatefulSet": (f"statefulsets/{stateful_set.metadata.name}",
+                        ref("StatefulSet", "apps/v1", stateful_set)),
+        "DaemonSet": (f"daemonsets/{daemon_set.metadata.name}",
+                      ref("DaemonSet", "apps/v1", daemon_set)),
+    }
+
+
+def _annotations(install: Install, ns: str, where: str) -> dict[str, str]:
+    plural, name = where.split("/")
+    api = install.api()
+    read = {"pods": lambda: client.CoreV1Api(api).read_namespaced_pod(name, ns),
+            "jobs": lambda: client.BatchV1Api(api).read_namespaced_job(name, ns),
+            "deployments": lambda: client.AppsV1Api(api).read_namespaced_deployment(name, ns),
+            "statefulsets": lambda: client.AppsV1Api(api).read_namespaced_stateful_set(name, ns),
+            "daemonsets": lambda: client.AppsV1Api(api).read_namespaced_daemon_set(name, ns)}
+    return dict(read[plural]().metadata.annotations or {})
+
+
+def _wait_annotated(install: Install, ns: str, where: str, key: str) -> dict[str, str]:
+    def found() -> dict[str, str] | None:
+        notes = _annotations(install, ns, where)
+        return notes if f"{PREFIX}{key}" in notes else None
+
+    result: dict[str, str] = install.cluster.wait(found, 60, f"{where} annotated with {key}")
+    return result
+
+
+def _failing_pod(install: Install, ns: str, name: str, node: str, owner: dict[str, Any],
+                 ) -> None:
+    client.CoreV1Api(install.api()).create_namespaced_pod(ns, {
+        "metadata": {"name": name, "labels": {CHAOS: "true"}, "ownerReferences": [owner],
+                     "annotations": {f"{CHAOS}/reason": "Error", f"{CHAOS}/exit-code": "1",
+                                     f"{CHAOS}/delay": "1500ms"}},
+        "spec": {"nodeName": node, "restartPolicy": "Never", "containers": [
+            {"name": "main", "image": "trainer:latest",
+             "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}})
+
+
+def _running_pod(install: Install, ns: str, name: str, node: str) -> str:
+    pod = client.CoreV1Api(install.api()).create_namespaced_pod(ns, {
+        "metadata": {"name": name},
+        "spec": {"nodeName": node, "containers": [{"name": "main", "image": "notebook"}]}})
+    return str(pod.metadata.uid)
+
+
+def _metric_sum(text: str, name: str, **labels: str) -> float:
+    total = 0.0
+    for line in text.splitlines():
+        if (line.startswith((name + "{", name + " "))
+                and all(f'{k}="{v}"' in line for k, v in labels.items())):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def _delete(install: Install, ns: str, where: str) -> None:
+    plural, name = where.split("/")
+    api = install.api()
+    apps, batch = client.AppsV1Api(api), client.BatchV1Api(api)
+    delete = {"jobs": batch.delete_namespaced_job,
+              "deployments": apps.delete_namespaced_deployment,
+              "statefulsets": apps.delete_namespaced_stateful_set,
+              "daemonsets": apps.delete_namespaced_daemon_set}[plural]
+    delete(name, ns, propagation_policy="Background")
+
+
+# An API error in the operator's log (our client's "HTTP 403: ..."), kopf's for a refused
+# request, and kopf's warnings when it lacks discovery or cannot find a resource.
+REFUSED = re.compile(r"HTTP 403\b|APIForbiddenError|Not enough permissions|Unresolved resources")
+
+
+@pytest.mark.parametrize("release", ["install", "locked_down"])
+def test_the_operator_does_all_its_work_with_only_the_charts_grants(
+    request: pytest.FixtureRequest, release: str, tmp_path: Path, reports_cleanup: None,
+) -> None:
+    chosen: Install = request.getfixturevalue(release)
+    ns, node, cluster = chosen.workload_namespace, chosen.gpu_nodes[0], chosen.cluster
+    tag = chosen.release
+    log_file = tmp_path / "oom.log"
+    log_file.write_bytes(cri(CUDA_OOM))
+    owners: dict[str, tuple[str, dict[str, Any]]] = {}
+    with _chart_operator(chosen, tmp_path) as operator:
+        try:
+            with _controllers_paused(cluster):
+                owners = _owners(chosen, ns, tag)
+                for kind, (_, owner) in owners.items():
+                    pod = f"{kind.lower()}-pod-{tag}"
+                    _failing_pod(chosen, ns, pod, node, owner)
+                    cluster.serve_logs(ns, pod, current=log_file)
+                for kind, (where, _) in owners.items():
+                    pod = f"{kind.lower()}-pod-{tag}"
+                    notes = _wait_annotated(chosen, ns, f"pods/{pod}", "diagnosis")
+                    assert notes[f"{PREFIX}diagnosis"] != "unknown", notes
+                    owner_notes = _wait_annotated(chosen, ns, where, "diagnosed-pod")
+                    assert owner_notes[f"{PREFIX}diagnosed-pod"] == f"{ns}/{pod}"
+        finally:
+            for where, _ in owners.values():
+                _delete(chosen, ns, where)
+        # A GPUNodeReport, through kopf's watch of the cluster-scoped reports. It also names a
+        # pod of the release namespace, which the namespaced operator does not watch: that one
+        # it must leave alone, not be refused.
+        pods = {(ns, f"trainer-{tag}"), (ns, f"notebook-{tag}"),
+                (chosen.namespace, f"outsider-{tag}")}
+        entries = [{"namespace": where, "pod": name, "container": "main",
+                    "podUID": _running_pod(chosen, where, name, node), "bytes": 40 * GIB,
+                    "allocated": name.startswith("trainer"), "pids": [11 + i]}
+                   for i, (where, name) in enumerate(sorted(pods))]
+        report = _report(node)
+        report["spec"]["gpus"] = [{"uuid": "GPU-chart", "index": 0, "memoryTotalBytes": 140 * GIB,
+                                   "memoryFreeBytes": GIB, "pods": entries}]
+        report["spec"]["findings"] = [{"kind": "unintended-sharing", "gpuUUID": "GPU-chart",
+                                       "pods": [f"{w}/{n}" for w, n in sorted(pods)],
+                                       "message": "3 pods on GPU-chart"}]
+        client.CustomObjectsApi(chosen.api()).create_cluster_custom_object(
+            "gpu-auditor.io", "v1alpha1", "gpunodereports", report)
+        for name in (f"trainer-{tag}", f"notebook-{tag}"):
+            shared = _wait_annotated(chosen, ns, f"pods/{name}", "gpu-shared-with")
+            assert f"{chosen.namespace}/outsider-{tag}" in shared[f"{PREFIX}gpu-shared-with"]
+        outsider = f"pods/outsider-{tag}"
+        if chosen.values["operator"]["namespaces"]:
+            cluster.wait(lambda: _metric_sum(operator.metrics(),
+                                             "gpu_auditor_report_items_ignored_total",
+                                             reason="not-watched") >= 1, 30, "not-watched")
+            assert not [k for k in _annotations(chosen, chosen.namespace, outsider)
+                        if k.startswith(PREFIX)]
+        else:
+            _wait_annotated(chosen, chosen.namespace, outsider, "gpu-shared-with")
+        metrics = operator.metrics()
+        log = operator.component.log_path.read_text(errors="replace")
+        if chosen.values["operator"]["metricsProxy"]["enabled"]:
+            # /metrics on 127.0.0.1 alone: another address of this host (127.0.0.2, loopback
+            # too on Linux, where 0.0.0.0 would answer) is refused, as the pod's IP would be.
+            with pytest.raises(ConnectionRefusedError):
+                socket.create_connection(("127.0.0.2", operator.metrics_port), timeout=5).close()
+    assert _metric_sum(metrics, "gpu_auditor_operator_api_requests_total", verb="get_log") >= 4
+    assert _metric_sum(metrics, "gpu_auditor_operator_api_errors_total", reason="forbidden") == 0
+    refused = [line for line in log.splitlines() if REFUSED.search(line)]
+    assert refused == [], refused
 
 
 # -- the agent's token ---------------------------------------------------------------------------

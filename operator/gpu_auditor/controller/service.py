@@ -62,6 +62,7 @@ class OperatorConfig:
     namespaces: tuple[str, ...] = ()
     annotation_prefix: str = notes.DEFAULT_PREFIX
     metrics_port: int = 9402
+    metrics_bind_address: str = "0.0.0.0"
     liveness_port: int = 8080
     log_tail_lines: int = 500
     log_limit_bytes: int = 1 << 20
@@ -353,6 +354,11 @@ class Services:
         found, ignored = nodereport.targets(report)
         count_ignored(ignored)
         for target in found:
+            if self.config.namespaces and target.namespace not in self.config.namespaces:
+                # Reports are cluster-wide; an operator watching some namespaces neither reads
+                # nor writes pods elsewhere (its Roles stop there).
+                count_ignored({"not-watched": 1})
+                continue
             self._sharing_attempt(report.node, target)
 
     def _sharing_attempt(self, node: str, target: Target) -> None:

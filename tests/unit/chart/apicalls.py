@@ -23,6 +23,7 @@ CHART = ROOT / "charts" / "gpu-auditor"
 HEADING = "### What each component calls"
 COLUMNS = ["component", "when", "scope", "API group", "resource", "verbs", "called by"]
 COMPONENTS = ("agent", "kube-rbac-proxy", "operator")
+PROXY = "kube-rbac-proxy"  # runs beside a component, with that component's ServiceAccount
 SCOPES = ("cluster", "watched", "release namespace")
 
 Triple = tuple[str, str, str]  # (API group, resource, verb); "" is the core group
@@ -45,6 +46,13 @@ class Call:
 
     def triples(self) -> set[Triple]:
         return {(self.group, r, v) for r in self.resources for v in self.verbs}
+
+
+def host(when: str) -> str | None:
+    """The component a kube-rbac-proxy row's switch belongs to (`agent.metricsProxy.enabled`:
+    the agent), or None."""
+    first = when.split(".", 1)[0]
+    return first if first in ("agent", "operator") and "." in when else None
 
 
 def _cells(line: str) -> list[str]:
@@ -73,6 +81,9 @@ def read_table(text: str | None = None) -> list[Call]:
         component, when, scope, group, resources, verbs, called_by = _cells(line)
         if component not in COMPONENTS or scope not in SCOPES:
             raise ValueError(f"{DOC.name}: bad row {line!r}")
+        if component == PROXY and host(when.strip("`")) is None:
+            raise ValueError(f"{DOC.name}: a {PROXY} row is switched on by agent.* or "
+                             f"operator.* (the component it runs beside): {line!r}")
         calls.append(Call(
             component=component, when=when.strip("`"), scope=scope,
             group="" if group == "core" else group,
@@ -139,12 +150,14 @@ def expected_rbac(calls: Iterable[Call], values: Mapping[str, Any], release_name
 
     live = [c for c in calls if c.applies(values)]
     namespaces = list(values["operator"]["namespaces"])
+    for call in live:
+        # One ClusterRole for the proxies' reviews, bound to each component that runs one.
+        if call.component == PROXY and values[str(host(call.when))]["enabled"]:
+            add("ClusterRole", "-proxyauth", None, call.triples())
     if values["agent"]["enabled"]:
         for call in live:
             if call.component == "agent":
                 add("ClusterRole", "-agent", None, call.triples())
-            if call.component == "kube-rbac-proxy":
-                add("ClusterRole", "-proxyauth", None, call.triples())
     if values["operator"]["enabled"]:
         for call in (c for c in live if c.component == "operator"):
             if call.scope == "cluster" or (call.scope == "watched" and not namespaces):
@@ -157,14 +170,18 @@ def expected_rbac(calls: Iterable[Call], values: Mapping[str, Any], release_name
     return out
 
 
-# The RBAC objects bound to each ServiceAccount, by name suffix.
-BOUND_TO = {"agent": ("-agent", "-proxyauth"), "operator": ("-operator", "-events")}
+# The RBAC objects bound to each ServiceAccount, by name suffix; -proxyauth only to a
+# component that runs kube-rbac-proxy.
+BOUND_TO = {"agent": ("-agent",), "operator": ("-operator", "-events")}
 
 
-def granted(account: str, namespace: str | None, expected: Expected) -> set[Triple]:
+def granted(account: str, namespace: str | None, expected: Expected,
+            values: Mapping[str, Any]) -> set[Triple]:
     """What `account` ("agent" or "operator") may do in `namespace` (None: across all
-    namespaces, or on cluster-scoped resources) under the RBAC of `expected`."""
+    namespaces, or on cluster-scoped resources) under the RBAC of `expected` for `values`."""
+    bound = BOUND_TO[account] + (("-proxyauth",) if values[account]["metricsProxy"]["enabled"]
+                                 else ())
     return {t for (kind, suffix, ns), triples in expected.items()
-            if suffix in BOUND_TO[account]
+            if suffix in bound
             and (kind == "ClusterRole" or (namespace is not None and ns == namespace))
             for t in triples}

@@ -14,15 +14,22 @@ from node_agent.config import parse as parse_agent_args
 pytestmark = pytest.mark.unit
 
 
-@pytest.mark.parametrize("sets", [(), ("operator.namespaces={ml,serving}",)])
+@pytest.mark.parametrize("sets", [(), ("operator.namespaces={ml,serving}",),
+                                  ("operator.metricsProxy.enabled=true",)])
 def test_the_operator_accepts_the_args_the_chart_gives_it(
     render: Render, sets: tuple[str, ...]
 ) -> None:
     deployment = only(render(*sets), "Deployment")
-    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    (container,) = [c for c in deployment["spec"]["template"]["spec"]["containers"]
+                    if c["name"] == "operator"]
     config = parse_args(container["args"])
-    assert config.metrics_port == 9402 and config.liveness_port == 8080
-    if sets:
+    assert config.liveness_port == 8080
+    if "operator.metricsProxy.enabled=true" in sets:
+        # Behind kube-rbac-proxy, on loopback.
+        assert (config.metrics_bind_address, config.metrics_port) == ("127.0.0.1", 9403)
+    else:
+        assert (config.metrics_bind_address, config.metrics_port) == ("0.0.0.0", 9402)
+    if "operator.namespaces={ml,serving}" in sets:
         assert config.namespaces == ("ml", "serving")
 
 

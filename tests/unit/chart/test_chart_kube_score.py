@@ -25,9 +25,9 @@ Finding = tuple[str, str, str]
 _BURSTABLE = ("Burstable on purpose: requests are the steady use, limits cap a burst (a "
               "sampling pass, a burst of failed pods); equal ones would reserve the burst on "
               "every node. values.yaml says so at each resources value.")
-_PULL = ("The image is pinned by tag or digest (image.digest, agent.metricsProxy.image.digest), "
-         "so IfNotPresent runs the same bytes; Always would make every restart depend on the "
-         "registry. image.pullPolicy sets it.")
+_PULL = ("The image is pinned by tag or digest (image.digest, "
+         "<component>.metricsProxy.image.digest), so IfNotPresent runs the same bytes; Always "
+         "would make every restart depend on the registry. image.pullPolicy sets it.")
 _NO_NETPOL = ("NetworkPolicies are optional (networkPolicy.enabled, off by default): who scrapes "
               "and where the API server is are facts of the cluster. ci/locked-down-values.yaml "
               "turns them on and the finding is gone there.")
@@ -37,17 +37,18 @@ _ROOT = ("uid/gid 0 by default only to connect to the kubelet's root-owned pod-r
 _ONE_OPERATOR = ("One replica replaced with Recreate: kopf runs without peering, so two "
                  "operators at once would write every diagnosis and Event twice.")
 
+_CONTAINERS = (("agent", "agent"), ("agent", "kube-rbac-proxy"), ("operator", "operator"),
+               ("operator", "kube-rbac-proxy"), ("test", "healthz"))
+
 ACCEPTED: dict[Finding, str] = {
     **{(check, component, container): _BURSTABLE
        for check in ("container-resource-requests-equal-limits",
                      "container-cpu-requests-equal-limits",
                      "container-memory-requests-equal-limits",
                      "container-ephemeral-storage-request-equals-limit")
-       for component, container in (("agent", "agent"), ("agent", "kube-rbac-proxy"),
-                                    ("operator", "operator"), ("test", "healthz"))},
+       for component, container in _CONTAINERS},
     **{("container-image-pull-policy", component, container): _PULL
-       for component, container in (("agent", "agent"), ("agent", "kube-rbac-proxy"),
-                                    ("operator", "operator"), ("test", "healthz"))},
+       for component, container in _CONTAINERS},
     **{("pod-networkpolicy", component, ""): _NO_NETPOL
        for component in ("agent", "operator", "test")},
     ("container-security-context-user-group-id", "agent", "agent"): _ROOT,

@@ -95,8 +95,41 @@ def test_the_proxy_serves_the_certificate_of_a_secret_and_the_monitor_checks_it(
     assert endpoint["scheme"] == "https"
     assert endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
     assert endpoint["tlsConfig"] == {"serverName": "rel-gpu-auditor-agent.gpu-auditor.svc"}
+    # The operator's proxy makes its own certificate: the monitor cannot verify it.
     (operator_endpoint,) = only(objects, "ServiceMonitor", "-operator")["spec"]["endpoints"]
-    assert "scheme" not in operator_endpoint
+    assert operator_endpoint["scheme"] == "https"
+    assert operator_endpoint["tlsConfig"] == {"insecureSkipVerify": True}
+    operator_pod = only(objects, "Deployment", "-operator")["spec"]["template"]["spec"]
+    assert not [v for v in operator_pod["volumes"] if "secret" in v]
+    (port,) = only(objects, "Service", "-operator")["spec"]["ports"]
+    assert port["targetPort"] == "metrics"  # the proxy's port of that name
+
+
+def operator_containers(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    pod = only(objects, "Deployment", "-operator")["spec"]["template"]["spec"]
+    return {c["name"]: c for c in pod["containers"]}
+
+
+def test_the_metrics_proxy_fronts_the_operator_which_serves_metrics_on_loopback_only(
+    render: Render,
+) -> None:
+    containers = operator_containers(render("operator.metricsProxy.enabled=true"))
+    operator, proxy = containers["operator"], containers["kube-rbac-proxy"]
+    assert "--metrics-bind-address=127.0.0.1" in operator["args"]
+    assert "--metrics-port=9403" in operator["args"]
+    assert [p["name"] for p in operator["ports"]] == ["liveness"]
+    assert proxy["args"][:3] == ["--secure-listen-address=0.0.0.0:9402",
+                                 "--upstream=http://127.0.0.1:9403/",
+                                 "--proxy-endpoints-port=9404"]
+    # No path passes without a token: prometheus_client serves the metrics on every path.
+    assert not [a for a in proxy["args"] if a.startswith("--ignore-paths")]
+    assert {"name": "metrics", "containerPort": 9402, "protocol": "TCP"} in proxy["ports"]
+    assert proxy["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    # kopf's /healthz keeps its own port; readiness asks only whether the proxy accepts.
+    assert operator["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "liveness"}
+    assert operator["readinessProbe"]["tcpSocket"] == {"port": 9402}
+    assert "--metrics-bind-address=127.0.0.1" not in operator_containers(render())[
+        "operator"]["args"]
 
 
 def test_the_helm_test_checks_that_the_proxy_refuses_metrics_without_a_token(helm: Any) -> None:
@@ -113,6 +146,13 @@ def test_the_helm_test_checks_that_the_proxy_refuses_metrics_without_a_token(hel
     (("agent.metricsProxy.enabled=true", "podMonitor.enabled=true", "agent.service.enabled=false",
       "operator.service.enabled=false"), "PodMonitor cannot use Prometheus' own token"),
     (("agent.metricsProxy.enabled=true", "agent.metricsProxy.upstreamPort=9401"), "must differ"),
+    (("operator.metricsProxy.enabled=true", "podMonitor.enabled=true",
+      "agent.service.enabled=false", "operator.service.enabled=false"),
+     "operator.metricsProxy.enabled needs a scraper that sends its token"),
+    (("operator.metricsProxy.enabled=true", "operator.metricsProxy.healthPort=8080"),
+     "must differ"),
+    (("operator.metricsProxy.enabled=true", "operator.metricsProxy.upstreamPort=9402"),
+     "must differ"),
 ])
 def test_proxy_settings_that_cannot_work_are_refused(
     helm: Any, sets: tuple[str, ...], message: str,

@@ -634,3 +634,17 @@ def test_a_retry_against_a_newer_report_that_no_longer_names_the_pod_does_nothin
     services.note_report(parse_report(_sharing("ml/a")))  # b is gone from the node's report
     scheduled[0][1]()
     assert [n for _, n, _ in kube.patched] == ["a"]
+
+
+def test_an_operator_watching_some_namespaces_leaves_pods_elsewhere_alone() -> None:
+    kube = _report_kube(_running("coredns", "uid-coredns", namespace="kube-system"),
+                        _running("nb", "uid-nb"))
+    services = Services(kube=kube, config=OperatorConfig(namespaces=("ml",)),  # type: ignore[arg-type]
+                        diagnoser=Inline(), schedule=Scheduled())
+    before = metric("gpu_auditor_report_items_ignored_total", reason="not-watched")
+    services.handle_report(parse_report(_sharing("kube-system/coredns", "ml/nb")))
+    assert kube.reads == [("ml", "nb")]
+    assert [n for _, n, _ in kube.patched] == ["nb"]
+    assert kube.others["nb"]["metadata"]["annotations"][f"{PREFIX}gpu-shared-with"] == (
+        "kube-system/coredns")
+    assert metric("gpu_auditor_report_items_ignored_total", reason="not-watched") - before == 1
