@@ -61,7 +61,10 @@ for phase in "$@"; do
       tar -czf "$OUT/gpu-heldout.tar.gz" -C /tmp heldout ;;
     sweep)  # the calibration sweep and the non-PyTorch overhead (bench/gpu/sweep/run_all.sh)
       rm -rf /tmp/sweepout
-      NO_PROBE=${PROBE_OK:-1} bash bench/gpu/sweep/run_all.sh /tmp/sweepout
+      # the probe on when the check passed (an empty NO_PROBE loads it); off otherwise.
+      # (The 2026-12-01 sweep ran with the probe off: this line read NO_PROBE=${PROBE_OK:-1}.)
+      if [ -n "${PROBE_OK:-}" ]; then NO_PROBE=; else NO_PROBE=1; fi
+      NO_PROBE=$NO_PROBE bash bench/gpu/sweep/run_all.sh /tmp/sweepout
       tar -czf "$OUT/gpu-sweep.tar.gz" -C /tmp sweepout ;;
     proofprobe)  # the proof suite's baselines again, each with the probe loaded
       rm -rf /tmp/proofprobe
