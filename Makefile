@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test unit lint control-plane tools manifests bench clean
+.PHONY: demo test unit lint control-plane tools manifest-checkers manifests bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,8 +36,12 @@ control-plane:
 	scripts/build-control-plane.sh
 
 ## tools: promtool and prometheus (Debian's package) for the alert-rule and scrape tests.
-tools:
+tools: manifest-checkers
 	scripts/install-tools.sh
+
+## manifest-checkers: kube-score built from its Go module into ~/.cache/gpu-auditor/bin.
+manifest-checkers:
+	scripts/build-manifest-checkers.sh
 
 manifests:
 	scripts/render-manifests.sh

@@ -17,6 +17,7 @@ scrape) and reads each process's RSS (VmRSS) and peak RSS (VmHWM) from ``/proc``
     .venv/bin/python bench/agent_scrape.py                 # full run, writes bench/results/
     .venv/bin/python bench/agent_scrape.py --scrapes 50    # quicker
     .venv/bin/python bench/agent_scrape.py --report-only   # only the RSS with --report
+    .venv/bin/python bench/agent_scrape.py --many --scrapes 50  # 20,000 processes, before/after
 
 With the control-plane binaries (scripts/build-control-plane.sh) it also starts a local
 etcd + kube-apiserver and measures the agent *with* ``--report`` (and, in one case, listing
@@ -214,10 +215,11 @@ def rss_kib(pid: int) -> tuple[int, int]:
     return int(fields["VmRSS"].split()[0]), int(fields["VmHWM"].split()[0])
 
 
-def measure(argv: list[str], port: int, scrapes: int, warmup: int) -> dict[str, Any]:
-    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+def measure(argv: list[str], port: int, scrapes: int, warmup: int, *, cwd: Path = REPO,
+            ready_timeout: float = 60.0) -> dict[str, Any]:
+    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + ready_timeout
         while True:
             try:
                 get(port, "/healthz")
@@ -433,6 +435,128 @@ def report_rss(scrapes: int, warmup: int) -> dict[str, Any] | None:
                          "with a client certificate", "interval_s": 0.5, "rows": rows}
 
 
+# ---- 20,000 processes: the agent before and after the series cap ---------------------------
+
+
+# 20,000 processes (5,000 pods), and for scale a busy but ordinary node (8 x 256: under the cap)
+MANY_CASES = [(8, 256, False), (8, 2500, False), (8, 2500, True)]
+
+# Python memory the agent itself allocates (tracemalloc), after the fake files are loaded: a
+# pass, the exposition rendered, three more passes and renders. Leaves the harness out.
+TRACED = """
+import gc, json, sys, tracemalloc
+from node_agent.cli import build, exposition_for
+from node_agent.config import parse
+cfg = parse(sys.argv[1:])
+agent = build(cfg)
+tracemalloc.start()
+agent.run_once()
+exposition = exposition_for(agent, cfg)
+exposition.prime(agent.latest())
+for _ in range(3):
+    agent.run_once()
+    exposition.render("", agent.latest())
+gc.collect()
+now, peak = tracemalloc.get_traced_memory()
+print(json.dumps({"retained_mib": round(now / 2**20, 1), "peak_mib": round(peak / 2**20, 1)}))
+"""
+
+
+def traced(cwd: Path, argv: list[str]) -> dict[str, float]:
+    out = subprocess.run([sys.executable, "-c", TRACED, *argv], cwd=cwd, check=True,
+                         capture_output=True, text=True, timeout=600).stdout
+    return dict(json.loads(out.strip().splitlines()[-1]))
+
+
+def many(scrapes: int, warmup: int, baseline_ref: str) -> dict[str, Any]:
+    """The same 20,000-process fake node served by three agents in one run:
+
+    - *before*: ``node_agent`` as of ``baseline_ref`` (``git archive``), no cap;
+    - *after, uncapped*: this tree with ``--max-series-per-gpu 100000``: what changed besides
+      the cap (libyaml for the fake files, shared cgroup objects, the new HTTP server);
+    - *after*: this tree with its defaults (256 series per GPU and family).
+    """
+    ref = subprocess.run(["git", "rev-parse", "--short", baseline_ref], cwd=REPO, check=True,
+                         capture_output=True, text=True).stdout.strip()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="agent-bench-base-") as base:
+        archive = subprocess.run(["git", "archive", ref, "node_agent"], cwd=REPO, check=True,
+                                 capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", base], input=archive, check=True)
+        for gpus, procs, process_labels in MANY_CASES:
+            with tempfile.TemporaryDirectory(prefix="agent-bench-") as tmp:
+                nvml, proc = write_fake_node(Path(tmp), gpus, procs)
+                row: dict[str, Any] = {"gpus": gpus, "procs_per_gpu": procs,
+                                       "processes": gpus * procs,
+                                       "pods": gpus * max(1, procs // PROCS_PER_POD),
+                                       "process_labels": process_labels}
+                for name, cwd, extra in (("before", Path(base), []),
+                                         ("after_uncapped", REPO,
+                                          ["--max-series-per-gpu", "100000"]),
+                                         ("after", REPO, [])):
+                    port = free_port()
+                    argv = [sys.executable, "-m", "node_agent", "--nvml-fake", str(nvml),
+                            "--proc-root", str(proc), "--bind-address", "127.0.0.1",
+                            "--port", str(port), "--interval", "10", "--no-report",
+                            "--log-level", "WARNING", *extra]
+                    if process_labels:
+                        argv.append("--process-labels")
+                    started = time.monotonic()
+                    row[name] = measure(argv, port, scrapes, warmup, cwd=cwd,
+                                        ready_timeout=300)
+                    row[name]["ready_s"] = round(time.monotonic() - started, 1)
+                    row[name]["traced"] = traced(cwd, argv[3:])
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    return {"baseline_ref": ref, "scrapes": scrapes, "warmup": warmup, "rows": rows}
+
+
+def many_markdown(result: dict[str, Any]) -> str:
+    lines = [
+        "# The agent at 20,000 GPU processes: before and after the series cap",
+        "",
+        f"Command: `{result['command']}`; Python {result['python']}; {result['machine']}; "
+        f"load average at the end {result['load_average_at_end']} (a shared machine). "
+        f"{result['scrapes']} timed scrapes after {result['warmup']} warm-up ones per agent, "
+        "RSS (VmRSS) and peak RSS (VmHWM) read after the scrapes.",
+        "",
+        "A fake node of 8 GPUs x 2,500 processes (4 processes per pod: 5,000 pods, 1 pod in 8 "
+        "on a GPU it did not request, time-slicing labels), and for scale one of 8 x 256 "
+        "(512 pods: under the cap, so only the new HTTP server and parsing differ), served in "
+        "the same run by: "
+        f"*before*: `node_agent` at `{result['baseline_ref']}` (no cap); *after, uncapped*: "
+        "this tree with `--max-series-per-gpu 100000` (isolates what changed besides the cap: "
+        "libyaml for the fake files, shared cgroup objects, the asyncio HTTP server); *after*: "
+        "this tree with its defaults (at most 256 series per GPU in each per-pod family).",
+        "",
+        "The fake source parses two YAML files (0.8 MB of processes, 1.3 MB of pods) at start; "
+        "on a real node NVML and the API server stand in their place, so part of every RSS "
+        "figure here is the fake harness, not the agent.",
+        "",
+        "*traced*: Python memory the agent's own code holds after the fake files are loaded "
+        "(tracemalloc over a pass, the exposition rendered, three more passes and renders; "
+        "retained at the end / peak): the part that does not depend on the fake harness.",
+        "",
+        "| GPUs x procs/GPU, labels | agent | series (memory family) | body bytes | "
+        "scrape p50 ms | p99 ms | RSS MiB | peak RSS MiB | traced retained / peak MiB | "
+        "ready s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in result["rows"]:
+        label = f"{r['gpus']} x {r['procs_per_gpu']}, " + (
+            "--process-labels" if r["process_labels"] else "default")
+        for name, title in (("before", "before"), ("after_uncapped", "after, uncapped"),
+                            ("after", "after (cap 256/GPU)")):
+            m = r[name]
+            t = m["traced"]
+            lines.append(f"| {label} | {title} | {m['series']} | {m['body_bytes']:,} | "
+                         f"{m['p50_ms']} | {m['p99_ms']} | {m['rss_mib']} | "
+                         f"{m['peak_rss_mib']} | {t['retained_mib']} / {t['peak_mib']} | "
+                         f"{m['ready_s']} |")
+    lines.append("")
+    return "\n".join(lines)
+
+
 def markdown(result: dict[str, Any]) -> str:
     lines = [
         "# Agent scrape latency and RSS (fake source)",
@@ -509,6 +633,12 @@ def main() -> int:
     p.add_argument("--scrapes", type=int, default=500)
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--no-save", action="store_true", help="print only, do not write results")
+    p.add_argument("--many", action="store_true",
+                   help="only the 20,000-process node (and 8 x 256), before (--baseline-ref) "
+                   "and after the series cap; writes bench/results/agent_scrape_20k.{json,md}")
+    p.add_argument("--baseline-ref", default="959ef6f",
+                   help="git ref of the 'before' agent for --many (default: the commit before "
+                   "the series cap and the HTTP server limits)")
     p.add_argument("--report-only", action="store_true",
                    help="only the RSS with --report against a local API server and the import "
                    "RSS; the scrape rows are kept from the last saved full run")
@@ -518,6 +648,16 @@ def main() -> int:
         "python": platform.python_version(),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}",
     }
+    if a.many:
+        result = {"command": command, **meta, **many(a.scrapes, a.warmup, a.baseline_ref),
+                  "load_average_at_end": [round(x, 2) for x in os.getloadavg()]}
+        text = many_markdown(result)
+        print(text)
+        if not a.no_save:
+            RESULTS.mkdir(parents=True, exist_ok=True)
+            (RESULTS / "agent_scrape_20k.json").write_text(json.dumps(result, indent=2) + "\n")
+            (RESULTS / "agent_scrape_20k.md").write_text(text)
+        return 0
     if a.report_only:
         result = json.loads((RESULTS / "agent_scrape.json").read_text())
     else:

@@ -32,12 +32,16 @@ log = logging.getLogger("node_agent")
 def _fake_pods_path(cfg: Config, nvml: FakeNvmlSource | None) -> Path | None:
     if cfg.pods_fake is not None:
         return cfg.pods_fake
-    if nvml is not None and nvml.data.get("pods"):
-        ref = nvml.data["pods"]
+    if nvml is not None and nvml.pods_ref:
+        ref = nvml.pods_ref
         if not isinstance(ref, str):
             raise ConfigError(f"{nvml.path}: pods must name a file (relative to it)")
-        path = (nvml.path.parent / ref).resolve()
-        if not path.is_file():
+        try:
+            path = (nvml.path.parent / ref).resolve()
+            found = path.is_file()
+        except (OSError, ValueError) as err:  # a NUL byte, a name too long, a link loop
+            raise ConfigError(f"{nvml.path}: pods: not a usable file name ({err})") from err
+        if not found:
             raise ConfigError(f"{nvml.path}: pods file {path} not found")
         return path
     return None
@@ -85,7 +89,8 @@ def build(cfg: Config) -> Agent:
 def registry_for(agent: Agent, cfg: Config) -> CollectorRegistry:
     """A registry holding the agent's collector (and nothing else)."""
     registry = CollectorRegistry()
-    registry.register(AgentCollector(agent.latest, agent.sampler.node, cfg.process_labels))
+    registry.register(AgentCollector(agent.latest, agent.sampler.node, cfg.process_labels,
+                                     cfg.max_series_per_gpu))
     return registry
 
 
@@ -118,10 +123,14 @@ def serve(agent: Agent, cfg: Config) -> int:
     # thread every 1 ms instead of Python's default 5 ms, so scrapes stay fast during a pass.
     sys.setswitchinterval(0.001)
     exposition = exposition_for(agent, cfg)
+    try:  # bound before the first pass: a port in use is a config error at once
+        server = make_server(lambda accept: exposition.render_parts(accept, agent.latest()),
+                             agent.health, cfg.bind_address, cfg.port)
+    except OSError as err:  # address in use, no such address, no permission for the port
+        raise ConfigError(f"cannot serve on {cfg.bind_address}:{cfg.port}: "
+                          f"{err.strerror or err}") from err
     agent.run_once()  # the first scrape already has data
     agent.start()
-    server = make_server(lambda accept: exposition.render(accept, agent.latest()), agent.health,
-                         cfg.bind_address, cfg.port)
     log.info("serving /metrics and /healthz on %s:%d for node %s", cfg.bind_address,
              server.server_address[1], agent.sampler.node)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
@@ -144,7 +153,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as err:
         print(f"gpu-auditor-agent: error: {err}", file=sys.stderr)
         return 2
-    return run_once(agent, cfg) if cfg.once else serve(agent, cfg)
+    if cfg.once:
+        return run_once(agent, cfg)
+    try:
+        return serve(agent, cfg)
+    except ConfigError as err:
+        print(f"gpu-auditor-agent: error: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -7,13 +7,22 @@ left. Label sets follow docs/contracts.md exactly; docs/metrics.md explains each
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from node_agent.model import ERROR_SOURCES, PodRef, Snapshot
+from node_agent.model import ERROR_SOURCES, PodRef, ProcessUsage, Snapshot
+from node_agent.series import (
+    CAPPED_METRICS,
+    DEFAULT_MAX_SERIES_PER_GPU,
+    FINDING_METRIC,
+    MEMORY_METRIC,
+    finding_series,
+    memory_series,
+)
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +49,7 @@ class _Families:
     kubelet_up: GaugeMetricFamily
     duration: GaugeMetricFamily
     errors: CounterMetricFamily
+    dropped: CounterMetricFamily
 
     @classmethod
     def new(cls, process_labels: bool) -> _Families:
@@ -64,6 +74,9 @@ class _Families:
                             "pass", ["node"]),
             errors=CounterMetricFamily(P + "agent_errors", "Errors by source since the agent "
                                        "started", labels=["node", "source"]),
+            dropped=CounterMetricFamily(P + "agent_series_dropped", "Series left out of a "
+                                        "metric by --max-series-per-gpu, summed over sampling "
+                                        "passes", labels=["node", "metric"]),
         )
 
     def all(self) -> list[Metric]:
@@ -78,11 +91,20 @@ def _pod_order(pod: PodRef | None) -> list[str]:
 
 
 class AgentCollector(Collector):
+    """Families from the latest snapshot. The per-pod families are capped per GPU
+    (``max_series_per_gpu``, see series.py); what each snapshot left out is added to
+    ``gpu_auditor_agent_series_dropped_total`` once, however often that snapshot is collected."""
+
     def __init__(self, latest: Callable[[], Snapshot | None], node: str,
-                 process_labels: bool = False) -> None:
+                 process_labels: bool = False,
+                 max_series_per_gpu: int = DEFAULT_MAX_SERIES_PER_GPU) -> None:
         self._latest = latest
         self._node = node
         self._process_labels = process_labels
+        self._cap = max_series_per_gpu
+        self._lock = threading.Lock()
+        self._dropped = dict.fromkeys(CAPPED_METRICS, 0)
+        self._counted: Snapshot | None = None
 
     def describe(self) -> Iterator[Metric]:
         """The families without samples, so registering does not run a collection."""
@@ -100,6 +122,7 @@ class AgentCollector(Collector):
 
     def _fill(self, f: _Families, s: Snapshot) -> None:
         node = self._node
+        dropped = dict.fromkeys(CAPPED_METRICS, 0)
         for u in s.gpus:
             g = u.gpu
             gl = [node, g.gpu, g.uuid, g.model]
@@ -108,24 +131,28 @@ class AgentCollector(Collector):
             f.free.add_metric(gl, g.free_bytes)
             f.reserved.add_metric(gl, g.reserved_bytes)
             f.pods.add_metric([node, g.gpu, g.uuid], len(u.pod_keys))
-            if self._process_labels:
-                for p in u.processes:
-                    if p.used_bytes is not None:
-                        f.process.add_metric([node, g.gpu, g.uuid, *_pod_order(p.pod),
-                                              p.allocated.value, str(p.pid), p.comm],
-                                             p.used_bytes)
-            else:
-                for c in u.containers:
-                    f.process.add_metric([node, g.gpu, g.uuid, *_pod_order(c.pod),
-                                          c.allocated.value], c.used_bytes)
-        for finding in s.findings:
-            for key in finding.pods:
-                namespace, _, pod = key.rpartition("/")
-                f.finding.add_metric([node, finding.gpu, finding.gpu_uuid, namespace, pod,
-                                      finding.kind], 1)
+            shown, left_out = memory_series(u, self._process_labels, self._cap)
+            dropped[MEMORY_METRIC] += left_out
+            for item in shown:
+                labels = [node, g.gpu, g.uuid, *_pod_order(item.pod), item.allocated.value]
+                if isinstance(item, ProcessUsage):
+                    labels += [str(item.pid), item.comm]
+                f.process.add_metric(labels, item.used_bytes or 0)
+            findings, left_out = finding_series(u, s.findings, self._cap)
+            dropped[FINDING_METRIC] += left_out
+            for fs in findings:
+                f.finding.add_metric([node, fs.finding.gpu, fs.finding.gpu_uuid, fs.namespace,
+                                      fs.pod, fs.finding.kind], 1)
         f.nvml_up.add_metric([node], 1 if s.nvml_up else 0)
         f.kubelet_up.add_metric([node], 1 if s.kubelet_up else 0)
         f.duration.add_metric([node], s.duration_seconds)
         for source in ERROR_SOURCES:
             f.errors.add_metric([node, source], s.errors.get(source, 0))
-
+        with self._lock:
+            if self._counted is not s:
+                self._counted = s
+                for metric, n in dropped.items():
+                    self._dropped[metric] += n
+            totals = dict(self._dropped)
+        for metric, total in totals.items():
+            f.dropped.add_metric([node, metric], total)

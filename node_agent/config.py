@@ -12,6 +12,9 @@ from pathlib import Path
 from node_agent.errors import ConfigError
 from node_agent.kube import in_cluster
 from node_agent.podresources.client import DEFAULT_SOCKET
+from node_agent.series import DEFAULT_MAX_SERIES_PER_GPU
+
+MAX_SERIES_PER_GPU = 100_000
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,7 @@ class Config:
     process_labels: bool
     once: bool
     log_level: str
+    max_series_per_gpu: int = DEFAULT_MAX_SERIES_PER_GPU
 
 
 def parser() -> argparse.ArgumentParser:
@@ -62,6 +66,11 @@ def parser() -> argparse.ArgumentParser:
                    help="seconds between two GPUNodeReport writes at least")
     p.add_argument("--process-labels", action="store_true",
                    help="one series per process with pid and process labels (they churn)")
+    p.add_argument("--max-series-per-gpu", type=int, default=DEFAULT_MAX_SERIES_PER_GPU,
+                   metavar="N", help="at most N series per GPU in each per-pod metric (memory, "
+                   "sharing findings): the pods or processes with the most memory are kept, the "
+                   "rest counted in gpu_auditor_agent_series_dropped_total (default "
+                   f"{DEFAULT_MAX_SERIES_PER_GPU})")
     p.add_argument("--once", action="store_true",
                    help="sample once, print the exposition text and exit")
     p.add_argument("--log-level", default="INFO",
@@ -86,6 +95,7 @@ def parse(argv: Sequence[str] | None = None) -> Config:
         process_labels=a.process_labels,
         once=a.once,
         log_level=a.log_level,
+        max_series_per_gpu=a.max_series_per_gpu,
     )
     validate(cfg)
     return cfg
@@ -96,6 +106,9 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"--interval must be in (0, 3600] seconds, got {cfg.interval}")
     if not 0 <= cfg.port <= 65535:
         raise ConfigError(f"--port must be 0..65535, got {cfg.port}")
+    if not 1 <= cfg.max_series_per_gpu <= MAX_SERIES_PER_GPU:
+        raise ConfigError(f"--max-series-per-gpu must be 1..{MAX_SERIES_PER_GPU}, "
+                          f"got {cfg.max_series_per_gpu}")
     if cfg.report_min_interval < 0:
         raise ConfigError("--report-min-interval must be >= 0")
     for flag, path in (("--nvml-fake", cfg.nvml_fake), ("--pods-fake", cfg.pods_fake),
@@ -104,6 +117,8 @@ def validate(cfg: Config) -> None:
             raise ConfigError(f"{flag} {path}: no such file")
     if not cfg.proc_root.is_dir():
         raise ConfigError(f"--proc-root {cfg.proc_root}: not a directory")
+    if not os.access(cfg.proc_root, os.R_OK | os.X_OK):
+        raise ConfigError(f"--proc-root {cfg.proc_root}: not readable by uid {os.geteuid()}")
     if cfg.report and not api_configured(cfg):
         raise ConfigError("--report needs --kubeconfig, or in-cluster config "
                           "(KUBERNETES_SERVICE_HOST is not set)")

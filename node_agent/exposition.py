@@ -52,6 +52,13 @@ class Exposition:
 
     def render(self, accept: str, snapshot: Snapshot | None) -> tuple[bytes, str]:
         """The /metrics body and content type for this Accept header."""
+        parts, content_type = self.render_parts(accept, snapshot)
+        return b"".join(parts), content_type
+
+    def render_parts(self, accept: str,
+                     snapshot: Snapshot | None) -> tuple[list[bytes], str]:
+        """The body in pieces: the pass's rendered families (one object shared by every
+        scrape until the next pass, not copied per request), then the live self metrics."""
         encoder, content_type = choose_encoder(accept)
         with self._lock:
             self._encoders.setdefault(content_type, encoder)
@@ -61,7 +68,7 @@ class Exposition:
         else:
             text = self._render(content_type, encoder, snapshot)
         if self._live_registry is not None:
-            text += encoder(self._live_registry)
-        elif content_type.startswith("application/openmetrics-text"):
-            text += EOF_LINE
-        return text, content_type
+            return [text, encoder(self._live_registry)], content_type
+        if content_type.startswith("application/openmetrics-text"):
+            return [text, EOF_LINE], content_type
+        return [text], content_type

@@ -29,17 +29,40 @@ import yaml
 
 from node_agent.errors import ConfigError
 from node_agent.model import GpuSample, NvmlReading, ProcessSample
+from node_agent.names import is_gpu_uuid
 
 log = logging.getLogger(__name__)
 
 
+MAX_FILE_BYTES = 16 * 2**20
+MAX_GPUS = 1024  # 8 GPUs x 7 MIG instances is 56
+MAX_PROCESSES_PER_GPU = 100_000
+MAX_PID = 2**22  # the kernel's PID_MAX_LIMIT
+MAX_BYTES = 2**63 - 1  # the report's fields are int64
+MAX_INDEX = 65535
+
+_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: 4x faster, depth-capped
+
+
 def load_yaml(path: Path) -> dict[str, Any]:
+    """A YAML mapping from ``path``; every failure is a one-line ConfigError."""
     try:
-        data = yaml.safe_load(path.read_text())
+        with open(path, "rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
     except OSError as err:
         raise ConfigError(f"{path}: cannot read: {err.strerror or err}") from err
+    if len(raw) > MAX_FILE_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_FILE_BYTES // 2**20} MiB")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {err.start})") from err
+    try:
+        data = yaml.load(text, Loader=_Loader)  # CSafeLoader or SafeLoader: safe
     except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML: {err}") from err
+        raise ConfigError(f"{path}: not valid YAML: {_one_line(err)}") from err
+    except RecursionError as err:
+        raise ConfigError(f"{path}: not valid YAML: nested too deeply") from err
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -47,12 +70,30 @@ def load_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
-def _int(value: Any, where: str, *, optional: bool = False) -> int | None:
+def _one_line(err: yaml.YAMLError) -> str:
+    mark = getattr(err, "problem_mark", None)
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+    return f"{problem}{where}"
+
+
+def _int(value: Any, where: str, *, optional: bool = False, minimum: int = 0,
+         maximum: int = MAX_BYTES) -> int | None:
     if value is None and optional:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(f"{where}: expected a non-negative integer, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
+        raise ConfigError(f"{where}: expected an integer in [{minimum}, {maximum}], got {shown}")
     return value
+
+
+def _text(value: Any, where: str, limit: int) -> str:
+    if not isinstance(value, (str, int)) or isinstance(value, bool):
+        raise ConfigError(f"{where}: expected a string")
+    text = str(value)
+    if not text or len(text) > limit or not text.isprintable():
+        raise ConfigError(f"{where}: expected 1 to {limit} printable characters")
+    return text
 
 
 def parse_fake_gpus(data: dict[str, Any], path: Path) -> tuple[bool, tuple[GpuSample, ...],
@@ -64,6 +105,8 @@ def parse_fake_gpus(data: dict[str, Any], path: Path) -> tuple[bool, tuple[GpuSa
     raw = data.get("gpus", [])
     if not isinstance(raw, list):
         raise ConfigError(f"{path}: gpus must be a list")
+    if len(raw) > MAX_GPUS:
+        raise ConfigError(f"{path}: gpus: more than {MAX_GPUS}")
     gpus: list[GpuSample] = []
     failing: set[str] = set()
     seen: set[str] = set()
@@ -71,10 +114,12 @@ def parse_fake_gpus(data: dict[str, Any], path: Path) -> tuple[bool, tuple[GpuSa
         where = f"{path}: gpus[{i}]"
         if not isinstance(g, dict):
             raise ConfigError(f"{where}: expected a mapping")
-        index = _int(g.get("index", i), f"{where}.index")
+        index = _int(g.get("index", i), f"{where}.index", maximum=MAX_INDEX)
         uuid = g.get("uuid")
-        if not isinstance(uuid, str) or not uuid:
-            raise ConfigError(f"{where}.uuid: required (e.g. GPU-...)")
+        if not is_gpu_uuid(uuid):
+            raise ConfigError(f"{where}.uuid: required, up to 96 letters, digits, '.', '_' or "
+                              "'-' (e.g. GPU-...)")
+        assert isinstance(uuid, str)
         if uuid in seen:
             raise ConfigError(f"{where}.uuid: {uuid} appears twice")
         seen.add(uuid)
@@ -84,17 +129,19 @@ def parse_fake_gpus(data: dict[str, Any], path: Path) -> tuple[bool, tuple[GpuSa
         assert total is not None and reserved is not None and index is not None
         used = _int(g.get("memoryUsedBytes"), f"{where}.memoryUsedBytes", optional=True)
         if used is None:
-            used = sum(p.used_bytes or 0 for p in procs)
+            used = min(MAX_BYTES, sum(p.used_bytes or 0 for p in procs))
         free = _int(g.get("memoryFreeBytes"), f"{where}.memoryFreeBytes", optional=True)
         if free is None:
             free = max(0, total - used - reserved)
-        label = g.get("gpu", str(index))
+        fail = g.get("fail", False)
+        if not isinstance(fail, bool):
+            raise ConfigError(f"{where}.fail: must be true or false")
         gpus.append(
             GpuSample(
-                gpu=str(label),
+                gpu=_text(g.get("gpu", str(index)), f"{where}.gpu", 32),
                 index=index,
                 uuid=uuid,
-                model=str(g.get("model", "Fake GPU")),
+                model=_text(g.get("model", "Fake GPU"), f"{where}.model", 96),
                 total_bytes=total,
                 used_bytes=used,
                 free_bytes=free,
@@ -103,7 +150,7 @@ def parse_fake_gpus(data: dict[str, Any], path: Path) -> tuple[bool, tuple[GpuSa
                 mig=uuid.startswith("MIG-"),
             )
         )
-        if g.get("fail", False):
+        if fail:
             failing.add(uuid)
     return up, tuple(gpus), frozenset(failing)
 
@@ -111,12 +158,14 @@ def parse_fake_gpus(data: dict[str, Any], path: Path) -> tuple[bool, tuple[GpuSa
 def _processes(raw: Any, where: str) -> tuple[ProcessSample, ...]:
     if not isinstance(raw, list):
         raise ConfigError(f"{where}.processes: must be a list")
+    if len(raw) > MAX_PROCESSES_PER_GPU:
+        raise ConfigError(f"{where}.processes: more than {MAX_PROCESSES_PER_GPU}")
     out: list[ProcessSample] = []
     for j, p in enumerate(raw):
         w = f"{where}.processes[{j}]"
         if not isinstance(p, dict):
             raise ConfigError(f"{w}: expected a mapping with pid and usedBytes")
-        pid = _int(p.get("pid"), f"{w}.pid")
+        pid = _int(p.get("pid"), f"{w}.pid", minimum=1, maximum=MAX_PID)
         assert pid is not None
         out.append(ProcessSample(pid=pid, used_bytes=_int(p.get("usedBytes"), f"{w}.usedBytes",
                                                           optional=True)))
@@ -129,8 +178,9 @@ class FakeNvmlSource:
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
         self._mtime = self.path.stat().st_mtime_ns if self.path.exists() else 0
-        self.data = load_yaml(self.path)
-        self._up, self._gpus, self._failing = parse_fake_gpus(self.data, self.path)
+        data = load_yaml(self.path)
+        self.pods_ref: object = data.get("pods")  # the fake pods file named in it, if any
+        self._up, self._gpus, self._failing = parse_fake_gpus(data, self.path)
 
     def _reload_if_changed(self) -> int:
         try:
@@ -140,7 +190,6 @@ class FakeNvmlSource:
             self._mtime = mtime
             data = load_yaml(self.path)
             self._up, self._gpus, self._failing = parse_fake_gpus(data, self.path)
-            self.data = data
         except (OSError, ConfigError) as err:
             log.warning("fake NVML file not reloaded, keeping the previous one: %s", err)
             return 1

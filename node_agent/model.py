@@ -69,14 +69,25 @@ class CgroupIdentity:
     container_id: str | None = None
 
 
+class NoPod(StrEnum):
+    """What a ``/proc/<pid>/cgroup`` file says when it names no pod."""
+
+    HOST = "host"  # positively a host (non-kubepods) cgroup: a process in no pod
+    UNKNOWN = "unknown"  # empty, garbage, or ambiguous: we cannot tell, so we do not guess
+
+
+Placement = CgroupIdentity | NoPod
+
+
 @dataclass(frozen=True, slots=True)
 class ProcInfo:
-    """What ``/proc/<pid>`` says about a process. ``cgroup`` is None for a process in no pod."""
+    """What ``/proc/<pid>`` says about a process: its pod, or that it is in none (``NoPod``).
+    ``comm`` is already cleaned for use as a label (printable, at most 64 characters)."""
 
     pid: int
     start_time: int
     comm: str
-    cgroup: CgroupIdentity | None
+    cgroup: Placement
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from node_agent.model import GpuSample, NvmlReading, ProcessSample
 
 log = logging.getLogger(__name__)
 
-_NOT_AVAILABLE = 2**64 - 1  # NVML_VALUE_NOT_AVAILABLE, should pynvml not map it to None
+_MAX_BYTES = 2**63 - 1  # the report's int64; NVML_VALUE_NOT_AVAILABLE (2^64-1) is above it
 
 _INIT_FAILURES = {
     "NVMLError_LibraryNotFound": "the NVML library (libnvidia-ml.so.1) was not found: "
@@ -153,12 +153,12 @@ class NvmlSource:
         nvml = self._nvml
         try:
             m = nvml.nvmlDeviceGetMemoryInfo(handle, version=nvml.nvmlMemory_v2)
-            return int(m.total), int(m.used), int(m.free), int(m.reserved)
+            return _bytes(m.total), _bytes(m.used), _bytes(m.free), _bytes(m.reserved)
         except nvml.NVMLError as err:  # v2 not supported (old driver, some MIG handles)
             if _name(err) not in ("NVMLError_NotSupported", "NVMLError_FunctionNotFound"):
                 raise
         m = nvml.nvmlDeviceGetMemoryInfo(handle)
-        return int(m.total), int(m.used), int(m.free), 0
+        return _bytes(m.total), _bytes(m.used), _bytes(m.free), 0
 
     def _processes(self, handle: Any, uuid: str) -> tuple[ProcessSample, ...]:
         """Compute and MPS processes, one sample per pid. A GPU whose driver cannot list
@@ -181,8 +181,14 @@ class NvmlSource:
                 used = getattr(p, "usedGpuMemory", None)
                 pid = int(p.pid)
                 if by_pid.get(pid) is None:
-                    by_pid[pid] = int(used) if used is not None and used < _NOT_AVAILABLE else None
+                    by_pid[pid] = (int(used) if used is not None and 0 <= used <= _MAX_BYTES
+                                   else None)
         return tuple(ProcessSample(pid=pid, used_bytes=b) for pid, b in sorted(by_pid.items()))
+
+
+def _bytes(value: Any) -> int:
+    """A memory figure clamped to [0, 2^63-1]."""
+    return min(_MAX_BYTES, max(0, int(value)))
 
 
 def _text(value: str | bytes) -> str:

@@ -25,6 +25,15 @@ from typing import Any, Protocol
 from node_agent.errors import ConfigError
 from node_agent.fake_source import load_yaml
 from node_agent.model import Allocated, Allocations, CgroupIdentity, PodRef, SharingStrategy
+from node_agent.names import (
+    is_config_hash,
+    is_container_id,
+    is_container_name,
+    is_device_id,
+    is_namespace,
+    is_pod_name,
+    is_pod_uid,
+)
 from node_agent.podresources.client import ContainerDevices, KubeletUnavailable, PodDevices
 from node_agent.sharing import strategy_from
 
@@ -45,27 +54,57 @@ class PodInfo:
 # ---- pure helpers -------------------------------------------------------------------------
 
 
+MAX_DEVICE_IDS_PER_POD = 1024  # distinct GPUs / MIG instances after replicas are merged
+MAX_NODE_PODS = 10_000  # pods of one node from the API server (the kubelet allows ~110-1000)
+
+
 def normalize_device_id(device_id: str) -> str:
     """``GPU-x::3`` (a time-slicing replica) is GPU ``GPU-x``; other IDs are kept."""
     return device_id.split("::", 1)[0]
 
 
+def _pod_key(namespace: object, name: object) -> str | None:
+    if is_namespace(namespace) and is_pod_name(name):
+        return f"{namespace}/{name}"
+    return None
+
+
 def allocations_from(pods: Iterable[PodDevices]) -> Allocations:
-    """GPU allocations by ``namespace/name`` from the kubelet's List (``nvidia.com/*`` only)."""
+    """GPU allocations by ``namespace/name`` from the kubelet's List (``nvidia.com/*`` only).
+
+    A pod whose answer we cannot trust (a malformed name, a device ID that is no device ID, more
+    than ``MAX_DEVICE_IDS_PER_POD`` distinct GPUs) is left out: its allocation is then unknown,
+    never "not allocated", so a bad answer cannot accuse it of using a GPU it did not request.
+    """
     by_pod: dict[str, frozenset[str]] = {}
+    untrusted: set[str] = set()
     replicated = mig = False
     for pod in pods:
+        key = _pod_key(pod.namespace, pod.name)
+        if key is None:
+            continue
         ids: set[str] = set()
+        trusted = True
         for d in pod.devices:
             if not d.resource_name.startswith("nvidia.com/"):
                 continue
             mig = mig or d.resource_name.startswith("nvidia.com/mig-")
             for device_id in d.device_ids:
+                if not is_device_id(device_id):
+                    trusted = False
+                    break
                 replicated = replicated or "::" in device_id
                 mig = mig or device_id.startswith("MIG-")
                 ids.add(normalize_device_id(device_id))
-        key = f"{pod.namespace}/{pod.name}"
+            if not trusted or len(ids) > MAX_DEVICE_IDS_PER_POD:
+                trusted = False
+                break
+        if not trusted:
+            untrusted.add(key)
+            continue
         by_pod[key] = by_pod.get(key, frozenset()) | frozenset(ids)
+    for key in untrusted:
+        by_pod.pop(key, None)
     return Allocations(by_pod=by_pod, replicated=replicated, mig=mig)
 
 
@@ -74,24 +113,46 @@ def strip_runtime(container_id: str) -> str:
     return container_id.split("://", 1)[-1]
 
 
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _containers(status: Mapping[str, Any]) -> dict[str, str]:
+    """Container ID → name from a pod's status, for well-formed entries only."""
+    containers: dict[str, str] = {}
+    for key in ("initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses"):
+        statuses = status.get(key)
+        for cs in statuses if isinstance(statuses, list) else []:
+            entry = _mapping(cs)
+            cid, name = entry.get("containerID"), entry.get("name")
+            if isinstance(cid, str) and is_container_id(strip_runtime(cid)) \
+                    and is_container_name(name):
+                containers[strip_runtime(cid)] = name
+    return containers
+
+
 def pods_from_api_list(body: Mapping[str, Any]) -> list[PodInfo]:
-    """PodInfo from a ``PodList`` as JSON (the raw response; no model objects, less memory)."""
+    """PodInfo from a ``PodList`` as JSON (the raw response; no model objects, less memory).
+
+    Items the API server could not have sent (a name that is no Kubernetes name, a UID that is
+    no UUID) are skipped: their processes keep the pod UID from the cgroup, unnamed. At most
+    ``MAX_NODE_PODS`` items are read.
+    """
     out: list[PodInfo] = []
-    for item in body.get("items") or []:
-        meta = item.get("metadata") or {}
-        status = item.get("status") or {}
-        containers: dict[str, str] = {}
-        for key in ("initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses"):
-            for cs in status.get(key) or []:
-                if cs.get("containerID"):
-                    containers[strip_runtime(cs["containerID"])] = cs.get("name", "")
+    items = body.get("items")
+    for item in (items if isinstance(items, list) else [])[:MAX_NODE_PODS]:
+        meta = _mapping(_mapping(item).get("metadata"))
+        namespace, name, uid = meta.get("namespace"), meta.get("name"), meta.get("uid")
+        if not (is_namespace(namespace) and is_pod_name(name) and is_pod_uid(uid)):
+            continue
+        mirror = _mapping(meta.get("annotations")).get(MIRROR_ANNOTATION)
         out.append(
             PodInfo(
-                namespace=meta.get("namespace", ""),
-                name=meta.get("name", ""),
-                uid=meta.get("uid", ""),
-                containers=containers,
-                mirror_hash=(meta.get("annotations") or {}).get(MIRROR_ANNOTATION),
+                namespace=namespace,
+                name=name,
+                uid=uid,
+                containers=_containers(_mapping(_mapping(item).get("status"))),
+                mirror_hash=mirror if is_config_hash(mirror) else None,
             )
         )
     return out
@@ -162,50 +223,77 @@ class FakeNode:
     devices: tuple[PodDevices, ...]
 
 
+MAX_FAKE_PODS = 10_000
+
+
 def parse_fake_pods(data: Mapping[str, Any], path: Path) -> FakeNode:
-    """The fake node's pods file (format in docs/node-agent.md)."""
+    """The fake node's pods file (format in docs/node-agent.md); ConfigError on anything that
+    the API server or the kubelet could not have said."""
     node = data.get("node") or {}
     if not isinstance(node, dict):
         raise ConfigError(f"{path}: node must be a mapping")
     labels = node.get("labels") or {}
+    if not isinstance(labels, dict) or not all(
+            isinstance(k, str) and isinstance(v, (str, int, float)) and not isinstance(v, bool)
+            for k, v in labels.items()):
+        raise ConfigError(f"{path}: node.labels must map names to strings")
+    name = node.get("name")
+    if name is not None and not is_pod_name(name):
+        raise ConfigError(f"{path}: node.name must be a DNS subdomain name (e.g. gpu-node-1)")
     kubelet_up = data.get("kubeletUp", True)
     if not isinstance(kubelet_up, bool):
         raise ConfigError(f"{path}: kubeletUp must be true or false")
     raw = data.get("pods") or []
     if not isinstance(raw, list):
         raise ConfigError(f"{path}: pods must be a list")
-    pods: list[PodInfo] = []
-    devices: list[PodDevices] = []
-    for i, p in enumerate(raw):
-        where = f"{path}: pods[{i}]"
-        if not isinstance(p, dict) or not all(isinstance(p.get(k), str) and p.get(k)
-                                              for k in ("namespace", "name", "uid")):
-            raise ConfigError(f"{where}: needs namespace, name and uid")
-        containers: dict[str, str] = {}
-        pod_devices: list[ContainerDevices] = []
-        for c in p.get("containers") or []:
-            if not isinstance(c, dict) or not isinstance(c.get("name"), str):
-                raise ConfigError(f"{where}.containers: each needs a name")
-            if c.get("containerID"):
-                containers[strip_runtime(str(c["containerID"]))] = c["name"]
-            gpus = c.get("gpus") or []
-            if not isinstance(gpus, list):
-                raise ConfigError(f"{where}.containers[{c['name']}].gpus: must be a list")
-            if gpus:
-                resource = str(c.get("resourceName", "nvidia.com/gpu"))
-                pod_devices.append(ContainerDevices(c["name"], resource,
-                                                    tuple(str(g) for g in gpus)))
-        pods.append(PodInfo(p["namespace"], p["name"], p["uid"], containers,
-                            p.get("mirrorHash")))
-        devices.append(PodDevices(p["namespace"], p["name"], tuple(pod_devices)))
-    name = node.get("name")
+    if len(raw) > MAX_FAKE_PODS:
+        raise ConfigError(f"{path}: pods: more than {MAX_FAKE_PODS}")
+    parsed = [_fake_pod(p, f"{path}: pods[{i}]") for i, p in enumerate(raw)]
     return FakeNode(
-        name=str(name) if name else None,
-        labels={str(k): str(v) for k, v in labels.items()},
+        name=name,
+        labels={k: str(v) for k, v in labels.items()},
         kubelet_up=kubelet_up,
-        pods=tuple(pods),
-        devices=tuple(devices),
+        pods=tuple(info for info, _ in parsed),
+        devices=tuple(devices for _, devices in parsed),
     )
+
+
+def _fake_pod(p: Any, where: str) -> tuple[PodInfo, PodDevices]:
+    if not isinstance(p, dict):
+        raise ConfigError(f"{where}: expected a mapping with namespace, name and uid")
+    if not is_namespace(p.get("namespace")):
+        raise ConfigError(f"{where}.namespace: required, a DNS label (e.g. ml)")
+    if not is_pod_name(p.get("name")):
+        raise ConfigError(f"{where}.name: required, a DNS subdomain name (e.g. trainer-0)")
+    if not is_pod_uid(p.get("uid")):
+        raise ConfigError(f"{where}.uid: required, a lowercase UUID")
+    mirror = p.get("mirrorHash")
+    if mirror is not None and not is_config_hash(mirror):
+        raise ConfigError(f"{where}.mirrorHash: 32 lowercase hex digits")
+    raw = p.get("containers") or []
+    if not isinstance(raw, list):
+        raise ConfigError(f"{where}.containers: must be a list")
+    containers: dict[str, str] = {}
+    pod_devices: list[ContainerDevices] = []
+    for j, c in enumerate(raw):
+        w = f"{where}.containers[{j}]"
+        if not isinstance(c, dict) or not is_container_name(c.get("name")):
+            raise ConfigError(f"{w}.name: required, a DNS label (e.g. main)")
+        cid = c.get("containerID")
+        if cid is not None:
+            if not isinstance(cid, str) or not is_container_id(strip_runtime(cid)):
+                raise ConfigError(f"{w}.containerID: <runtime>://<64 hex digits>")
+            containers[strip_runtime(cid)] = c["name"]
+        gpus = c.get("gpus") or []
+        if not isinstance(gpus, list) or not all(is_device_id(g) for g in gpus):
+            raise ConfigError(f"{w}.gpus: a list of device IDs (e.g. GPU-..., MIG-...)")
+        resource = c.get("resourceName", "nvidia.com/gpu")
+        if not isinstance(resource, str) or not 0 < len(resource) <= 253:
+            raise ConfigError(f"{w}.resourceName: a resource name (e.g. nvidia.com/gpu)")
+        if gpus:
+            pod_devices.append(ContainerDevices(c["name"], resource, tuple(gpus)))
+    info = PodInfo(p["namespace"], p["name"], p["uid"], containers, mirror)
+    return info, PodDevices(p["namespace"], p["name"], tuple(pod_devices))
 
 
 class FakePods:
@@ -285,7 +373,9 @@ class ApiPods:
                                         timeout=self._timeout)
             self.index = index_pods(pods_from_api_list(pods))
             node = self._core.get_node(self._node, timeout=self._timeout)
-            self.labels = dict((node.get("metadata") or {}).get("labels") or {})
+            labels = _mapping(_mapping(node.get("metadata")).get("labels"))
+            self.labels = {k: v for k, v in labels.items()
+                           if isinstance(k, str) and isinstance(v, str)}
         except Exception as err:  # ApiError, or a malformed answer: keep the last good data
             log.warning("listing pods of node %s from the API server failed: %s", self._node,
                         getattr(err, "reason", None) or err)

@@ -19,6 +19,8 @@ KIND = "GPUNodeReport"
 # A pod's (or GPU's) bytes changed materially when it moved by more than both of these.
 MATERIAL_BYTES = 256 * 2**20
 MATERIAL_RATIO = 0.10
+# A container's pids in the report, lowest first: a tenant decides how many processes it runs.
+MAX_PIDS_PER_ENTRY = 64
 
 _ALLOCATED = {Allocated.TRUE: True, Allocated.FALSE: False}
 
@@ -37,7 +39,7 @@ def _pod_entry(c: ContainerUsage) -> dict[str, Any]:
         "container": c.pod.container,
         "allocated": _ALLOCATED.get(c.allocated),
         "bytes": c.used_bytes,
-        "pids": list(c.pids),
+        "pids": list(c.pids[:MAX_PIDS_PER_ENTRY]),
         "growthBytesPerSecond": round(growth, 3) if growth is not None else None,
     }
 

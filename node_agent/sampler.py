@@ -14,9 +14,11 @@ from node_agent.history import History, Key
 from node_agent.model import (
     ERROR_SOURCES,
     Allocated,
+    CgroupIdentity,
     ContainerUsage,
     GpuSample,
     GpuUsage,
+    NoPod,
     NvmlReading,
     PodRef,
     ProcessUsage,
@@ -25,6 +27,8 @@ from node_agent.model import (
 )
 from node_agent.pods import PodSource, PodView, allocation_of
 from node_agent.sharing import findings
+
+MAX_BYTES = 2**63 - 1  # the report's int64: a sum over thousands of processes stays inside
 
 
 class GpuSource(Protocol):
@@ -42,9 +46,9 @@ class ProcSource(Protocol):
 def attribute(info: ProcInfo | None, gpu_uuid: str, view: PodView) -> tuple[PodRef | None,
                                                                             Allocated]:
     """The pod of one process and whether that pod was allocated this GPU."""
-    if info is None:
-        return None, Allocated.UNKNOWN  # vanished or unreadable: unknown pod
-    if info.cgroup is None:
+    if info is None or info.cgroup is NoPod.UNKNOWN:
+        return None, Allocated.UNKNOWN  # vanished, unreadable or ambiguous: unknown pod
+    if info.cgroup is NoPod.HOST:
         return None, Allocated.HOST
     pod = view.resolve(info.cgroup)
     return pod, allocation_of(pod, gpu_uuid, view.allocations)
@@ -61,7 +65,7 @@ def sum_containers(processes: Iterable[ProcessUsage]) -> tuple[ContainerUsage, .
         out.append(ContainerUsage(
             pod=pod,
             allocated=allocated,
-            used_bytes=sum(p.used_bytes or 0 for p in procs),
+            used_bytes=min(MAX_BYTES, sum(p.used_bytes or 0 for p in procs)),
             pids=tuple(sorted(p.pid for p in procs)),
             growth_bytes_per_second=sum(rates) if rates else None,
         ))
@@ -97,7 +101,8 @@ class Sampler:
         self._procs.forget_all_but(infos)
         self.errors["proc"] += self._procs.errors - proc_errors_before
 
-        wanted = {i.cgroup.pod_uid for i in infos.values() if i is not None and i.cgroup}
+        wanted = {i.cgroup.pod_uid for i in infos.values()
+                  if i is not None and isinstance(i.cgroup, CgroupIdentity)}
         view = self._pods.view(wanted)
         for source, n in view.errors.items():
             self.errors[source] = self.errors.get(source, 0) + n

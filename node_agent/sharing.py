@@ -19,17 +19,34 @@ REPLICAS_LABEL = "nvidia.com/gpu.replicas"
 MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
 
 
+MAX_REPLICAS = 4096
+MESSAGE_PODS = 8  # pods named in a finding's message (its pods field lists them all)
+
+
+def replicas_from(value: object) -> int:
+    """``nvidia.com/gpu.replicas`` as a number in [1, MAX_REPLICAS]: a label any node admin (or
+    a tool) writes, so anything but plain ASCII digits is 1 and a huge number is clamped."""
+    if not (isinstance(value, str) and value.isascii() and value.isdigit()):
+        return 1
+    digits = value.lstrip("0")
+    if len(digits) > len(str(MAX_REPLICAS)):  # not parsed: a 10,000-digit label stays cheap
+        return MAX_REPLICAS
+    return min(MAX_REPLICAS, max(1, int(digits or "0")))
+
+
+def _label(labels: Mapping[str, str], key: str, default: str) -> str:
+    value = labels.get(key, default)
+    return value.strip().lower()[:64] if isinstance(value, str) else default
+
+
 def strategy_from(labels: Mapping[str, str], allocations: Allocations | None) -> SharingStrategy:
     """The node's sharing strategy from GPU feature discovery labels; without labels, guessed
     from the kubelet's device IDs (``<UUID>::<n>`` replicas → time-slicing, MIG ids → mig)."""
-    try:
-        replicas = max(1, int(labels.get(REPLICAS_LABEL, "1")))
-    except ValueError:
-        replicas = 1
-    kind = labels.get(STRATEGY_LABEL, "").strip().lower()
+    replicas = replicas_from(labels.get(REPLICAS_LABEL, "1"))
+    kind = _label(labels, STRATEGY_LABEL, "")
     if kind in ("time-slicing", "mps"):
         return SharingStrategy(kind, replicas)
-    if labels.get(MIG_STRATEGY_LABEL, "none") not in ("", "none"):
+    if _label(labels, MIG_STRATEGY_LABEL, "none") not in ("", "none"):
         return SharingStrategy("mig", replicas)
     if kind == "none":
         return SharingStrategy("none", replicas)
@@ -65,7 +82,10 @@ def findings_for(usage: GpuUsage, strategy: SharingStrategy) -> list[Finding]:
         ))
     if len(bytes_by_pod) >= 2:
         pods = tuple(sorted(bytes_by_pod))
-        shares = ", ".join(f"{k} {_gib(bytes_by_pod[k])}" for k in pods)
+        largest = sorted(pods, key=lambda k: (-bytes_by_pod[k], k))
+        shares = ", ".join(f"{k} {_gib(bytes_by_pod[k])}" for k in largest[:MESSAGE_PODS])
+        if len(largest) > MESSAGE_PODS:
+            shares += f" and {len(largest) - MESSAGE_PODS} more"
         if strategy.allows_sharing:
             kind = "intended-sharing"
             why = f"shared by {strategy.kind} (replicas {strategy.replicas})"

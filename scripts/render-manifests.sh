@@ -6,8 +6,8 @@
 #   scripts/render-manifests.sh OUT_DIR    # render elsewhere (the up-to-date test does this)
 #   HELM=/path/to/helm scripts/...         # which helm (default: $GPU_AUDITOR_CACHE/bin/helm, else PATH)
 #
-# Release "gpu-auditor" in namespace "gpu-auditor"; the Namespace object comes first, then the
-# CRD, then the chart's objects. The helm test pod is left out (it is for `helm test`).
+# Release "gpu-auditor" in namespace "gpu-auditor"; the Namespace object (with the pod-security
+# labels the agent needs) comes first, then the CRD, then the chart's objects. The helm test pod is left out (it is for `helm test`).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -44,6 +44,10 @@ trap 'rm -f "$tmp"' EXIT
   echo "  labels:"
   echo "    app.kubernetes.io/name: gpu-auditor"
   echo "    app.kubernetes.io/part-of: gpu-auditor"
+  # The agent mounts host paths and shares the host's PID namespace: Pod Security's
+  # `privileged` level (docs/install.md, Security). Keep this namespace for gpu-auditor alone.
+  echo "    pod-security.kubernetes.io/enforce: privileged"
+  echo "    pod-security.kubernetes.io/enforce-version: latest"
   "$helm_bin" template "$RELEASE" "$ROOT/charts/gpu-auditor" \
     --namespace "$NAMESPACE" --include-crds --skip-tests --kube-version "$KUBE_VERSION"
 } > "$tmp"

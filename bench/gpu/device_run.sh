@@ -49,6 +49,35 @@ for phase in "$@"; do
           echo "seed $sd expandable_segments:True rc=$?: $(tail -1 /tmp/s.log | cut -c1-200)" | tee -a "$OUT/gpu-varlen-seeds.log"
         fi
       done ;;
+    probecheck)  # the OOM probe on small real OOMs; PROBE_OK=1 when it wrote records that read back
+      timeout 300 python3 bench/gpu/probe_check.py --out "$OUT/probe-check.json" > /tmp/probe-check.log 2>&1
+      echo "probe_check rc=$?"; tail -25 /tmp/probe-check.log
+      if python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); c=r.get("cases") or r.get("results") or []; sys.exit(0 if any((x.get("record") or {}).get("status")=="ok" or x.get("status")=="ok" for x in c) else 1)' "$OUT/probe-check.json" 2>/dev/null; then
+        PROBE_OK=1; else PROBE_OK=; echo "probe records not usable: later phases run without the probe"; fi ;;
+    heldout)  # the held-out set: baseline, expandable_segments, max_split_size_mb:128, each code fix
+      rm -rf /tmp/heldout
+      timeout ${HELDOUT_LIMIT_S:-420} python3 bench/gpu/heldout/run_heldout.py --out /tmp/heldout \
+        --deadline-s $(( ${HELDOUT_LIMIT_S:-420} - 60 )) ${PROBE_OK:+--probe} ${ONLY:+--only "$ONLY"}
+      tar -czf "$OUT/gpu-heldout.tar.gz" -C /tmp heldout ;;
+    sweep)  # the calibration sweep and the non-PyTorch overhead (bench/gpu/sweep/run_all.sh)
+      rm -rf /tmp/sweepout
+      # the probe on when the check passed (an empty NO_PROBE loads it); off otherwise.
+      # (The 2026-12-01 sweep ran with the probe off: this line read NO_PROBE=${PROBE_OK:-1}.)
+      if [ -n "${PROBE_OK:-}" ]; then NO_PROBE=; else NO_PROBE=1; fi
+      NO_PROBE=$NO_PROBE bash bench/gpu/sweep/run_all.sh /tmp/sweepout
+      tar -czf "$OUT/gpu-sweep.tar.gz" -C /tmp sweepout ;;
+    proofprobe)  # the proof suite's baselines again, each with the probe loaded
+      rm -rf /tmp/proofprobe
+      timeout 200 python3 bench/gpu/run_proof.py --out /tmp/proofprobe --no-variants --probe \
+        --deadline-s 150 --tar gpu-proof-probe.tar.gz
+      cp /tmp/proofprobe/*.tar.gz "$OUT/" ;;
+    probeoverhead) timeout 240 python3 bench/gpu/probe_overhead.py --out "$OUT/probe-overhead.json" ;;
+    procroot)  # can the agent name host pids without hostPID? (chart's agent.hostPID)
+      cp tests/integration/test_chart_procroot_gpu.py tests/gpu/test_procroot_tmp.py
+      PYTHONPATH=operator:.${PYTHONPATH:+:$PYTHONPATH} timeout -k 5 120 python3 -m pytest -m gpu \
+        tests/gpu/test_procroot_tmp.py -v -s -rA -p no:cacheprovider 2>&1 | tee "$OUT/gpu-procroot.log"
+      rm -f tests/gpu/test_procroot_tmp.py ;;
+    hostpid) timeout -k 5 120 python3 bench/gpu/hostpid_check.py --out "$OUT/hostpid-check.json" 2>&1 | tail -20 ;;
     *) echo "unknown phase $phase" ;;
   esac
   echo "=== phase $phase done at $(el)s"

@@ -195,6 +195,13 @@ def wait_gpu_clean(limit_s: float = 15.0) -> list[str]:
     return apps
 
 
+PROBE_DIR = REPO / "probe"
+PROBE = {"on": False}
+"""When on (``--probe``), each run loads the OOM probe as a job would (``PYTHONPATH=probe``,
+``GPU_AUDITOR_PROBE=1``) and its record, written to a file of the run's own, lands in the run's
+entry as ``probe_record``. The probe only observes: the job's own log is unchanged."""
+
+
 def base_env() -> dict[str, str]:
     env = dict(os.environ)
     for k in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF"):
@@ -211,6 +218,14 @@ def run_one(
         env["PYTORCH_CUDA_ALLOC_CONF"] = conf
     cmd = [sys.executable, str(SCEN / scn["script"]), *scn["args"], *extra_args]
     log = logdir / f"{scn['name']}__{slug(variant)}.log"
+    record_path = logdir / f"{scn['name']}__{slug(variant)}.probe"
+    if PROBE["on"]:
+        record_path.unlink(missing_ok=True)
+        env["PYTHONPATH"] = str(PROBE_DIR) + (
+            os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
+        )
+        env["GPU_AUDITOR_PROBE"] = "1"
+        env["GPU_AUDITOR_PROBE_PATH"] = str(record_path)
     t0 = time.time()
     try:
         p = subprocess.run(
@@ -246,6 +261,9 @@ def run_one(
         "oom_line": oom_lines[-1][:600] if oom_lines else None,
         "last_lines": out.splitlines()[-3:],
         "gpu_apps_after": leftovers,
+        "probe_record": record_path.read_text(errors="replace")[:8192]
+        if PROBE["on"] and record_path.exists()
+        else None,
     }
     print(
         f"[{time.strftime('%H:%M:%S')}] {scn['name']:<20} {variant:<40} rc={rc:<3} "
@@ -325,12 +343,14 @@ def main() -> int:
     ap.add_argument("--run-timeout-s", type=float, default=150.0)
     ap.add_argument("--no-variants", action="store_true", help="baselines only")
     ap.add_argument("--tar", default="gpu-proof.tar.gz")
+    ap.add_argument("--probe", action="store_true", help="load the OOM probe in every run")
     ap.add_argument(
         "--resume",
         help="proof.json of an earlier call: runs recorded there are "
         "not repeated (their records are copied, marked with from_earlier_call)",
     )
     a = ap.parse_args()
+    PROBE["on"] = a.probe
     done: dict[tuple[str, str], dict] = {}
     if a.resume and Path(a.resume).exists():
         for r in json.loads(Path(a.resume).read_text())["runs"]:

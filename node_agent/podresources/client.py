@@ -7,6 +7,8 @@ kubelet (the fake node, the benchmarks) does not pay for them.
 from __future__ import annotations
 
 import importlib
+import os
+import stat
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,8 +73,29 @@ class PodResourcesClient:
             self._stub = api_pb2_grpc.PodResourcesListerStub(self._channel)
         return self._stub
 
+    def check_access(self) -> None:
+        """KubeletUnavailable, with the reason, when this process cannot use the socket.
+
+        The kubelet creates it with its umask (0755 under systemd's 022), owned by root, and
+        connecting to a unix socket needs write permission on it: so only uid 0 can, unless the
+        node's admin changed the mode or group. Checked before every List (the socket comes and
+        goes with the kubelet), so a non-root agent says why at once instead of gRPC failing."""
+        try:
+            mode = os.stat(self.socket_path).st_mode
+        except OSError as err:
+            raise KubeletUnavailable(f"{self.socket_path}: {err.strerror or err} (is the "
+                                     "kubelet's pod-resources directory mounted?)") from err
+        if not stat.S_ISSOCK(mode):
+            raise KubeletUnavailable(f"{self.socket_path}: not a socket")
+        if not os.access(self.socket_path, os.R_OK | os.W_OK, effective_ids=True):
+            raise KubeletUnavailable(
+                f"{self.socket_path}: uid {os.geteuid()} may not connect (mode "
+                f"{stat.S_IMODE(mode):04o}, owner uid {os.stat(self.socket_path).st_uid}): "
+                "connecting needs write permission on the socket; GPU allocation is unknown")
+
     def list(self) -> list[PodDevices]:
         stub = self._connect()
+        self.check_access()
         import grpc
 
         api_pb2: Any = importlib.import_module(f"{_GENERATED}.api_pb2")

@@ -54,11 +54,30 @@ def _pod(name: str, node: str, container: str, *, gpu: bool, fail: dict[str, str
                         "resources": resources}]}}
 
 
-def _crowded_gpu(work: Path) -> Path:
+def _with_real_uids(work: Path, uids: dict[str, str]) -> Path:
+    """A copy of the fake node example (pods.yaml, /proc) carrying the UIDs the API server gave
+    the demo's pods instead of the example's: the operator writes a report's finding only onto
+    the pod of the UID the report names."""
+    copy = work / "fake-node"
+    for source in FAKE_NODE.rglob("*"):
+        target = copy / source.relative_to(FAKE_NODE)
+        if source.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+            continue
+        text = source.read_text()
+        for fake, real in uids.items():  # cgroup paths spell a UID with underscores
+            text = text.replace(fake, real).replace(fake.replace("-", "_"),
+                                                    real.replace("-", "_"))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    return copy
+
+
+def _crowded_gpu(work: Path, fake_node: Path) -> Path:
     """The fake node example with ml/notebook-1 (no GPU requested) grown to fill GPU 0, as an
     unattended notebook does: the trainer sharing that GPU then dies at CUDA context creation."""
-    fake = yaml.safe_load((FAKE_NODE / "nvml.yaml").read_text())
-    fake["pods"] = str(FAKE_NODE / fake.get("pods", "pods.yaml"))
+    fake = yaml.safe_load((fake_node / "nvml.yaml").read_text())
+    fake["pods"] = str(fake_node / fake.get("pods", "pods.yaml"))
     gpu0 = fake["gpus"][0]
     trainer, trainer_helper, notebook = 48211, 48377, 51904
     context = 500 * 2**20  # the trainer got as far as its CUDA context
@@ -93,19 +112,22 @@ def run(cluster: LocalCluster) -> int:
 
     for ns in ("ml", "serving", "etl"):
         core.create_namespace({"metadata": {"name": ns}})
+    uids: dict[str, str] = {}
     for pod in fake["pods"]:  # the running pods the agent sees on its fake node
         gpu = any(c.get("gpus") for c in pod["containers"])
-        core.create_namespaced_pod(pod["namespace"], _pod(
+        created = core.create_namespaced_pod(pod["namespace"], _pod(
             pod["name"], node, pod["containers"][0]["name"], gpu=gpu))
+        uids[pod["uid"]] = created.metadata.uid
     work = cluster.workdir / "demo-logs"
     work.mkdir()
+    fake_node = _with_real_uids(work, uids)
     (work / "trainer-0.log").write_bytes(cri((LOGS / "context-oom.log").read_text()))
     cluster.serve_logs("ml", "trainer-0", current=work / "trainer-0.log", container="trainer")
 
     _say("starting the operator and the node agent (fake NVML, fake /proc)")
     operator = OperatorProcess(cluster).start()
-    AgentProcess(cluster, node, f"--nvml-fake={_crowded_gpu(work)}",
-                 f"--proc-root={FAKE_NODE / 'proc'}", "--interval=1",
+    AgentProcess(cluster, node, f"--nvml-fake={_crowded_gpu(work, fake_node)}",
+                 f"--proc-root={fake_node / 'proc'}", "--interval=1",
                  "--report-min-interval=1").start()
 
     cluster.wait(lambda: custom.get_cluster_custom_object(

@@ -212,25 +212,28 @@ def _gpu(uuid_: str, *pods: dict[str, Any], free: int = 1 * GIB) -> dict[str, An
             "memoryUsedBytes": 139 * GIB, "memoryFreeBytes": free, "pods": list(pods)}
 
 
-def _running_pod(env: dict[str, Any], ns: str, name: str, gpu: bool = True) -> None:
+def _running_pod(env: dict[str, Any], ns: str, name: str, gpu: bool = True) -> str:
+    """Creates the pod on the GPU node; its UID (a report names pods with their UID)."""
     resources = {"limits": {"nvidia.com/gpu": "1"}} if gpu else {}
-    _core(env).create_namespaced_pod(ns, {
+    return str(_core(env).create_namespaced_pod(ns, {
         "metadata": {"name": name},
         "spec": {"nodeName": env["node"], "containers": [
             {"name": "main", "image": "notebook", "resources": resources}]},
-    })
+    }).metadata.uid)
 
 
 def test_unintended_sharing_in_a_node_report_is_written_on_both_pods(
     env: dict[str, Any], ns: str
 ) -> None:
-    _running_pod(env, ns, "trainer")
-    _running_pod(env, ns, "notebook", gpu=False)
+    trainer_uid = _running_pod(env, ns, "trainer")
+    notebook_uid = _running_pod(env, ns, "notebook", gpu=False)
     _report(env, {"gpus": [_gpu("GPU-share",
                                 {"namespace": ns, "pod": "trainer", "container": "main",
-                                 "bytes": 60 * GIB, "allocated": True, "pids": [11]},
+                                 "podUID": trainer_uid, "bytes": 60 * GIB, "allocated": True,
+                                 "pids": [11]},
                                 {"namespace": ns, "pod": "notebook", "container": "main",
-                                 "bytes": 70 * GIB, "allocated": False, "pids": [12]})],
+                                 "podUID": notebook_uid, "bytes": 70 * GIB, "allocated": False,
+                                 "pids": [12]})],
                   "findings": [{"kind": "unintended-sharing", "gpuUUID": "GPU-share",
                                 "pods": [f"{ns}/trainer", f"{ns}/notebook"],
                                 "message": "2 pods on GPU-share, sharing strategy none"}]})

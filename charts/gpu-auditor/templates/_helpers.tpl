@@ -109,6 +109,95 @@ The image reference: repository@digest, else repository:tag (tag defaults to app
 {{- end }}
 
 {{/*
+The agent container's securityContext: the user from agent.runAsUser (0 only for the kubelet's
+root-owned pod-resources socket), then agent.securityContext merged over it.
+*/}}
+{{- define "gpu-auditor.agent.securityContext" -}}
+{{- $uid := int64 .Values.agent.runAsUser }}
+{{- $user := dict "runAsUser" $uid "runAsNonRoot" (ne $uid 0) }}
+{{- if ne $uid 0 }}
+{{- $_ := set $user "runAsGroup" $uid }}
+{{- end }}
+{{- toYaml (mergeOverwrite $user (deepCopy .Values.agent.securityContext)) }}
+{{- end }}
+
+{{/*
+The kube-rbac-proxy image of a component's metricsProxy values: repository@digest, else
+repository:tag.
+*/}}
+{{- define "gpu-auditor.metricsProxy.image" -}}
+{{- $image := .image }}
+{{- if $image.digest }}
+{{- printf "%s@%s" $image.repository $image.digest }}
+{{- else }}
+{{- printf "%s:%s" $image.repository $image.tag }}
+{{- end }}
+{{- end }}
+
+{{/*
+The kube-rbac-proxy container in front of a component's /metrics. Arguments (a dict): proxy (the
+component's metricsProxy values), port (the metrics port it serves over TLS), ignorePaths (a path
+passed on without a token, for the kubelet's probes; "" for none).
+*/}}
+{{- define "gpu-auditor.metricsProxy.container" -}}
+{{- $proxy := .proxy -}}
+- name: kube-rbac-proxy
+  image: {{ include "gpu-auditor.metricsProxy.image" $proxy }}
+  imagePullPolicy: {{ $proxy.image.pullPolicy }}
+  args:
+    - --secure-listen-address=0.0.0.0:{{ .port }}
+    - --upstream=http://127.0.0.1:{{ $proxy.upstreamPort }}/
+    {{- if .ignorePaths }}
+    # Probes reach {{ .ignorePaths }} without a token; every other path needs a token allowed
+    # to get the non-resource URL (SubjectAccessReview), e.g. /metrics.
+    - --ignore-paths={{ .ignorePaths }}
+    {{- else }}
+    # Every path needs a token allowed to get the non-resource URL (SubjectAccessReview).
+    {{- end }}
+    - --proxy-endpoints-port={{ $proxy.healthPort }}
+    {{- if $proxy.tlsSecretName }}
+    - --tls-cert-file=/etc/kube-rbac-proxy/tls.crt
+    - --tls-private-key-file=/etc/kube-rbac-proxy/tls.key
+    {{- end }}
+  ports:
+    - name: metrics
+      containerPort: {{ .port }}
+      protocol: TCP
+    - name: proxy-health
+      containerPort: {{ $proxy.healthPort }}
+      protocol: TCP
+  # The proxy's own /healthz (its endpoints port): restart a proxy that stopped serving.
+  livenessProbe:
+    httpGet:
+      path: /healthz
+      port: proxy-health
+      scheme: HTTPS
+    initialDelaySeconds: 5
+    periodSeconds: 20
+    timeoutSeconds: 5
+    failureThreshold: 3
+  {{- with $proxy.resources }}
+  resources:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  securityContext:
+    runAsNonRoot: true
+    runAsUser: 65532
+    runAsGroup: 65532
+    readOnlyRootFilesystem: true
+    allowPrivilegeEscalation: false
+    capabilities:
+      drop:
+        - ALL
+  {{- if $proxy.tlsSecretName }}
+  volumeMounts:
+    - name: metrics-proxy-tls
+      mountPath: /etc/kube-rbac-proxy
+      readOnly: true
+  {{- end }}
+{{- end }}
+
+{{/*
 Stable Prometheus job names. The alert rules in files/prometheus-rules.yaml select on them,
 so the ServiceMonitor/PodMonitor take the job name from this label instead of the object name.
 */}}
@@ -131,5 +220,29 @@ Fail early on combinations that cannot work.
 {{- end }}
 {{- if eq (int .Values.operator.metricsPort) (int .Values.operator.livenessPort) }}
 {{- fail "operator.metricsPort and operator.livenessPort must differ" }}
+{{- end }}
+{{- if and .Values.agent.enabled .Values.agent.report .Values.agent.reportPolicy.enabled (semverCompare "<1.30.0-0" .Capabilities.KubeVersion.Version) }}
+{{- fail "agent.reportPolicy.enabled needs Kubernetes >= 1.30 (ValidatingAdmissionPolicy v1, node-bound ServiceAccount tokens); on an older cluster set agent.reportPolicy.enabled=false, and any agent can then write every node's GPUNodeReport" }}
+{{- end }}
+{{- if and .Values.agent.enabled .Values.agent.metricsProxy.enabled }}
+{{- if .Values.podMonitor.enabled }}
+{{- fail "agent.metricsProxy.enabled needs a scraper that sends its token: use serviceMonitor.enabled (a PodMonitor cannot use Prometheus' own token)" }}
+{{- end }}
+{{- $ports := list (int .Values.agent.port) (int .Values.agent.metricsProxy.upstreamPort) (int .Values.agent.metricsProxy.healthPort) }}
+{{- if ne (len (uniq $ports)) 3 }}
+{{- fail "agent.port, agent.metricsProxy.upstreamPort and agent.metricsProxy.healthPort must differ" }}
+{{- end }}
+{{- end }}
+{{- if and .Values.operator.enabled .Values.operator.metricsProxy.enabled }}
+{{- if .Values.podMonitor.enabled }}
+{{- fail "operator.metricsProxy.enabled needs a scraper that sends its token: use serviceMonitor.enabled (a PodMonitor cannot use Prometheus' own token)" }}
+{{- end }}
+{{- $ports := list (int .Values.operator.metricsPort) (int .Values.operator.livenessPort) (int .Values.operator.metricsProxy.upstreamPort) (int .Values.operator.metricsProxy.healthPort) }}
+{{- if ne (len (uniq $ports)) 4 }}
+{{- fail "operator.metricsPort, operator.livenessPort, operator.metricsProxy.upstreamPort and operator.metricsProxy.healthPort must differ" }}
+{{- end }}
+{{- end }}
+{{- if and (not (kindIs "invalid" .Values.agent.podResourcesSocketGroup)) (eq (int64 .Values.agent.runAsUser) 0) }}
+{{- fail "agent.podResourcesSocketGroup is for a non-root agent: set agent.runAsUser too (root needs no group to reach the socket)" }}
 {{- end }}
 {{- end }}

@@ -2,6 +2,8 @@
 
 Only `@kopf.on.event` handlers: they keep no per-object state, so kopf writes no diff-base or
 progress annotations onto the cluster's pods (change-detection handlers would, on every pod).
+Neither handler raises: kopf never retries an event handler, so the services schedule their
+own retries, and a report is parsed into its typed value here, once.
 """
 
 from __future__ import annotations
@@ -12,11 +14,11 @@ from typing import Any
 
 import kopf
 
-from gpu_auditor.controller.kube import Retry
-from gpu_auditor.controller.nodereport import GROUP, PLURAL, VERSION
+from gpu_auditor.controller import metrics
+from gpu_auditor.controller.nodereport import GROUP, PLURAL, VERSION, InvalidReport, parse_report
 from gpu_auditor.controller.service import IGNORE_LABEL, Services
 
-RETRY_DELAY = 10
+log = logging.getLogger("gpu_auditor.operator")
 
 
 def _services(memo: Any) -> Services:
@@ -47,12 +49,18 @@ def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
     settings.watching.chunk_size = 500
     # Handlers block on API calls (3 per diagnosis, more with a log): a bounded pool keeps a
     # burst from starving the rest; 8 queued a 100-pod burst for up to 1.4 s at 5,000 pods,
-    # 32 brought the p99 under 0.5 s (bench/results/operator_scale.md).
+    # 32 brought the p99 under 0.5 s (bench/results/operator_scale.md). The diagnosis itself
+    # runs in worker processes (diagnoser.py): a handler thread only waits for it.
     settings.execution.max_workers = 32
     # Standalone: one replica (Deployment strategy Recreate); no peering objects needed.
     settings.peering.standalone = True
     settings.networking.request_timeout = 60
     settings.networking.connect_timeout = 10
+
+
+@kopf.on.cleanup()
+def stop_workers(memo: Any, **_: Any) -> None:
+    _services(memo).close()
 
 
 @kopf.on.login()
@@ -66,21 +74,22 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 def pod_event(body: kopf.Body, type: str | None, memo: Any, **_: Any) -> None:
     if type == "DELETED":
         return
-    try:
-        _services(memo).handle_pod(body)
-    except Retry as exc:
-        raise kopf.TemporaryError(str(exc), delay=RETRY_DELAY) from exc
+    _services(memo).handle_pod(body)
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
 def node_report_event(body: kopf.Body, type: str | None, memo: Any, **_: Any) -> None:
     if type == "DELETED":
         return
-    spec = dict(body.get("spec") or {})
     try:
-        _services(memo).handle_report(spec)
-    except Retry as exc:
-        raise kopf.TemporaryError(str(exc), delay=RETRY_DELAY) from exc
+        report = parse_report(dict(body))
+    except InvalidReport as exc:
+        metrics.REPORT_ITEMS_IGNORED.labels(exc.reason).inc()
+        log.warning("GPUNodeReport %s ignored: %s",
+                    str((body.get("metadata") or {}).get("name"))[:80], exc)
+        return
+    _services(memo).handle_report(report)
 
 
-__all__ = ["configure", "has_failed_container", "login", "node_report_event", "pod_event"]
+__all__ = ["configure", "has_failed_container", "login", "node_report_event", "pod_event",
+           "stop_workers"]

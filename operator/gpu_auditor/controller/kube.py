@@ -1,18 +1,22 @@
-"""Thin calls to the Kubernetes API, with the errors the operator acts on made explicit.
+"""Thin calls to the Kubernetes API, with the errors the operator acts on mapped to classes once.
 
 Built on the standard-library client the node agent uses (`node_agent.apiclient`), not on the
 `kubernetes` package: importing that package's models costs the operator 20-30 MiB of RSS
-(bench/results/operator_scale.md), for eight kinds of request.
+(bench/results/operator_scale.md), for a handful of kinds of request.
+
+Every name in a request path is validated (`names`) and escaped segment by segment before any
+request; every write to an object names the UID the operator means (`metadata.uid` in the merge
+patch), so the API server refuses it when the name now belongs to another object.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
-from urllib.parse import quote
 
-from gpu_auditor.controller import metrics
+from gpu_auditor.controller import metrics, names
 from gpu_auditor.controller.nodereport import GROUP, PLURAL, VERSION
 from node_agent.apiclient import ApiClient, ApiError
 
@@ -23,8 +27,46 @@ TIMEOUT = 30.0
 LOG_TIMEOUT = 60.0
 
 
-class Gone(Exception):
+class KubeError(Exception):
+    """A request the API server refused, or that got no answer."""
+
+    reason = "error"
+
+
+class Gone(KubeError):
     """The object no longer exists (404): nothing to do."""
+
+    reason = "not-found"
+
+
+class Forbidden(KubeError):
+    """403: the operator's RBAC does not allow it."""
+
+    reason = "forbidden"
+
+
+class Conflict(KubeError):
+    """409: the object exists already, or a precondition (its UID) did not hold."""
+
+    reason = "conflict"
+
+
+class Rejected(KubeError):
+    """400 / 422: the API server refused the request's content."""
+
+    reason = "invalid"
+
+
+class Retry(KubeError):
+    """A transient API failure (5xx, 429, no response): try again later."""
+
+    reason = "unavailable"
+
+
+_BY_STATUS: dict[int | None, type[KubeError]] = {
+    None: Retry, 429: Retry, 404: Gone, 403: Forbidden, 409: Conflict, 400: Rejected,
+    422: Rejected,
+}
 
 
 class LogUnavailable(Exception):
@@ -35,8 +77,10 @@ class LogUnavailable(Exception):
         self.reason = reason
 
 
-class Retry(Exception):
-    """A transient API failure (5xx, 429, connection): try again later."""
+def _error(verb: str, exc: ApiError) -> KubeError:
+    status = exc.status
+    cls = _BY_STATUS.get(status) or (Retry if status is not None and status >= 500 else KubeError)
+    return cls(f"{verb}: {exc}")
 
 
 def _call(verb: str, fn: Callable[[], T]) -> T:
@@ -44,15 +88,48 @@ def _call(verb: str, fn: Callable[[], T]) -> T:
     try:
         return fn()
     except ApiError as exc:
-        if exc.status == 404:
-            raise Gone(exc.reason) from exc
-        if exc.status is None or exc.status == 429 or exc.status >= 500:
-            raise Retry(f"{verb}: {exc}") from exc
-        raise
+        error = _error(verb, exc)
+        metrics.API_ERRORS.labels(verb, error.reason).inc()
+        raise error from exc
 
 
 def _ns(namespace: str, *parts: str) -> str:
-    return "/".join([f"/api/v1/namespaces/{quote(namespace)}", *(quote(p) for p in parts)])
+    """`/api/v1/namespaces/<ns>/<parts...>`, each segment validated upstream and escaped here."""
+    return "/".join([f"/api/v1/namespaces/{names.segment(namespace)}",
+                     *(names.segment(p) for p in parts)])
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A kind of object the operator annotates as the owner of a pod."""
+
+    kind: str
+    api_version: str
+    plural: str
+
+    def path(self, namespace: str, name: str) -> str:
+        group_version = self.api_version
+        return (f"/apis/{group_version}/namespaces/{names.segment(names.namespace(namespace))}"
+                f"/{self.plural}/{names.segment(names.object_name(name))}")
+
+
+WORKLOADS = {w.kind: w for w in (
+    Workload("Job", "batch/v1", "jobs"),
+    Workload("ReplicaSet", "apps/v1", "replicasets"),
+    Workload("Deployment", "apps/v1", "deployments"),
+    Workload("StatefulSet", "apps/v1", "statefulsets"),
+    Workload("DaemonSet", "apps/v1", "daemonsets"),
+)}
+"""Owner kinds the operator follows (a ReplicaSet only to reach its Deployment)."""
+
+
+def _metadata_patch(uid: str | None, annotations: Mapping[str, str | None]) -> dict[str, Any]:
+    meta: dict[str, Any] = {"annotations": dict(annotations)}
+    if uid:
+        # A precondition: the API server refuses the patch when the object of that name has
+        # another UID (it was deleted and recreated, or a reference named the wrong one).
+        meta["uid"] = uid
+    return {"metadata": meta}
 
 
 class KubeApi:
@@ -62,8 +139,9 @@ class KubeApi:
         self.api = api
 
     def read_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        path = _ns(names.namespace(namespace), "pods", names.object_name(name))
         pod: dict[str, Any] = _call("get_pod", lambda: self.api.request(
-            "GET", _ns(namespace, "pods", name), timeout=TIMEOUT))
+            "GET", path, timeout=TIMEOUT))
         return pod
 
     def read_log(
@@ -75,25 +153,31 @@ class KubeApi:
                  "limitBytes": str(limit_bytes)}
         if previous:
             query["previous"] = "true"
+        path = _ns(names.namespace(namespace), "pods", names.object_name(name), "log")
         try:
             data = _call("get_log", lambda: self.api.request_bytes(
-                "GET", _ns(namespace, "pods", name, "log"), query=query, timeout=LOG_TIMEOUT))
+                "GET", path, query=query, timeout=LOG_TIMEOUT))
         except Gone:
             raise
         except Retry as exc:
             raise LogUnavailable("unavailable", str(exc)) from exc
-        except ApiError as exc:
-            reason = {403: "forbidden", 400: "bad-request"}.get(exc.status or 0, "error")
-            raise LogUnavailable(reason, exc.reason) from exc
+        except Forbidden as exc:
+            raise LogUnavailable("forbidden", str(exc)) from exc
+        except Rejected as exc:
+            raise LogUnavailable("bad-request", str(exc)) from exc
+        except KubeError as exc:
+            raise LogUnavailable("error", str(exc)) from exc
         return data[:limit_bytes]
 
     def patch_pod_annotations(
-        self, namespace: str, name: str, annotations: Mapping[str, str | None]
+        self, namespace: str, name: str, annotations: Mapping[str, str | None],
+        *, uid: str | None = None,
     ) -> None:
-        body = {"metadata": {"annotations": dict(annotations)}}
+        """Merge `annotations` into the pod's; with `uid`, only onto the pod of that UID."""
+        path = _ns(names.namespace(namespace), "pods", names.object_name(name))
+        body = _metadata_patch(uid, annotations)
         _call("patch_pod", lambda: self.api.request(
-            "PATCH", _ns(namespace, "pods", name), body=body, content_type=MERGE_PATCH,
-            timeout=TIMEOUT))
+            "PATCH", path, body=body, content_type=MERGE_PATCH, timeout=TIMEOUT))
 
     def post_event(
         self, pod: Mapping[str, Any], *, name: str, reason: str, message: str,
@@ -101,11 +185,11 @@ class KubeApi:
     ) -> bool:
         """Create the Event; False when an Event of that name exists already (posted before)."""
         meta = pod.get("metadata") or {}
-        namespace = str(meta.get("namespace") or "")
+        namespace = names.namespace(meta.get("namespace"))
         now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         body = {
             "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": name, "namespace": namespace},
+            "metadata": {"name": names.object_name(name), "namespace": namespace},
             "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": meta.get("name"),
                                "namespace": namespace, "uid": meta.get("uid")},
             "reason": reason, "message": message, "type": event_type, "count": 1,
@@ -116,53 +200,33 @@ class KubeApi:
         try:
             _call("create_event", lambda: self.api.request(
                 "POST", _ns(namespace, "events"), body=body, timeout=TIMEOUT))
-        except ApiError as exc:
-            if exc.status == 409:
-                return False
-            raise
+        except Conflict:
+            return False
         return True
 
     def read_node_report(self, node: str) -> dict[str, Any] | None:
-        path = f"/apis/{GROUP}/{VERSION}/{PLURAL}/{quote(node)}"
+        """The whole GPUNodeReport object of `node`, or None (absent, or not readable)."""
+        path = f"/apis/{GROUP}/{VERSION}/{PLURAL}/{names.segment(names.object_name(node))}"
         try:
-            obj = _call("get_report", lambda: self.api.request("GET", path, timeout=TIMEOUT))
-        except Gone:
+            obj: dict[str, Any] = _call("get_report", lambda: self.api.request(
+                "GET", path, timeout=TIMEOUT))
+        except (Gone, Forbidden):
             return None
-        except ApiError as exc:
-            if exc.status == 403:
-                return None
-            raise
-        return dict(obj.get("spec") or {})
+        return obj
 
-    def patch_owner(
-        self, namespace: str, owner_references: list[Mapping[str, Any]],
-        annotations: Mapping[str, str],
-    ) -> str | None:
-        """Annotate the workload that owns the pod: a Job, or the Deployment behind a
-        ReplicaSet, or a StatefulSet / DaemonSet. Returns `Kind/name` or None."""
-        owner = next((o for o in owner_references if o.get("controller")), None)
-        if owner is None:
-            return None
-        kind, name = str(owner.get("kind")), str(owner.get("name"))
-        apps = f"/apis/apps/v1/namespaces/{quote(namespace)}"
-        if kind == "ReplicaSet":
-            rs = _call("get_replicaset", lambda: self.api.request(
-                "GET", f"{apps}/replicasets/{quote(name)}", timeout=TIMEOUT))
-            parent = next((o for o in rs.get("metadata", {}).get("ownerReferences") or []
-                           if o.get("controller")), None)
-            if parent is None or parent.get("kind") != "Deployment":
-                return None
-            kind, name = "Deployment", str(parent.get("name"))
-        collections = {
-            "Job": f"/apis/batch/v1/namespaces/{quote(namespace)}/jobs",
-            "Deployment": f"{apps}/deployments",
-            "StatefulSet": f"{apps}/statefulsets",
-            "DaemonSet": f"{apps}/daemonsets",
-        }
-        if kind not in collections:
-            return None
-        body = {"metadata": {"annotations": dict(annotations)}}
+    def read_workload(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
+        workload = WORKLOADS[kind]
+        path = workload.path(namespace, name)
+        obj: dict[str, Any] = _call(f"get_{kind.lower()}", lambda: self.api.request(
+            "GET", path, timeout=TIMEOUT))
+        return obj
+
+    def patch_workload(
+        self, kind: str, namespace: str, name: str, uid: str, annotations: Mapping[str, str],
+    ) -> None:
+        """Merge `annotations` into the workload's, only if it still has `uid`."""
+        workload = WORKLOADS[kind]
+        path = workload.path(namespace, name)
+        body = _metadata_patch(uid, annotations)
         _call(f"patch_{kind.lower()}", lambda: self.api.request(
-            "PATCH", f"{collections[kind]}/{quote(name)}", body=body, content_type=MERGE_PATCH,
-            timeout=TIMEOUT))
-        return f"{kind}/{name}"
+            "PATCH", path, body=body, content_type=MERGE_PATCH, timeout=TIMEOUT))

@@ -25,3 +25,26 @@ API_REQUESTS = Counter(
     "gpu_auditor_operator_api_requests", "Kubernetes API requests the operator made, by verb.",
     ["verb"],
 )
+DIAGNOSIS_FAILURES = Counter(
+    "gpu_auditor_diagnosis_failures",
+    "Terminations whose diagnosis failed, by reason: error (the diagnosis raised), timeout (over "
+    "its budget), crashed (its worker process died), internal (the operator's own code raised).",
+    ["reason"],
+)
+OWNER_WRITES_REFUSED = Counter(
+    "gpu_auditor_owner_writes_refused",
+    "Owner annotations not written because the pod's owner reference could not be verified, by "
+    "reason: invalid-reference (a name or UID that is not valid), uid-mismatch (the object of "
+    "that name has another UID).",
+    ["reason"],
+)
+REPORT_ITEMS_IGNORED = Counter(
+    "gpu_auditor_report_items_ignored",
+    "Parts of GPUNodeReports the operator did not act on, by reason (see docs/operator.md).",
+    ["reason"],
+)
+API_ERRORS = Counter(
+    "gpu_auditor_operator_api_errors",
+    "Kubernetes API requests of the operator that failed, by verb and reason.",
+    ["verb", "reason"],
+)

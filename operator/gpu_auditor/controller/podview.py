@@ -11,8 +11,17 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpu_auditor.controller import names
+
 ALLOC_CONF_VARIABLES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 """Both names work from torch 2.10; the old one wins when both are set, so it is read first."""
+MAX_ALLOC_CONF = 1024
+"""Characters of a job's allocator setting the operator reads: every key torch has, each with a
+long value, takes about 700. A longer value is not read, not merged, not echoed."""
+MAX_IMAGE = 1024
+"""Characters of an image reference searched for a torch release (a registry path, a 128-char
+tag and a digest fit in 512)."""
+MAX_QUANTITY = 64
 
 _QUANTITY = re.compile(r"^([0-9.]+(?:[eE][-+]?[0-9]+)?)([a-zA-Z]*)$")
 _SUFFIX = {
@@ -22,6 +31,7 @@ _SUFFIX = {
 # pytorch/pytorch:2.1.0-cuda12.1-...: a torch release in the tag. NGC's nvcr.io/nvidia/pytorch:24.01
 # tags are year.month, not torch releases: only majors 1 and 2 count.
 _TORCH_IN_IMAGE = re.compile(r"(?:pytorch|torch)[^:/]*:v?([12]\.\d{1,2})(?![\d])", re.IGNORECASE)
+_TORCH_IN_ENV = re.compile(r"(\d{1,3}\.\d{1,3})(?:[.+-]|$)")
 
 
 @dataclass(frozen=True)
@@ -48,17 +58,33 @@ class Termination:
         return self.reason == "OOMKilled"
 
 
+@dataclass(frozen=True)
+class AllocConf:
+    """The job's allocator setting as the operator may use it."""
+
+    value: str | None
+    """What the diagnosis reads and merges into its recommendation; None when unset or
+    ignored."""
+    ignored: str | None = None
+    """Why a value that is set was not read (for the evidence)."""
+
+
 def parse_quantity(value: object) -> int | None:
-    """A Kubernetes quantity ('512Mi', '1G', '2e9') in whole units; None when unreadable."""
+    """A Kubernetes quantity ('512Mi', '1G', '2e9') in whole units; None when unreadable or
+    absurd (2**63 or more)."""
     if value is None:
         return None
-    match = _QUANTITY.match(str(value).strip())
+    text = str(value).strip()
+    match = _QUANTITY.match(text) if len(text) <= MAX_QUANTITY else None
     if not match or match.group(2) not in _SUFFIX:
         return None
     number, suffix = match.groups()
-    if suffix == "m":
-        return int(float(number) / 1000)
-    return int(float(number) * _SUFFIX[suffix])
+    try:
+        amount = float(number) / 1000 if suffix == "m" else float(number) * _SUFFIX[suffix]
+        result = int(amount)
+    except (ValueError, OverflowError):
+        return None
+    return result if 0 <= result < 2**63 else None
 
 
 def terminations(pod: Mapping[str, Any]) -> Iterator[Termination]:
@@ -68,6 +94,8 @@ def terminations(pod: Mapping[str, Any]) -> Iterator[Termination]:
     """
     for status in (pod.get("status") or {}).get("containerStatuses") or []:
         name = status.get("name", "")
+        if not names.is_label(name):
+            continue  # the API server allows none; a key we could not record would recur
         restarts = int(status.get("restartCount") or 0)
         current = ((status.get("state") or {}).get("terminated")) or None
         last = ((status.get("lastState") or {}).get("terminated")) or None
@@ -111,22 +139,34 @@ def env_value(container: Mapping[str, Any], variable: str) -> str | None:
     return None
 
 
-def current_alloc_conf(container: Mapping[str, Any]) -> str | None:
+def current_alloc_conf(container: Mapping[str, Any]) -> AllocConf:
+    """The job's allocator setting, read only when it is of a size and alphabet torch's own
+    parser could mean (printable ASCII, at most MAX_ALLOC_CONF characters)."""
     for variable in ALLOC_CONF_VARIABLES:
         value = env_value(container, variable)
-        if value is not None:
-            return value
-    return None
+        if value is None:
+            continue
+        if len(value) > MAX_ALLOC_CONF:
+            return AllocConf(None, f"{variable} not read: {len(value)} characters, over the "
+                                   f"{MAX_ALLOC_CONF}-character limit")
+        if not all(" " <= c <= "~" for c in value):
+            return AllocConf(None, f"{variable} not read: characters other than printable "
+                                   "ASCII")
+        return AllocConf(value)
+    return AllocConf(None)
 
 
 def torch_version_hint(container: Mapping[str, Any]) -> str | None:
     """The torch release the job declares: env TORCH_VERSION / PYTORCH_VERSION, else an image
-    tag like pytorch/pytorch:2.1.0-cuda12.1-cudnn8-runtime."""
+    tag like pytorch/pytorch:2.1.0-cuda12.1-cudnn8-runtime. Only `major.minor`, each at most
+    three digits, is ever passed on."""
     for variable in ("TORCH_VERSION", "PYTORCH_VERSION"):
         value = env_value(container, variable)
-        if value and re.match(r"^\d+\.\d+", value):
-            return ".".join(value.split(".")[:2])
-    match = _TORCH_IN_IMAGE.search(str(container.get("image") or ""))
+        match = _TORCH_IN_ENV.match(value[:32]) if value else None
+        if match:
+            return match.group(1)
+    image = str(container.get("image") or "")
+    match = _TORCH_IN_IMAGE.search(image) if len(image) <= MAX_IMAGE else None
     return match.group(1) if match else None
 
 

@@ -32,7 +32,9 @@ def test_helm_lint_is_clean(helm: Path, values_file: str | None) -> None:
 def test_there_are_ci_values_variants_for_the_switches() -> None:
     text = "\n".join((CHART / "ci" / f).read_text() for f in CI_VALUES)
     for switch in ("serviceMonitor", "podMonitor", "prometheusRule", "dashboards", "namespaces",
-                   "enabled: false"):
+                   "enabled: false", "hostPID", "runAsUser", "podResourcesSocketGroup",
+                   "reportPolicy", "metricsProxy", "tlsSecretName", "networkPolicy",
+                   "metricsFrom", "cidrs"):
         assert switch in text, f"no ci/*-values.yaml exercises {switch}"
 
 
@@ -126,12 +128,15 @@ def test_manifests_hold_namespace_crd_and_workloads_without_the_helm_test() -> N
             if d]
     assert docs[0] == {"apiVersion": "v1", "kind": "Namespace", "metadata": {
         "name": "gpu-auditor", "labels": {"app.kubernetes.io/name": "gpu-auditor",
-                                          "app.kubernetes.io/part-of": "gpu-auditor"}}}
+                                          "app.kubernetes.io/part-of": "gpu-auditor",
+                                          "pod-security.kubernetes.io/enforce": "privileged",
+                                          "pod-security.kubernetes.io/enforce-version": "latest"}}}
     kinds = [d["kind"] for d in docs]
     assert kinds.index("CustomResourceDefinition") < kinds.index("DaemonSet")
     assert {"DaemonSet", "Deployment", "ClusterRole", "ClusterRoleBinding", "ServiceAccount",
             "Service"} <= set(kinds)
     assert "Pod" not in kinds
     for doc in docs[1:]:
-        if doc["kind"] not in ("ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"):
+        if doc["kind"] not in ("ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition",
+                               "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
             assert doc["metadata"]["namespace"] == "gpu-auditor", doc["metadata"]["name"]

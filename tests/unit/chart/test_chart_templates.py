@@ -36,12 +36,23 @@ def test_daemonset_runs_only_on_gpu_nodes_by_default(render: Render) -> None:
     assert agent_pod(render())["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
 
 
-def test_daemonset_shares_the_host_pid_namespace_because_nvml_reports_host_pids(
-    render: Render,
-) -> None:
+def test_daemonset_shares_the_host_pid_namespace_by_default(render: Render) -> None:
     pod = agent_pod(render())
     assert pod["hostPID"] is True
     assert "--proc-root=/proc" in container(pod)["args"]
+    assert not [v for v in pod["volumes"] if v.get("hostPath", {}).get("path") == "/proc"]
+
+
+def test_without_host_pid_the_agent_reads_the_hosts_proc_mounted_read_only(
+    render: Render,
+) -> None:
+    pod = agent_pod(render("agent.hostPID=false"))
+    assert pod["hostPID"] is False
+    c = container(pod)
+    assert "--proc-root=/host/proc" in c["args"] and "--proc-root=/proc" not in c["args"]
+    (volume,) = [v for v in pod["volumes"] if v.get("hostPath", {}).get("path") == "/proc"]
+    (mount,) = [m for m in c["volumeMounts"] if m["name"] == volume["name"]]
+    assert mount == {"name": volume["name"], "mountPath": "/host/proc", "readOnly": True}
 
 
 def test_daemonset_mounts_the_kubelet_pod_resources_folder_read_only(render: Render) -> None:
@@ -106,16 +117,43 @@ def test_agent_runs_without_capabilities_on_a_read_only_root(render: Render) -> 
     assert "privileged" not in sc
 
 
-def test_agent_probes_call_healthz_on_the_metrics_port(render: Render) -> None:
+def test_agent_runs_as_root_by_default_only_for_the_kubelet_socket(render: Render) -> None:
+    pod = agent_pod(render())
+    sc = container(pod)["securityContext"]
+    assert sc["runAsUser"] == 0 and sc["runAsNonRoot"] is False
+    assert "supplementalGroups" not in pod["securityContext"]
+    comment = (CHART / "values.yaml").read_text().split("  runAsUser: 0")[0].rsplit("# --", 1)[1]
+    assert "pod-resources socket" in comment and "world-readable" in comment
+
+
+def test_a_non_root_agent_gets_the_socket_group_and_its_own_group(render: Render) -> None:
+    pod = agent_pod(render("agent.runAsUser=10001", "agent.podResourcesSocketGroup=2000"))
+    sc = container(pod)["securityContext"]
+    assert (sc["runAsUser"], sc["runAsGroup"], sc["runAsNonRoot"]) == (10001, 10001, True)
+    assert pod["securityContext"]["supplementalGroups"] == [2000]
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+
+
+def test_a_socket_group_for_a_root_agent_is_refused(helm: Any) -> None:
+    result = run_helm(helm, "template", "rel", str(CHART), "--kube-version", "v1.36.3",
+                      "--set", "agent.podResourcesSocketGroup=2000", check=False)
+    assert result.returncode != 0
+    assert "set agent.runAsUser too" in result.stderr
+
+
+def test_agent_probes_differ_liveness_on_healthz_readiness_on_the_open_port(
+    render: Render,
+) -> None:
     c = container(agent_pod(render()))
-    for probe in ("livenessProbe", "readinessProbe"):
-        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert "httpGet" not in c["readinessProbe"]
+    assert c["readinessProbe"]["tcpSocket"] == {"port": "metrics"}
 
 
 def test_agent_resources_are_modest(render: Render) -> None:
     assert container(agent_pod(render()))["resources"] == {
-        "requests": {"cpu": "50m", "memory": "64Mi"},
-        "limits": {"cpu": "200m", "memory": "128Mi"},
+        "requests": {"cpu": "50m", "memory": "64Mi", "ephemeral-storage": "32Mi"},
+        "limits": {"cpu": "200m", "memory": "128Mi", "ephemeral-storage": "128Mi"},
     }
 
 
@@ -163,6 +201,7 @@ def test_operator_repeats_the_namespace_flag_per_watched_namespace(render: Rende
 def test_operator_liveness_probe_calls_kopf_healthz_on_8080(render: Render) -> None:
     c = container(operator_pod(render()))
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "liveness"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/metrics", "port": "metrics"}
     assert {"name": "liveness", "containerPort": 8080, "protocol": "TCP"} in c["ports"]
     assert {"name": "metrics", "containerPort": 9402, "protocol": "TCP"} in c["ports"]
 
@@ -202,69 +241,7 @@ def test_an_image_digest_wins_over_the_tag(render: Render) -> None:
     assert container(agent_pod(objects))["image"] == f"ghcr.io/gpu-auditor/gpu-auditor@{digest}"
 
 
-# -- RBAC ------------------------------------------------------------------------------------
-
-def rules(objects: list[dict[str, Any]], suffix: str) -> set[tuple[str, str, str]]:
-    role = only(objects, "ClusterRole", suffix)
-    return {(group, resource, verb) for rule in role["rules"] for group in rule["apiGroups"]
-            for resource in rule["resources"] for verb in rule["verbs"]}
-
-
-def test_agent_rbac_allows_exactly_reports_pods_and_its_node(render: Render) -> None:
-    reports = {("gpu-auditor.io", "gpunodereports", v)
-               for v in ("get", "list", "watch", "create", "update", "patch")}
-    pods = {("", "pods", v) for v in ("get", "list", "watch")}
-    assert rules(render(), "-agent") == reports | pods | {("", "nodes", "get")}
-
-
-def test_operator_rbac_allows_exactly_what_diagnosis_needs(render: Render) -> None:
-    expected = {
-        *{("", "pods", v) for v in ("get", "list", "watch", "patch")},
-        ("", "pods/log", "get"),
-        ("", "events", "create"), ("", "events", "patch"),
-        ("events.k8s.io", "events", "create"), ("events.k8s.io", "events", "patch"),
-        ("batch", "jobs", "get"), ("batch", "jobs", "patch"),
-        ("apps", "replicasets", "get"),
-        *{("apps", r, v) for r in ("deployments", "statefulsets", "daemonsets")
-          for v in ("get", "patch")},
-        *{("gpu-auditor.io", "gpunodereports", v) for v in ("get", "list", "watch")},
-        ("", "namespaces", "list"), ("", "namespaces", "watch"),
-        ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
-        ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
-    }
-    assert rules(render(), "-operator") == expected
-
-
-def test_no_role_grants_wildcards_secrets_or_deletes(render: Render) -> None:
-    for suffix in ("-agent", "-operator"):
-        for group, resource, verb in rules(render(), suffix):
-            assert "*" not in (group, resource, verb)
-            assert resource != "secrets"
-            assert verb not in ("delete", "deletecollection", "escalate", "bind", "impersonate")
-
-
-def test_every_rbac_rule_says_why_in_a_comment() -> None:
-    for template in ("agent-rbac.yaml", "operator-rbac.yaml"):
-        lines = (CHART / "templates" / template).read_text().splitlines()
-        for i, line in enumerate(lines):
-            if line.strip().startswith("- apiGroups:"):
-                assert lines[i - 1].strip().startswith("#"), (
-                    f"{template}:{i + 1}: rule without a comment above it")
-
-
-def test_each_component_has_its_own_service_account_bound_to_its_own_role(
-    render: Render,
-) -> None:
-    objects = render()
-    for suffix, pod in (("-agent", agent_pod(objects)), ("-operator", operator_pod(objects))):
-        account = only(objects, "ServiceAccount", suffix)["metadata"]["name"]
-        assert pod["serviceAccountName"] == account
-        binding = only(objects, "ClusterRoleBinding", suffix)
-        role = only(objects, "ClusterRole", suffix)["metadata"]["name"]
-        assert binding["roleRef"]["name"] == role
-        assert binding["subjects"] == [
-            {"kind": "ServiceAccount", "name": account, "namespace": "gpu-auditor"}]
-
+# -- RBAC (the grants themselves: test_chart_rbac.py) ----------------------------------------
 
 def test_existing_service_accounts_without_rbac(render: Render) -> None:
     objects = render(values=["ci/agent-only-values.yaml"])
@@ -372,6 +349,11 @@ def test_long_release_names_still_fit_in_63_characters(render: Render) -> None:
     "agent.port=70000",
     "image.pullPolicy=Sometimes",
     "operator.annotationPrefix=no-slash",
+    "operator.namespaces={ml-*}",
+    "agent.runAsUser=-1",
+    "agent.hostPID=maybe",
+    "networkPolicy.apiServer.cidrs={not-a-cidr}",
+    "agent.metricsProxy.typo=1",
 ])
 def test_the_schema_rejects_unknown_or_invalid_values(helm: Any, bad: str) -> None:
     result = run_helm(helm, "template", "rel", str(CHART), "--kube-version", "v1.36.3",

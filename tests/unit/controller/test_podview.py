@@ -57,6 +57,7 @@ def test_a_pod_without_status_has_no_terminations() -> None:
 @pytest.mark.parametrize(("quantity", "expected"), [
     ("512Mi", 512 * 2**20), ("1Gi", 2**30), ("2G", 2 * 10**9), ("1e9", 10**9),
     ("1500m", 1), ("100", 100), ("lots", None), (None, None),
+    ("1e999", None), ("9" * 400, None), ("8Ei", None), ("1" * 65, None), ("7Ei", 7 * 2**60),
 ])
 def test_quantities_are_read_in_bytes(quantity: str | None, expected: int | None) -> None:
     assert podview.parse_quantity(quantity) == expected
@@ -65,7 +66,24 @@ def test_quantities_are_read_in_bytes(quantity: str | None, expected: int | None
 def test_the_old_alloc_conf_name_wins_when_both_are_set() -> None:
     container = {"env": [{"name": "PYTORCH_ALLOC_CONF", "value": "max_split_size_mb:64"},
                          {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segments:True"}]}
-    assert podview.current_alloc_conf(container) == "expandable_segments:True"
+    assert podview.current_alloc_conf(container).value == "expandable_segments:True"
+
+
+@pytest.mark.parametrize(("value", "read", "why"), [
+    ("a" * 1024, True, None),
+    ("a" * 1025, False, "PYTORCH_CUDA_ALLOC_CONF not read: 1025 characters, over the "
+                        "1024-character limit"),
+    ("expandable_segments:True\n", False, "PYTORCH_CUDA_ALLOC_CONF not read: characters other "
+                                          "than printable ASCII"),
+    ("expandable_segments:Trüe", False, "PYTORCH_CUDA_ALLOC_CONF not read: characters other "
+                                        "than printable ASCII"),
+])
+def test_a_jobs_alloc_conf_is_read_only_within_1024_printable_ascii_characters(
+    value: str, read: bool, why: str | None
+) -> None:
+    found = podview.current_alloc_conf({"env": [{"name": "PYTORCH_CUDA_ALLOC_CONF",
+                                                 "value": value}]})
+    assert (found.value == value, found.ignored) == (read, why)
 
 
 @pytest.mark.parametrize(("container", "hint"), [
@@ -73,6 +91,10 @@ def test_the_old_alloc_conf_name_wins_when_both_are_set() -> None:
     ({"image": "nvcr.io/nvidia/pytorch:24.01-py3"}, None),
     ({"image": "trainer", "env": [{"name": "TORCH_VERSION", "value": "1.13.1"}]}, "1.13"),
     ({"image": "registry/team/trainer:7"}, None),
+    ({"image": "trainer", "env": [{"name": "TORCH_VERSION", "value": "2.11.0+cu130"}]}, "2.11"),
+    ({"image": "trainer", "env": [{"name": "TORCH_VERSION", "value": "2." + "1" * 300_000}]},
+     None),
+    ({"image": "pytorch/pytorch:2.1.0" + "-x" * 600}, None),  # over 1024 characters: not read
 ])
 def test_the_torch_release_is_read_from_env_or_image_tag(
     container: dict[str, Any], hint: str | None

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from agent_helpers import GPU0, StaticGpus, fake_pods, gpu
+from agent_helpers import GPU0, UID_A, UID_B, StaticGpus, fake_pods, gpu
 from apiserver_helpers import FakeApiServer, Pki, b64, kubeconfig, make_pki, serve
 
 from node_agent import apiclient
@@ -285,19 +285,19 @@ def test_api_pods_and_the_publisher_over_the_client(pki: Pki, tls_server: FakeAp
     tls_server.nodes["node-1"] = {"metadata": {"name": "node-1", "labels": {
         "nvidia.com/gpu.sharing-strategy": "time-slicing", "nvidia.com/gpu.replicas": "2"}}}
     tls_server.pods = [
-        {"metadata": {"namespace": "ml", "name": "a", "uid": "uid-a"},
+        {"metadata": {"namespace": "ml", "name": "a", "uid": UID_A},
          "spec": {"nodeName": "node-1"},
          "status": {"containerStatuses": [{"name": "main",
                                            "containerID": "containerd://" + "c" * 64}]}},
-        {"metadata": {"namespace": "ml", "name": "b", "uid": "uid-b"},
+        {"metadata": {"namespace": "ml", "name": "b", "uid": UID_B},
          "spec": {"nodeName": "node-2"}}]
     kc = kubeconfig(tmp_path / "kc", tls_server.url,
                     cluster={"certificate-authority-data": b64(pki.ca.cert)},
                     user={"token": "t"})
     client = load_kubeconfig(kc)
-    view = ClusterPods(None, ApiPods(ApiClient(client), "node-1")).view(["uid-a"])
+    view = ClusterPods(None, ApiPods(ApiClient(client), "node-1")).view([UID_A])
     assert view.errors == {}
-    assert set(view.index) == {"uid-a"}
+    assert set(view.index) == {UID_A}
     assert (view.strategy.kind, view.strategy.replicas) == ("time-slicing", 2)
     assert tls_server.requests[0].path == "/api/v1/pods?fieldSelector=spec.nodeName%3Dnode-1"
 

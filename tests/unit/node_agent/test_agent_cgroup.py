@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from node_agent.cgroup import parse_cgroup_file, parse_cgroup_path
-from node_agent.model import CgroupIdentity
+from node_agent.cgroup import classify_cgroup_path, parse_cgroup_file, parse_cgroup_path
+from node_agent.model import CgroupIdentity, NoPod
 
 pytestmark = pytest.mark.unit
 
@@ -100,7 +100,70 @@ def test_colons_inside_the_path_are_kept() -> None:
     assert parse_cgroup_file(text) == CgroupIdentity(UID, CID)
 
 
-def test_host_process_file_and_garbage_give_none() -> None:
-    assert parse_cgroup_file("0::/user.slice/user-0.slice/session-1.scope\n") is None
-    assert parse_cgroup_file("") is None
-    assert parse_cgroup_file("not a cgroup line\n") is None
+def test_a_host_process_file_is_host() -> None:
+    assert parse_cgroup_file("0::/user.slice/user-0.slice/session-1.scope\n") is NoPod.HOST
+
+
+def test_a_cgroup_v1_host_process_with_unmanaged_root_controllers_is_host() -> None:
+    text = ("12:rdma:/\n11:memory:/system.slice/ollama.service\n"
+            "1:name=systemd:/system.slice/ollama.service\n0::/system.slice/ollama.service\n")
+    assert parse_cgroup_file(text) is NoPod.HOST
+
+
+def test_a_host_process_seen_from_the_agents_private_cgroup_namespace_is_host() -> None:
+    assert parse_cgroup_file("0::/../../../../system.slice/ollama.service\n") is NoPod.HOST
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("", id="empty"),
+        pytest.param("\n\n", id="blank-lines"),
+        pytest.param("not a cgroup line\n", id="no-colons"),
+        pytest.param("x::/user.slice\n", id="hierarchy-not-a-number"),
+        pytest.param("0::user.slice\n", id="relative-path"),
+        pytest.param("0::/\n", id="only-the-root"),
+        pytest.param("0::/../../..\n", id="only-a-climb"),
+        pytest.param("0::/kubepods.slice/kubepods-burstable.slice\n", id="qos-slice-no-pod"),
+        pytest.param("0::/kubepods/besteffort/podnot-a-uid/abc\n", id="kubepods-garbage-uid"),
+        pytest.param(f"0::/../cri-containerd-{CID}.scope\n", id="sibling-container"),
+        pytest.param(f"0::/../../{CID}\n", id="sibling-container-cgroupfs"),
+        pytest.param("0::/system.slice/a\x1b[31mb.service\n", id="control-characters"),
+        pytest.param("0::/system.slice/../kubepods\n", id="dot-dot-inside"),
+        pytest.param("0::/user.slice\n12:memory:garbage\n", id="host-and-garbage"),
+        pytest.param("\x00\xff\xfe:\x01:\x02\n", id="binary"),
+        pytest.param(f"0::/kubepods/pod{UID}/{CID}\n"
+                     f"1:memory:/kubepods/pod{STATIC}/{CID}\n", id="two-different-pods"),
+    ],
+)
+def test_garbage_or_ambiguous_cgroup_is_unknown_never_host(text: str) -> None:
+    assert parse_cgroup_file(text) is NoPod.UNKNOWN
+
+
+def test_a_pod_line_wins_over_garbage_and_unmanaged_lines() -> None:
+    text = f"12:rdma:/\nnonsense\n0::/kubepods/besteffort/pod{UID}/{CID}\n"
+    assert parse_cgroup_file(text) == CgroupIdentity(UID, CID)
+
+
+def test_a_pod_whose_lines_disagree_on_the_container_keeps_the_pod_only() -> None:
+    other = "f" * 64
+    text = f"1:memory:/kubepods/pod{UID}/{CID}\n0::/kubepods/pod{UID}/{other}\n"
+    assert parse_cgroup_file(text) == CgroupIdentity(UID, None)
+
+
+def test_a_sub_cgroup_a_tenant_creates_cannot_change_its_pod_or_container() -> None:
+    """Below its own container's cgroup a process may create more (cgroup delegation): a
+    segment named like another pod or container there does not count."""
+    other_uid = "99999999-8888-4777-8666-555555555555"
+    path = (f"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{U_}.slice/"
+            f"cri-containerd-{CID}.scope/kubepods-pod{other_uid.replace('-', '_')}.slice/"
+            f"{'e' * 64}")
+    assert classify_cgroup_path(path) == CgroupIdentity(UID, CID)
+
+
+def test_a_long_hostile_path_is_parsed_in_linear_time() -> None:
+    """64 KiB of near-misses for the pod and container patterns (the procfs read limit)."""
+    path = "/" + "-pod" * 16384
+    assert classify_cgroup_path(path) is NoPod.HOST
+    path = "/kubepods/" + ("0" * 63 + "/") * 1000
+    assert classify_cgroup_path(path) is NoPod.UNKNOWN

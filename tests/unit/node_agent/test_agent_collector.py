@@ -156,6 +156,23 @@ def test_a_vanished_pid_is_an_unknown_pod_and_a_proc_error(node) -> None:
                               {"node": NODE, "source": "proc"}) == 1
 
 
+def test_a_garbage_cgroup_is_unknown_with_no_pod_and_no_finding(node) -> None:
+    """Before: anything that named no pod was labelled host. A process we cannot place must
+    not be called a host process, nor make a sharing finding with pod a."""
+    gpus, root = node
+    write_proc(root, 400, cgroup="0::/kubepods.slice/kubepods-burstable.slice\n")  # no pod
+    write_proc(root, 401, cgroup="\x00\x01garbage")
+    gpus.gpus = [gpu(0, GPU0, [(100, 10 * GIB), (400, 2 * GIB), (401, GIB)])]
+    r = scrape(sampler_for(node))
+    assert r.get_sample_value("gpu_auditor_process_gpu_memory_bytes",
+                              proc_labels(GPU0, "", "", "", "", "unknown")) == 3 * GIB
+    assert r.get_sample_value("gpu_auditor_process_gpu_memory_bytes",
+                              proc_labels(GPU0, "", "", "", "", "host")) is None
+    assert r.get_sample_value("gpu_auditor_gpu_pods",
+                              {"node": NODE, "gpu": "0", "uuid": GPU0}) == 1
+    assert b"gpu_auditor_sharing_finding{" not in generate_latest(r)
+
+
 def test_kubelet_down_makes_allocation_unknown_and_counts_an_error(node) -> None:
     r = scrape(sampler_for(node, fake_pods(kubelet_up=False)))
     assert r.get_sample_value("gpu_auditor_kubelet_up", {"node": NODE}) == 0

@@ -71,7 +71,8 @@ def test_a_bad_reload_keeps_the_previous_gpus_and_counts_an_error(tmp_path: Path
     ("text", "message"),
     [
         ("gpus: {}", "gpus must be a list"),
-        ("gpus:\n- uuid: GPU-a\n  memoryTotalBytes: -1\n", "memoryTotalBytes: expected a non-"),
+        ("gpus:\n- uuid: GPU-a\n  memoryTotalBytes: -1\n",
+         r"memoryTotalBytes: expected an integer in \[0, 9223372036854775807\], got -1"),
         ("gpus:\n- uuid: GPU-a\n  memoryTotalBytes: 1\n  processes: [{pid: x}]\n",
          r"processes\[0\].pid"),
         ("- a list", "expected a mapping at the top level"),

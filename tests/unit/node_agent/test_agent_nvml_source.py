@@ -158,6 +158,12 @@ def test_used_gpu_memory_not_available_is_none_not_a_crash() -> None:
     assert [p.used_bytes for p in g.processes] == [None, None]
 
 
+def test_used_gpu_memory_above_2_to_the_63_is_not_a_figure() -> None:
+    nvml = FakeNvml([FakeDevice("GPU-a", procs=[(7, 2**63 - 1), (8, 2**63), (9, -1)])])
+    (g,) = NvmlSource(nvml).sample().gpus
+    assert [p.used_bytes for p in g.processes] == [2**63 - 1, None, None]
+
+
 def test_memory_v1_fallback_when_v2_is_not_supported() -> None:
     nvml = FakeNvml([FakeDevice("GPU-old", procs=[(7, GIB)], v2=False)])
     (g,) = NvmlSource(nvml).sample().gpus

@@ -155,3 +155,28 @@ def test_a_pass_with_the_kubelet_socket_missing_still_completes(proc_root: Path,
     assert not snapshot.kubelet_up
     assert set(allocations(snapshot).values()) == {Allocated.UNKNOWN}
     assert snapshot.errors["kubelet"] == 1
+
+
+def test_a_socket_this_uid_may_not_write_is_unavailable_with_the_reason(
+        kubelet: tuple[Path, Lister], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A socket without write permission for us (the kubelet's is root-owned, 0755): the agent
+    is told why and gRPC is not asked. Root passes every access check, so when the tests run
+    as root, access() answers as it would for another uid."""
+    socket, lister = kubelet
+    socket.chmod(0o555)
+    import os
+
+    if os.geteuid() == 0:
+        monkeypatch.setattr(os, "access", lambda path, mode, **kw: not mode & os.W_OK)
+    client = PodResourcesClient(str(socket), timeout=2)
+    with pytest.raises(KubeletUnavailable, match=r"uid \d+ may not connect \(mode 0555, "
+                       r"owner uid \d+\): connecting needs write permission"):
+        client.list()
+    assert lister.calls == 0
+
+
+def test_a_file_that_is_not_a_socket_is_unavailable(tmp_path: Path) -> None:
+    path = tmp_path / "kubelet.sock"
+    path.write_text("not a socket")
+    with pytest.raises(KubeletUnavailable, match="not a socket"):
+        PodResourcesClient(str(path), timeout=0.5).list()

@@ -49,12 +49,15 @@ def test_non_gpu_devices_and_gpu_less_pods() -> None:
     assert a.by_pod == {"ml/a": frozenset(), "ml/b": frozenset()}
 
 
+UID_A = "aaaaaaaa-1111-4222-8333-444444444444"
+UID_MIRROR = "eeeeeeee-1111-4222-8333-444444444444"
+C1, C0 = "1" * 64, "0" * 64
 API_LIST = {
     "items": [
-        {"metadata": {"namespace": "ml", "name": "a", "uid": "uid-a"},
-         "status": {"containerStatuses": [{"name": "main", "containerID": "containerd://c1"}],
-                    "initContainerStatuses": [{"name": "init", "containerID": "cri-o://c0"}]}},
-        {"metadata": {"namespace": "kube-system", "name": "etcd-node-1", "uid": "mirror-uid",
+        {"metadata": {"namespace": "ml", "name": "a", "uid": UID_A},
+         "status": {"containerStatuses": [{"name": "main", "containerID": f"containerd://{C1}"}],
+                    "initContainerStatuses": [{"name": "init", "containerID": f"cri-o://{C0}"}]}},
+        {"metadata": {"namespace": "kube-system", "name": "etcd-node-1", "uid": UID_MIRROR,
                       "annotations": {"kubernetes.io/config.mirror": "f" * 32}},
          "status": {}},
     ]
@@ -63,10 +66,98 @@ API_LIST = {
 
 def test_api_pods_are_indexed_by_uid_and_static_pods_by_config_hash() -> None:
     index = index_pods(pods_from_api_list(API_LIST))
-    assert resolve(index, CgroupIdentity("uid-a", "c1")) == PodRef("ml", "a", "uid-a", "main")
-    assert resolve(index, CgroupIdentity("uid-a", "c0")).container == "init"
+    assert resolve(index, CgroupIdentity(UID_A, C1)) == PodRef("ml", "a", UID_A, "main")
+    assert resolve(index, CgroupIdentity(UID_A, C0)).container == "init"
     assert resolve(index, CgroupIdentity("f" * 32, None)) == PodRef(
-        "kube-system", "etcd-node-1", "mirror-uid", "")
+        "kube-system", "etcd-node-1", UID_MIRROR, "")
+
+
+def api_pod(namespace: object = "ml", name: object = "a", uid: object = UID_A,
+            **extra: object) -> dict[str, Any]:
+    return {"metadata": {"namespace": namespace, "name": name, "uid": uid, **extra},
+            "status": {"containerStatuses": [{"name": "main", "containerID": f"docker://{C1}"}]}}
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        pytest.param(api_pod(name="x" * 254), id="name-254-characters"),
+        pytest.param(api_pod(name="a\nb"), id="name-with-newline"),
+        pytest.param(api_pod(namespace="ML"), id="namespace-uppercase"),
+        pytest.param(api_pod(namespace="n" * 64), id="namespace-64-characters"),
+        pytest.param(api_pod(uid="uid-a"), id="uid-not-a-uuid"),
+        pytest.param(api_pod(uid=None), id="uid-missing"),
+        pytest.param(api_pod(name=["a"]), id="name-a-list"),
+        pytest.param({"metadata": "x"}, id="metadata-a-string"),
+        pytest.param("x", id="item-a-string"),
+    ],
+)
+def test_api_pods_with_names_the_api_server_could_not_have_sent_are_skipped(item: Any) -> None:
+    good = api_pod(name="b", uid="bbbbbbbb-1111-4222-8333-444444444444")
+    assert [p.name for p in pods_from_api_list({"items": [item, good]})] == ["b"]
+
+
+def test_api_pod_names_at_the_kubernetes_limits_are_kept() -> None:
+    item = api_pod(namespace="n" * 63, name="p" * 253)
+    [pod] = pods_from_api_list({"items": [item]})
+    assert (len(pod.namespace), len(pod.name), pod.containers) == (63, 253, {C1: "main"})
+
+
+def test_malformed_container_statuses_and_mirror_hashes_are_dropped_not_fatal() -> None:
+    item = api_pod(annotations={"kubernetes.io/config.mirror": "../../x"})
+    item["status"] = {"containerStatuses": [
+        {"name": "main", "containerID": "containerd://not-hex"},
+        {"name": "Bad Name", "containerID": f"containerd://{C0}"},
+        "garbage",
+        {"name": "side", "containerID": f"containerd://{C1}"},
+    ], "initContainerStatuses": "garbage"}
+    [pod] = pods_from_api_list({"items": [item]})
+    assert (pod.containers, pod.mirror_hash) == ({C1: "side"}, None)
+
+
+def test_at_most_10000_pods_are_read_from_one_list() -> None:
+    items = [api_pod(name=f"p{i}", uid=f"{i:08x}-1111-4222-8333-444444444444")
+             for i in range(10_001)]
+    assert len(pods_from_api_list({"items": items})) == 10_000
+
+
+def test_a_kubelet_answer_with_a_bad_device_id_makes_that_pod_unknown_not_unallocated() -> None:
+    a = allocations_from([
+        pd("ml", "a", ("main", "nvidia.com/gpu", ["GPU-x", "GPU-\x00" + "y" * 5000])),
+        pd("ml", "b", ("main", "nvidia.com/gpu", ["GPU-y"])),
+    ])
+    assert a.by_pod == {"ml/b": frozenset({"GPU-y"})}
+    assert allocation_of(PodRef("ml", "a", UID_A, "main"), "GPU-z", a) is Allocated.UNKNOWN
+
+
+def test_a_kubelet_answer_with_over_1024_distinct_gpus_for_a_pod_is_not_trusted() -> None:
+    ids = [f"GPU-{i}" for i in range(1025)]
+    a = allocations_from([pd("ml", "a", ("main", "nvidia.com/gpu", ids)),
+                          pd("ml", "b", ("main", "nvidia.com/gpu", ids[:1024]))])
+    assert set(a.by_pod) == {"ml/b"} and len(a.by_pod["ml/b"]) == 1024
+
+
+def test_time_slicing_replicas_of_one_gpu_count_once_toward_the_bound() -> None:
+    ids = [f"GPU-x::{i}" for i in range(5000)]
+    a = allocations_from([pd("ml", "a", ("main", "nvidia.com/gpu", ids))])
+    assert a.by_pod == {"ml/a": frozenset({"GPU-x"})}
+
+
+def test_kubelet_pods_with_malformed_names_are_skipped() -> None:
+    a = allocations_from([pd("ml", "a" * 254, ("main", "nvidia.com/gpu", ["GPU-x"])),
+                          pd("", "b", ("main", "nvidia.com/gpu", ["GPU-x"]))])
+    assert a.by_pod == {}
+
+
+def test_node_labels_that_are_not_strings_are_dropped() -> None:
+    class Core(FakeCoreV1):
+        def get_node(self, name: str, *, timeout: float) -> dict[str, Any]:
+            return {"metadata": {"labels": {"nvidia.com/gpu.replicas": 5, "a": "b",
+                                            "nvidia.com/gpu.sharing-strategy": ["mps"]}}}
+
+    pods = ApiPods(Core(), "node-1")
+    assert pods.refresh_if_needed([]) == 0
+    assert pods.labels == {"a": "b"}
 
 
 def test_an_unknown_uid_keeps_the_uid_only() -> None:
@@ -125,12 +216,12 @@ def test_api_pods_relist_on_an_unknown_uid_at_most_every_min_refresh() -> None:
     now = [0.0]
     api = FakeCoreV1()
     pods = ApiPods(api, "node-1", min_refresh=15, max_age=300, clock=lambda: now[0])
-    assert pods.refresh_if_needed(["uid-a"]) == 0
+    assert pods.refresh_if_needed([UID_A]) == 0
     assert pods.labels == {"nvidia.com/gpu.sharing-strategy": "mps"}
     now[0] = 5.0
     pods.refresh_if_needed(["uid-new"])  # too soon
     now[0] = 16.0
-    pods.refresh_if_needed(["uid-a"])  # known: no need
+    pods.refresh_if_needed([UID_A])  # known: no need
     pods.refresh_if_needed(["uid-new"])  # unknown and old enough
     assert api.calls.count("list_pods") == 2
 
@@ -152,5 +243,5 @@ def test_the_example_fake_node_loads() -> None:
 def test_a_bad_fake_pods_file_is_a_clear_config_error(tmp_path: Path) -> None:
     bad = tmp_path / "pods.yaml"
     bad.write_text("pods:\n- namespace: ml\n  name: a\n")
-    with pytest.raises(ConfigError, match=r"pods\[0\]: needs namespace, name and uid"):
+    with pytest.raises(ConfigError, match=r"pods\[0\].uid: required, a lowercase UUID"):
         FakePods.from_file(bad)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 from agent_helpers import CID_A, UID_A, pod_cgroup, write_proc
 
-from node_agent.model import CgroupIdentity
-from node_agent.procfs import ProcReader, parse_start_time
+from node_agent.model import CgroupIdentity, NoPod
+from node_agent.procfs import ProcReader, clean_comm, parse_start_time
 
 pytestmark = pytest.mark.unit
 
@@ -30,7 +31,7 @@ def test_a_pod_process_is_read_with_its_pod(proc_root: Path) -> None:
 def test_a_host_process_has_no_pod(proc_root: Path) -> None:
     write_proc(proc_root, 11)
     info = ProcReader(proc_root).read(11)
-    assert info is not None and info.cgroup is None
+    assert info is not None and info.cgroup is NoPod.HOST
 
 
 def test_a_vanished_pid_reads_as_none_and_counts_an_error(proc_root: Path) -> None:
@@ -57,11 +58,11 @@ def test_pid_reuse_is_detected_by_start_time(proc_root: Path) -> None:
     write_proc(proc_root, 30, cgroup=pod_cgroup(UID_A, CID_A), start=100, comm="python")
     reader = ProcReader(proc_root)
     before = reader.read(30)
-    assert before is not None and before.cgroup is not None
+    assert before is not None and isinstance(before.cgroup, CgroupIdentity)
     write_proc(proc_root, 30, cgroup="0::/system.slice/sshd.service\n", start=200, comm="sshd")
     after = reader.read(30)
     assert after is not None
-    assert (after.start_time, after.comm, after.cgroup) == (200, "sshd", None)
+    assert (after.start_time, after.comm, after.cgroup) == (200, "sshd", NoPod.HOST)
 
 
 def test_forget_drops_pids_not_seen_in_the_pass(proc_root: Path) -> None:
@@ -72,3 +73,65 @@ def test_forget_drops_pids_not_seen_in_the_pass(proc_root: Path) -> None:
     first_41 = reader.read(41)
     reader.forget_all_but([40])
     assert reader.read(41) is not first_41  # read again, not from the cache
+
+
+def test_a_garbage_cgroup_file_is_an_unknown_pod_not_a_host_process(proc_root: Path) -> None:
+    write_proc(proc_root, 13, cgroup="\x00garbage\n")
+    info = ProcReader(proc_root).read(13)
+    assert info is not None and info.cgroup is NoPod.UNKNOWN
+
+
+def test_processes_of_one_container_share_one_parsed_cgroup(proc_root: Path) -> None:
+    write_proc(proc_root, 14, cgroup=pod_cgroup(UID_A, CID_A))
+    write_proc(proc_root, 15, cgroup=pod_cgroup(UID_A, CID_A))
+    reader = ProcReader(proc_root)
+    a, b = reader.read(14), reader.read(15)
+    assert a is not None and b is not None and a.cgroup is b.cgroup
+
+
+@pytest.mark.parametrize(
+    ("raw", "label"),
+    [
+        (b"python\n", "python"),
+        (b"evil\x1b[2J\n", "evil?[2J"),
+        (b"a\tb\rc\x7f", "a?b?c?"),
+        (b"\xff\xfename", "\ufffd\ufffdname"),
+        (b"rtl\xe2\x80\xaeexe", "rtl?exe"),  # U+202E RIGHT-TO-LEFT OVERRIDE
+        (b"x" * 200, "x" * 64),
+    ],
+)
+def test_comm_is_cleaned_for_labels(raw: bytes, label: str) -> None:
+    assert clean_comm(raw) == label
+
+
+def test_a_stat_start_time_with_thousands_of_digits_is_refused() -> None:
+    rest = ["S"] + ["0"] * 18 + ["9" * 4000] + ["0"] * 30
+    with pytest.raises(ValueError):
+        parse_start_time(f"1 (x) {' '.join(rest)}")
+    rest[19] = "9" * 20
+    assert parse_start_time(f"1 (x) {' '.join(rest)}") == 10**20 - 1
+
+
+def test_a_cgroup_file_over_64_kib_is_a_failed_read(proc_root: Path) -> None:
+    write_proc(proc_root, 16, cgroup="0::/" + "a" * 65531 + "\n")  # 65,536 bytes: the limit
+    assert ProcReader(proc_root).read(16) is not None
+    write_proc(proc_root, 17, cgroup="0::/" + "a" * 65532 + "\n")  # 65,537 bytes
+    reader = ProcReader(proc_root)
+    assert reader.read(17) is None and reader.errors == 1
+
+
+def test_a_fifo_or_device_in_place_of_a_proc_file_is_refused_without_blocking(
+        proc_root: Path) -> None:
+    """A FIFO would block an ordinary open() forever; /dev/zero would never end."""
+    write_proc(proc_root, 18)
+    (proc_root / "18" / "cgroup").unlink()
+    os.mkfifo(proc_root / "18" / "cgroup")
+    write_proc(proc_root, 19)
+    (proc_root / "19" / "comm").unlink()
+    (proc_root / "19" / "comm").symlink_to("/dev/zero")
+    write_proc(proc_root, 21)
+    (proc_root / "21" / "stat").unlink()
+    (proc_root / "21" / "stat").mkdir()
+    reader = ProcReader(proc_root)
+    assert [reader.read(pid) for pid in (18, 19, 21)] == [None, None, None]
+    assert reader.errors == 3

@@ -104,3 +104,30 @@ def test_material_changes(spec: dict, change) -> None:
 
 def test_the_first_report_is_always_material(spec: dict) -> None:
     assert material_change(None, spec)
+
+
+def test_a_container_with_200_processes_lists_its_64_lowest_pids(
+        proc_root: Path) -> None:
+    for pid in range(100, 300):
+        write_proc(proc_root, pid, cgroup=pod_cgroup(UID_A, CID_A))
+    gpus = StaticGpus([gpu(0, GPU0, [(pid, 2**20) for pid in range(100, 300)])])
+    spec = build_spec(Sampler("node-1", gpus, ProcReader(proc_root), fake_pods()).sample())
+    (entry,) = spec["gpus"][0]["pods"]
+    assert entry["pids"] == list(range(100, 164))
+    assert entry["bytes"] == 200 * 2**20  # every process still counted
+
+
+def test_a_shared_gpu_message_names_the_8_largest_pods_and_counts_the_rest() -> None:
+    from node_agent.model import Allocated, GpuUsage, PodRef, ProcessUsage, SharingStrategy
+    from node_agent.sampler import sum_containers
+    from node_agent.sharing import findings_for
+
+    procs = [ProcessUsage(pid=i, comm="x", used_bytes=(i + 1) * GIB,
+                          pod=PodRef("ml", f"p{i:02d}", f"u{i}", "main"),
+                          allocated=Allocated.TRUE) for i in range(20)]
+    usage = GpuUsage(gpu(0, GPU0), tuple(procs), sum_containers(procs))
+    (finding,) = findings_for(usage, SharingStrategy("none", 1))
+    assert len(finding.pods) == 20
+    assert finding.message.endswith("ml/p19 20.0 GiB, ml/p18 19.0 GiB, ml/p17 18.0 GiB, "
+                                    "ml/p16 17.0 GiB, ml/p15 16.0 GiB, ml/p14 15.0 GiB, "
+                                    "ml/p13 14.0 GiB, ml/p12 13.0 GiB and 12 more")

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 from agent_helpers import GIB, GPU0, gpu
 
-from node_agent.model import Allocated, Allocations, GpuUsage, PodRef, ProcessUsage
+from node_agent.model import (
+    Allocated,
+    Allocations,
+    GpuUsage,
+    PodRef,
+    ProcessUsage,
+    SharingStrategy,
+)
 from node_agent.sampler import sum_containers
 from node_agent.sharing import findings_for, strategy_from
 
@@ -84,3 +91,32 @@ def test_unknown_allocation_is_not_an_accusation() -> None:
 def test_strategy_from_labels_or_device_ids(labels, allocations, expected) -> None:
     s = strategy_from(labels, allocations)
     assert (s.kind, s.replicas) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "replicas"),
+    [
+        ("4", 4),
+        ("0", 1),
+        ("-3", 1),
+        ("4096", 4096),
+        ("4097", 4096),
+        ("99999999999999999999999", 4096),
+        ("9" * 10_000, 4096),
+        ("000000000000000000000000000012", 12),
+        ("1e3", 1),
+        (" 5", 1),
+        ("\u0663", 1),  # ARABIC-INDIC DIGIT THREE: int() would take it
+        ("", 1),
+        (7, 1),
+    ],
+)
+def test_replicas_label_is_clamped_to_1_through_4096(value: object, replicas: int) -> None:
+    s = strategy_from({"nvidia.com/gpu.sharing-strategy": "time-slicing",
+                       "nvidia.com/gpu.replicas": value}, None)  # type: ignore[dict-item]
+    assert (s.kind, s.replicas) == ("time-slicing", replicas)
+
+
+def test_a_non_string_strategy_label_is_ignored_not_a_crash() -> None:
+    labels = {"nvidia.com/gpu.sharing-strategy": ["mps"], "nvidia.com/mig.strategy": 5}
+    assert strategy_from(labels, None) == SharingStrategy("none", 1)  # type: ignore[arg-type]

@@ -1,0 +1,412 @@
+"""The record's reader in the pure core: validation of hostile input and the record's verdict."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from gpu_auditor.diagnosis import proberecord as pr
+from gpu_auditor.diagnosis.proberecord import (
+    find_record,
+    find_record_in_lines,
+    parse_record,
+    record_verdict,
+)
+
+pytestmark = pytest.mark.unit
+
+MiB = 1024**2
+GiB = 1024**3
+
+
+def raw(**over: Any) -> dict[str, Any]:
+    """A record as the probe writes it: the issue's job, 9.32 GiB reserved but unallocated."""
+    rec: dict[str, Any] = {
+        "probe": "gpu-auditor",
+        "v": 1,
+        "status": "ok",
+        "torch": "2.11.0+cu130",
+        "pid": 7,
+        "rank": None,
+        "backend": "native",
+        "device": 0,
+        "oom_count": 1,
+        "request_bytes": 2_447_000_000,
+        "device_total_bytes": 150_000_000_000,
+        "device_free_bytes": 30_000_000,
+        "allocated_bytes": 120_000_000_000,
+        "reserved_bytes": 130_000_000_000,
+        "fraction": None,
+        "allowed_bytes": None,
+        "expandable_segments": False,
+        "alloc_conf": None,
+        "private_pool_bytes": 0,
+        "pools": {
+            "large": {
+                "segments": 6,
+                "segment_bytes": 130_000_000_000,
+                "free_bytes": 10_000_000_000,
+                "largest_free_bytes": 2_414_000_000,
+                "pending_free_bytes": 0,
+                "hist": [0, 0, 0, 0, 0, 6],
+            },
+            "small": {
+                "segments": 0,
+                "segment_bytes": 0,
+                "free_bytes": 0,
+                "largest_free_bytes": 0,
+                "pending_free_bytes": 0,
+                "hist": [0, 0, 0, 0, 0, 0],
+            },
+        },
+        "live_allocations": 40,
+        "top_allocations_bytes": [60_000_000_000, 30_000_000_000],
+    }
+    for key, value in over.items():
+        if key in ("large", "small"):
+            rec["pools"][key].update(value)
+        else:
+            rec[key] = value
+    return rec
+
+
+def record(**over: Any) -> pr.ProbeRecord:
+    parsed = parse_record(json.dumps(raw(**over)))
+    assert parsed.record is not None, parsed.reason
+    return parsed.record
+
+
+def verdict(**over: Any) -> pr.ProbeVerdict:
+    return record_verdict(record(**over))
+
+
+# -- parsing --------------------------------------------------------------------------------
+
+
+def test_the_issue_job_parses_into_one_typed_value() -> None:
+    rec = record()
+    assert rec.status == "ok" and rec.version == 1 and rec.torch_version == "2.11.0+cu130"
+    assert rec.large == pr.PoolState(
+        6, 130_000_000_000, 10_000_000_000, 2_414_000_000, 0, (0, 0, 0, 0, 0, 6)
+    )
+    assert rec.top_allocations == (60_000_000_000, 30_000_000_000)
+    assert rec.expandable_segments is False and rec.fraction is None and rec.cut == ()
+
+
+def test_the_marker_line_and_bytes_are_accepted() -> None:
+    line = ("gpu-auditor-probe-record " + json.dumps(raw()) + "\n").encode()
+    parsed = parse_record(line)
+    assert parsed.record is not None and parsed.record.request_bytes == 2_447_000_000
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (b"\xff\xfe{}", "not UTF-8"),
+        ("{", "not JSON"),
+        ("[1, 2]", "not a JSON object"),
+        ('{"probe": "other", "v": 1, "status": "ok"}', "not a gpu-auditor probe record"),
+        ('{"probe": "gpu-auditor", "v": 2, "status": "ok"}', "unsupported schema version (2)"),
+        (
+            '{"probe": "gpu-auditor", "v": true, "status": "ok"}',
+            "unsupported schema version (bool)",
+        ),
+        ('{"probe": "gpu-auditor", "v": "1", "status": "ok"}', "unsupported schema version (str)"),
+        ('{"probe": "gpu-auditor", "v": 1, "status": "fine"}', "missing or unknown status"),
+        ('{"probe": "gpu-auditor", "v": 1}', "missing or unknown status"),
+        ('{"probe": "gpu-auditor", "v": 1, "status": "ok", "request_bytes": NaN}', "not JSON"),
+        ("[" * 5000 + "]" * 5000, "not JSON"),
+        ('{"probe": "gpu-auditor", "v": 1, "status": "ok", "x": ' + "9" * 5000 + "}", "not JSON"),
+    ],
+)
+def test_an_invalid_record_is_none_with_a_reason(data: str | bytes, reason: str) -> None:
+    assert parse_record(data) == pr.ParsedRecord(None, reason)
+
+
+def test_the_size_bound_is_16_kib() -> None:
+    base = json.dumps(raw())
+    pad = " " * (16384 - len(base))
+    assert parse_record(base + pad).record is not None  # 16384 bytes
+    assert parse_record(base + pad + " ").reason == "larger than 16384 bytes"
+
+
+@pytest.mark.parametrize(
+    ("value", "kept"),
+    [
+        (0, 0),
+        (2**60, 2**60),
+        (2**60 + 1, None),
+        (-1, None),
+        (True, None),
+        (1.5e9, None),
+        ("1000", None),
+        (None, None),
+        ([1], None),
+    ],
+)
+def test_sizes_outside_0_to_2_pow_60_or_not_integers_are_absent(
+    value: Any, kept: int | None
+) -> None:
+    assert record(allocated_bytes=value, reserved_bytes=2**60).allocated_bytes == kept
+
+
+@pytest.mark.parametrize(
+    ("value", "kept"),
+    [(1, 1.0), (0.05, 0.05), (1.0000001, None), (0, None), (-0.5, None), ("0.5", None)],
+)
+def test_the_fraction_must_be_in_0_exclusive_to_1(value: Any, kept: float | None) -> None:
+    assert record(fraction=value).fraction == kept
+
+
+def test_an_overflowing_number_reads_as_absent() -> None:
+    text = json.dumps(raw()).replace('"fraction": null', '"fraction": 1e400')
+    text = text.replace('"device_free_bytes": 30000000', '"device_free_bytes": 1e400')
+    parsed = parse_record(text)
+    assert parsed.record is not None and (
+        parsed.record.fraction,
+        parsed.record.device_free_bytes,
+    ) == (None, None)
+
+
+@pytest.mark.parametrize(
+    ("status", "kind", "detail"),
+    [
+        ("ok", "ok", None),
+        ("no-hooks", "no-hooks", None),
+        ("async-backend", "async-backend", None),
+        ("error: RuntimeError: boom", "error", "RuntimeError: boom"),
+        ("error", "error", None),
+        ("error: bell\x07and\nnewline", "error", "bell?and?newline"),
+    ],
+)
+def test_statuses(status: str, kind: str, detail: str | None) -> None:
+    rec = record(status=status)
+    assert (rec.status, rec.status_detail) == (kind, detail)
+
+
+def test_contradicting_figures_are_dropped_not_believed() -> None:
+    rec = record(
+        large={"free_bytes": 100, "largest_free_bytes": 101},
+        small={"free_bytes": 10, "largest_free_bytes": 5, "segment_bytes": 9},
+        device_free_bytes=150_000_000_001,
+        allowed_bytes=150_000_000_001,
+        allocated_bytes=5,
+        reserved_bytes=4,
+    )
+    assert rec.large is not None and (rec.large.free_bytes, rec.large.largest_free_bytes) == (
+        None,
+        None,
+    )
+    assert rec.small is not None and (rec.small.free_bytes, rec.small.largest_free_bytes) == (
+        None,
+        None,
+    )
+    assert (rec.device_free_bytes, rec.allowed_bytes) == (None, None)
+    assert (rec.allocated_bytes, rec.reserved_bytes) == (5, None)
+
+
+def test_text_fields_are_bounded_and_tokens_checked() -> None:
+    rec = record(
+        torch="2.11.0; rm -rf /",
+        backend="x" * 41,
+        alloc_conf="a" * 500,
+        rank=2**20 + 1,
+        device=1024,
+    )
+    assert (rec.torch_version, rec.backend, rec.rank, rec.device) == (None, None, None, None)
+    assert rec.alloc_conf == "a" * 200
+
+
+def test_lists_are_bounded_and_bad_items_dropped() -> None:
+    rec = record(
+        top_allocations_bytes=[1, -1, "2", 3, *range(100)],
+        cut={"top_allocations_bytes": 3, "BAD KEY": 1},
+    )
+    assert rec.top_allocations[:3] == (1, 3, 0) and len(rec.top_allocations) == 62
+    assert rec.cut == (("top_allocations_bytes", 3),)
+    assert record(large={"hist": [1, 2, 3]}).large.histogram == ()  # type: ignore[union-attr]
+
+
+# -- the verdict: each boundary from both sides ------------------------------------------------
+
+
+def test_the_issue_job_is_fragmentation() -> None:
+    v = verdict()
+    assert v.kind == "fragmentation"
+    assert (v.pool, v.request_bytes, v.cache_free_bytes, v.largest_free_bytes, v.room_bytes) == (
+        "large", 2_447_000_000, 10_000_000_000, 2_414_000_000, 30_000_000,
+    )  # fmt: skip
+    assert v.reason.startswith(
+        "fragmentation: 9.31 GiB free in the large pool's blocks + 28.61 MiB room"
+    )
+
+
+def test_fragmentation_when_cache_plus_room_just_covers_the_request() -> None:
+    over = {"request_bytes": 1000 * MiB, "device_free_bytes": 100 * MiB}
+    assert (
+        verdict(**over, large={"free_bytes": 900 * MiB, "largest_free_bytes": 600 * MiB}).kind
+        == "fragmentation"
+    )
+    short = verdict(**over, large={"free_bytes": 900 * MiB - 1, "largest_free_bytes": 600 * MiB})
+    assert short.kind == "capacity-or-leak"
+    assert short.reason == (
+        "capacity-or-leak: 900.00 MiB free in the large pool's blocks + 100.00 MiB room fall "
+        "short of the 1000.00 MiB request"
+    )
+
+
+def test_a_largest_block_that_covers_the_request_is_not_explained() -> None:
+    over = {"request_bytes": 1000 * MiB, "device_free_bytes": 0}
+    assert (
+        verdict(**over, large={"free_bytes": 2000 * MiB, "largest_free_bytes": 1000 * MiB - 1}).kind
+        == "fragmentation"
+    )
+    v = verdict(**over, large={"free_bytes": 2000 * MiB, "largest_free_bytes": 1000 * MiB})
+    assert v.kind == "unknown" and "covers the 1000.00 MiB request" in v.reason
+
+
+def test_device_room_that_covers_the_request_is_not_explained() -> None:
+    over = {
+        "request_bytes": 1000 * MiB,
+        "large": {"free_bytes": 1 * MiB, "largest_free_bytes": 1 * MiB},
+    }
+    assert verdict(**over, device_free_bytes=1000 * MiB - 1).kind == "fragmentation"
+    v = verdict(**over, device_free_bytes=1000 * MiB)
+    assert v.kind == "unknown" and v.reason == (
+        "the room (1000.00 MiB) covers the 1000.00 MiB request: the record does not explain "
+        "the failure"
+    )
+
+
+def test_small_requests_read_the_small_pool() -> None:
+    small = {"free_bytes": 3 * MiB, "largest_free_bytes": 1 * MiB, "segment_bytes": 8 * MiB}
+    v = verdict(request_bytes=2 * MiB, device_free_bytes=0, small=small)
+    assert (v.kind, v.pool, v.cache_free_bytes) == ("fragmentation", "small", 3 * MiB)
+    v = verdict(
+        request_bytes=2 * MiB + 1,
+        device_free_bytes=0,
+        small=small,
+        large={"free_bytes": 0, "largest_free_bytes": 0},
+    )
+    assert (v.kind, v.pool) == ("capacity-or-leak", "large")
+
+
+CAPPED = {
+    "request_bytes": 1024 * MiB,
+    "allowed_bytes": 7 * GiB,
+    "large": {"free_bytes": 1 * MiB, "largest_free_bytes": 1 * MiB},
+}
+
+
+def test_cap_when_the_device_has_the_room_the_fraction_withholds() -> None:
+    over = {**CAPPED, "allocated_bytes": 6 * GiB, "reserved_bytes": 7 * GiB - 10 * MiB}
+    v = verdict(**over, device_free_bytes=1024 * MiB)
+    assert (v.kind, v.cap_room_bytes, v.room_bytes) == ("cap", 10 * MiB, 10 * MiB)
+    assert verdict(**over, device_free_bytes=1024 * MiB - 1).kind == "capacity-or-leak"
+
+
+def test_under_a_cap_the_room_is_the_cap_headroom_not_the_device() -> None:
+    # frag_pinned on the H200: 7 GiB allowed, 3.14 GiB reserved, 1.89 GiB free in 12 MiB pieces
+    over = {
+        "request_bytes": 4_509_715_456,
+        "allowed_bytes": 7_516_192_768,
+        "allocated_bytes": 1_350_565_888,
+        "reserved_bytes": 3_376_414_720,
+        "device_free_bytes": 146_179_883_008,
+        "large": {
+            "free_bytes": 2_025_848_832,
+            "largest_free_bytes": 12_582_912,
+            "segment_bytes": 3_376_414_720,
+        },
+    }
+    v = verdict(**over)
+    assert (v.kind, v.cap_room_bytes, v.room_bytes) == (
+        "fragmentation",
+        4_139_778_048,
+        4_139_778_048,
+    )
+    over["reserved_bytes"] = 3_376_414_720 + 1_655_926_785  # cache + headroom now one byte short
+    assert verdict(**over).kind == "cap"
+
+
+def test_a_cap_with_no_reserved_figure_is_unknown() -> None:
+    v = verdict(**CAPPED, reserved_bytes=None, device_free_bytes=0)
+    assert (
+        v.kind == "unknown"
+        and v.reason == "a memory fraction is set but the record lacks the reserved bytes"
+    )
+
+
+@pytest.mark.parametrize("status", ["no-hooks", "async-backend", "error: RuntimeError: x"])
+def test_a_status_other_than_ok_is_unknown(status: str) -> None:
+    v = verdict(status=status)
+    assert v.kind == "unknown" and v.reason.startswith("the probe could not read the allocator (")
+
+
+@pytest.mark.parametrize(
+    "over",
+    [
+        {"request_bytes": None},
+        {"request_bytes": 0},
+        {"device_free_bytes": None},
+        {"large": {"free_bytes": None}},
+    ],
+)
+def test_missing_figures_give_unknown(over: dict[str, Any]) -> None:
+    assert verdict(**over).kind == "unknown"
+
+
+def test_the_verdict_serialises_with_its_figures() -> None:
+    out = verdict().to_json_dict()
+    assert out["kind"] == "fragmentation" and out["largest_free_bytes"] == 2_414_000_000
+    assert set(out) >= {"reason", "pool", "cache_free_bytes", "room_bytes", "cap_room_bytes"}
+
+
+# -- finding the record in text ----------------------------------------------------------------
+
+
+def line(**over: Any) -> str:
+    return "gpu-auditor-probe-record " + json.dumps(raw(**over), separators=(",", ":"))
+
+
+def test_the_last_record_in_a_cri_log_is_found() -> None:
+    log = "\n".join(
+        [
+            "2026-01-01T00:00:00.1Z stderr F " + line(oom_count=1),
+            "2026-01-01T00:00:00.2Z stdout F step 3",
+            "2026-01-01T00:00:00.3Z stderr F " + line(oom_count=2),
+            "2026-01-01T00:00:00.4Z stderr F torch.OutOfMemoryError: CUDA out of memory.",
+        ]
+    )
+    parsed = find_record(log)
+    assert parsed is not None and parsed.record is not None and parsed.record.oom_count == 2
+    lines = iter(log.encode().split(b"\n"))
+    again = find_record_in_lines(lines)
+    assert again is not None and again.record == parsed.record
+
+
+def test_no_marker_is_none_and_a_broken_last_record_is_not_replaced_by_an_older_one() -> None:
+    assert find_record("CUDA out of memory") is None
+    parsed = find_record(line() + "\ngpu-auditor-probe-record {broken\n")
+    assert parsed == pr.ParsedRecord(None, "not JSON")
+
+
+def test_a_marker_inside_the_settings_text_does_not_hide_the_record() -> None:
+    parsed = find_record(line(alloc_conf="gpu-auditor-probe-record {x}"))
+    assert parsed is not None and parsed.record is not None
+    assert parsed.record.alloc_conf == "gpu-auditor-probe-record {x}"
+
+
+def test_a_huge_line_after_the_marker_is_refused_without_reading_it_all() -> None:
+    parsed = find_record("gpu-auditor-probe-record " + "x" * 10_000_000)
+    assert parsed == pr.ParsedRecord(None, "larger than 16384 bytes")
+
+
+def test_the_probe_and_the_reader_agree_on_the_contract() -> None:
+    from gpu_auditor_probe import _record, _write
+
+    assert _write.MARKER == pr.MARKER
+    assert (_record.PROBE_ID, _record.SCHEMA_VERSION) == (pr.PROBE_ID, pr.SCHEMA_VERSION)
+    assert len(_record.HIST_EDGES) + 1 == pr.HIST_BUCKETS
