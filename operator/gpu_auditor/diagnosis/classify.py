@@ -45,6 +45,7 @@ from dataclasses import dataclass, replace
 
 from . import formats
 from .model import Figures, Growth, NodeEvidence, OomEvent, OtherProcess
+from .phase import OPTIMIZER_STEP
 from .proberecord import SMALL_POOL_REQUEST_MAX_BYTES, ProbeRecord
 from .sizes import format_size as fs
 from .thresholds import (
@@ -100,6 +101,7 @@ class _Facts:
     f: Figures
     family: str
     record: ProbeRecord | None = None
+    phase: str | None = None
 
     @property
     def room(self) -> int | None:
@@ -193,11 +195,23 @@ class _Facts:
         return 0 if r is None or room is None else max(0, r - room)
 
     def fragmented(self) -> bool:
-        """Fragmentation an allocator setting is measured to fix (``thresholds.py``)."""
+        """Fragmentation an allocator setting is measured to fix (``thresholds.py``). Not while
+        the optimizer creates its state: the failing request is one of its many tensors, and
+        the figures of one cannot show what the whole step needs."""
         return (
-            self.slack_covers()
+            self.phase != OPTIMIZER_STEP
+            and self.slack_covers()
             and self.slack_material()
             and self.need() <= FRAG_MAX_NEED_SHARE * self.slack
+        )
+
+    def growth_explains(self, growth: Growth) -> bool:
+        """A rising series is the cause only if it rose by at least what the request lacked:
+        memory that grew by less than the shortfall (a resolution schedule, a warm-up) did not
+        take the room the failure needed."""
+        shortfall = self.need() if self.room is not None else None
+        return shortfall is None or growth.source == "node-rate" or (
+            growth.growth_bytes >= shortfall
         )
 
     def fragmentation_contributes(self) -> bool:
@@ -311,15 +325,26 @@ def classify(
     growth: Growth | None = None,
     rate_growth: Growth | None = None,
     record: ProbeRecord | None = None,
+    phase: str | None = None,
 ) -> Verdict:
     """The verdict for one failure; ``growth`` is a leak series, ``rate_growth`` the node's rate,
-    ``record`` the allocator's state the OOM probe wrote at the failure (only an ``ok`` one)."""
+    ``record`` the allocator's state the OOM probe wrote at the failure (only an ``ok`` one),
+    ``phase`` where the job failed (``phase.py``).
+
+    A leak series takes the primary slot from any kind but ``gpu-shared`` (a finding of its own)
+    and ``fragmentation`` a setting is measured to fix (that setting removed the OOM of a job
+    leaking 256 MiB a step, sweep:I-full-u1536-h1408-leak256); there ``leak`` contributes."""
     figures = with_node(event.figures, node)
     usable = record if record is not None and record.status == "ok" else None
-    facts = _Facts(figures, event.family, usable)
+    facts = _Facts(figures, event.family, usable, phase)
+    if growth is not None and not facts.growth_explains(growth):
+        # a rise smaller than the shortfall is not the cause; from the node's samples it is
+        # still a rise worth naming, from figures the job printed (labels read, not known) not
+        rate_growth = rate_growth or (growth if growth.source != "log" else None)
+        growth = None
     kind = _primary(facts)
     contributing = _contributing(facts, kind)
-    if growth is not None and kind != "gpu-shared":
+    if growth is not None and kind not in ("gpu-shared", "fragmentation"):
         if kind not in ("unknown", "leak"):
             contributing.insert(0, kind)
         kind = "leak"

@@ -130,19 +130,19 @@ def diagnose_scan(
     record = probe_record if probe_record is not None else _record_before(hit.precontext)
     if record is not None and not _same_request(record, event.figures.requested_bytes):
         record = None
-    verdict = classify(event, node, growth, rate, record)
-    ctx = Context(event, verdict, release, current, chosen, node, growth, hit.precontext)
+    phase = phase_of(event, hit.precontext)
+    verdict = classify(event, node, growth, rate, record, phase)
+    ctx = Context(event, verdict, release, current, chosen, node, growth, hit.precontext, phase)
     recommendation = recommend(ctx)
     extra: list[tuple[str, object]] = [
         ("backend", chosen if event.framework == "pytorch" else None)
     ]
     if event.rank is not None:
         extra.append(("rank", event.rank))
-    phase = phase_of(ctx)
     if phase is not None:
         extra.append(("phase", phase))
     if record is not None:
-        inferred = classify(event, node, growth, rate).kind
+        inferred = classify(event, node, growth, rate, None, phase).kind
         extra.append(("probe", {
             "status": record.status,
             "verdict": record_verdict(record).to_json_dict(),

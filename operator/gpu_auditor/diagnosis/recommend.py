@@ -101,6 +101,8 @@ class Context:
     growth: Growth | None
     precontext: str = ""
     """The log before the failure (bounded by the scanner): the job's own output and traceback."""
+    phase: str | None = None
+    """Where a PyTorch job failed (``phase.py``), read once by the caller."""
 
 
 def _setting(ctx: Context) -> tuple[dict[str, str] | None, list[str]]:
@@ -175,6 +177,11 @@ def _alloc_conf(ctx: Context) -> tuple[str | None, list[str]]:
         )
     if kind == "fragmentation" and "capacity" in contributing:
         notes.append("the GPU stays nearly full even without fragmentation: " + REDUCE_PEAK[0])
+    if kind == "fragmentation" and "leak" in contributing:
+        notes.append(
+            "memory also rose steadily before the failure: the setting buys room, but if "
+            "something keeps tensors alive across steps it will run out again: " + LEAK_FIXES[0]
+        )
     return value, notes
 
 
@@ -310,9 +317,9 @@ def looks_like_inference(precontext: str) -> bool:
     return bool(_INFERENCE_WORDS.search(tail)) and not _BACKWARD_FRAMES.search(tail)
 
 
-def phase_of(ctx: Context) -> str | None:
+def phase_of(event: OomEvent, precontext: str) -> str | None:
     """Where a PyTorch job failed (``phase.py``); None for other stacks."""
-    return failure_phase(ctx.precontext) if ctx.event.framework == "pytorch" else None
+    return failure_phase(precontext) if event.framework == "pytorch" else None
 
 
 def recommend(ctx: Context) -> Recommendation:
@@ -322,7 +329,7 @@ def recommend(ctx: Context) -> Recommendation:
     actions += _kind_actions(ctx)
     if kind == "capacity" or (kind == "fragmentation" and alloc_conf is None and not notes):
         framework = _framework_actions(ctx)
-        phase = phase_of(ctx)
+        phase = ctx.phase
         if phase in PHASE_FIXES:
             framework = [PHASE_FIXES[phase], *framework]
             if phase == RETRY_EXHAUSTED:
