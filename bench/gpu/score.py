@@ -124,6 +124,8 @@ def main() -> int:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--md", type=Path)
     a = ap.parse_args()
+    a.logdir = a.logdir.resolve()
+    a.tree = [t.resolve() for t in a.tree]
     result = json.loads(a.runs.read_text())
     runs = _runs_by(result)
     labels = a.label or [str(t) for t in a.tree]

@@ -5,7 +5,8 @@ reserved = A + U, L allowed (the per-process memory fraction's cap), P this proc
 O other processes' memory. Under a cap, the room PyTorch has is ``min(F, L - reserved)``.
 
 Rules, first match wins (then ``leak`` from a series takes over the primary slot from any kind
-but ``gpu-shared``, which stays first because another pod on the GPU is a finding of its own):
+but ``gpu-shared``, which stays first because another pod on the GPU is a finding of its own).
+Every threshold is in ``thresholds.py`` with the measured rows that set it.
 
 1. ``capacity`` when R > T: the single request exceeds the whole device.
 2. ``memory-fraction-cap`` when A + R > L (even perfectly packed, the cap is too small) and the
@@ -13,16 +14,21 @@ but ``gpu-shared``, which stays first because another pod on the GPU is a findin
 3. ``gpu-shared`` when O >= ``GPU_SHARED_MIN_BYTES`` and F + O >= R (the others' memory covers
    the shortfall). Without a request figure (a raw ``CUDA error: out of memory``): when O >=
    ``GPU_SHARED_MIN_BYTES`` and the GPU was (near) full, F <= ``NEAR_FULL_FREE_SHARE`` of T.
-4. ``fragmentation`` when the room alone is short of R, U >= ``FRAG_MIN_UNALLOCATED_BYTES``,
-   U >= ``FRAG_MIN_SHARE_OF_REQUEST`` of R, and U + room >= R: the cached-but-idle memory would
-   have served the request had it been contiguous. The share rule is what makes a near-full GPU
-   with a little reserved-unallocated memory ``capacity``: 511 KiB or 100 MiB against a 2 GiB
-   request is not the cause. Note how this reads a capped job (``frag_pinned_segments.log``:
-   L 6.99 GiB, A 1.26, U 1.89, R 4.20): A + R = 5.46 GiB fits under the cap, so the cap is not
-   what failed; U + (L - reserved) = 5.73 >= R is.
-5. ``non-pytorch-memory`` when P - reserved - ``NON_PYTORCH_ALLOWANCE_BYTES`` (memory this process
-   holds outside PyTorch beyond a CUDA context) covers R - F; and for failures of libraries that
-   allocate outside PyTorch's cache (NCCL, cuBLAS, cuDNN workspaces).
+4. ``fragmentation`` when the room alone is short of R and the cached-but-idle memory S (U from
+   the message; from a probe record, the free bytes in the blocks of the pool R uses) would cover
+   it, and an allocator setting is measured to reclaim it: S >= ``FRAG_MIN_UNALLOCATED_BYTES``,
+   S >= ``FRAG_MIN_SHARE_OF_RESERVED`` of what PyTorch holds, and the part of R the room lacks
+   (the need, R - room) is at most ``FRAG_MAX_NEED_SHARE`` of S. A full GPU with a little slack
+   (tens of MiB against a 64 MiB request) is not fragmentation: the setting did not remove those
+   OOMs. Slack that covers the request but fails the last two conditions makes ``fragmentation``
+   a contributing kind only, with no setting. Note how this reads a capped job
+   (``frag_pinned_segments.log``: L 6.99 GiB, A 1.26, U 1.89, R 4.20): A + R = 5.46 GiB fits under
+   the cap, so the cap is not what failed; U + (L - reserved) = 5.73 >= R is.
+5. ``non-pytorch-memory`` when the memory this process holds outside PyTorch, beyond
+   ``NON_PYTORCH_ALLOWANCE_BYTES`` (context, cuBLAS, NCCL, CUDA graphs), covers R - F, and is at
+   least ``NON_PYTORCH_MIN_SHARE`` of the process (ordinary runtime overhead beside a full
+   PyTorch cache is capacity, with non-PyTorch memory contributing); and for failures of
+   libraries that allocate outside PyTorch's cache (NCCL, cuBLAS, cuDNN workspaces).
 6. With no process list in the message, memory held outside this process's PyTorch allocator
    (T - F - reserved - allowance) that covers the shortfall: ``unknown``, contributing
    ``gpu-shared`` and ``non-pytorch-memory`` (the log cannot tell which; the node report can).
@@ -36,21 +42,22 @@ when defragmenting leaves less than ``THIN_HEADROOM_SHARE`` of T spare).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Final
 
 from . import formats
 from .model import Figures, Growth, NodeEvidence, OomEvent, OtherProcess
+from .phase import OPTIMIZER_STEP
+from .proberecord import SMALL_POOL_REQUEST_MAX_BYTES, ProbeRecord
 from .sizes import format_size as fs
-
-GIB: Final = 1024**3
-MIB: Final = 1024**2
-
-FRAG_MIN_SHARE_OF_REQUEST: Final = 0.25
-FRAG_MIN_UNALLOCATED_BYTES: Final = 20 * MIB  # one large segment of the native allocator
-GPU_SHARED_MIN_BYTES: Final = 1 * GIB
-NEAR_FULL_FREE_SHARE: Final = 0.05
-NON_PYTORCH_ALLOWANCE_BYTES: Final = 1 * GIB  # CUDA context + library handles (0.5-0.8 GiB on H200)
-THIN_HEADROOM_SHARE: Final = 0.05
+from .thresholds import (
+    FRAG_MAX_NEED_SHARE,
+    FRAG_MIN_SHARE_OF_RESERVED,
+    FRAG_MIN_UNALLOCATED_BYTES,
+    GPU_SHARED_MIN_BYTES,
+    NEAR_FULL_FREE_SHARE,
+    NON_PYTORCH_ALLOWANCE_BYTES,
+    NON_PYTORCH_MIN_SHARE,
+    THIN_HEADROOM_SHARE,
+)
 
 
 @dataclass(frozen=True)
@@ -93,6 +100,8 @@ def with_node(figures: Figures, node: NodeEvidence | None) -> Figures:
 class _Facts:
     f: Figures
     family: str
+    record: ProbeRecord | None = None
+    phase: str | None = None
 
     @property
     def room(self) -> int | None:
@@ -155,16 +164,60 @@ class _Facts:
             return True
         return f.free_bytes <= NEAR_FULL_FREE_SHARE * f.total_bytes
 
-    def fragmented(self) -> bool:
-        r, u, room = self.f.requested_bytes, self.unallocated, self.room
+    @property
+    def slack(self) -> int:
+        """Cached-but-idle memory that could serve the request: the free bytes in the blocks of
+        the request's pool from a probe record, else the message's reserved-but-unallocated."""
+        record, r = self.record, self.f.requested_bytes
+        if record is not None and r is not None:
+            pool = record.small if r <= SMALL_POOL_REQUEST_MAX_BYTES else record.large
+            if pool is not None and pool.free_bytes is not None:
+                return pool.free_bytes
+        return self.unallocated
+
+    def slack_covers(self) -> bool:
+        """The room alone is short of the request; the room plus the idle cache is not."""
+        r, room = self.f.requested_bytes, self.room
         if r is None or room is None or self.f.allocated_bytes is None:
             return False
+        return room < r <= self.slack + room
+
+    def slack_material(self) -> bool:
+        reserved = self.f.reserved_bytes or 0
         return (
-            room < r
-            and u >= FRAG_MIN_UNALLOCATED_BYTES
-            and u >= FRAG_MIN_SHARE_OF_REQUEST * r
-            and u + room >= r
+            self.slack >= FRAG_MIN_UNALLOCATED_BYTES
+            and self.slack >= FRAG_MIN_SHARE_OF_RESERVED * reserved
         )
+
+    def need(self) -> int:
+        """The part of the request the room lacks: what only reclaimed cache could serve."""
+        r, room = self.f.requested_bytes, self.room
+        return 0 if r is None or room is None else max(0, r - room)
+
+    def fragmented(self) -> bool:
+        """Fragmentation an allocator setting is measured to fix (``thresholds.py``). Not while
+        the optimizer creates its state: the failing request is one of its many tensors, and
+        the figures of one cannot show what the whole step needs."""
+        return (
+            self.phase != OPTIMIZER_STEP
+            and self.slack_covers()
+            and self.slack_material()
+            and self.need() <= FRAG_MAX_NEED_SHARE * self.slack
+        )
+
+    def growth_explains(self, growth: Growth) -> bool:
+        """A rising series is the cause only if it rose by at least what the request lacked:
+        memory that grew by less than the shortfall (a resolution schedule, a warm-up) did not
+        take the room the failure needed."""
+        shortfall = self.need() if self.room is not None else None
+        return shortfall is None or growth.source == "node-rate" or (
+            growth.growth_bytes >= shortfall
+        )
+
+    def fragmentation_contributes(self) -> bool:
+        """Material idle cache would cover the request, but too much of it must be reclaimed
+        for a setting to be relied on: fragmentation is part of the story, not the fix."""
+        return self.slack_covers() and self.slack_material() and not self.fragmented()
 
     def non_pytorch_excess(self) -> int | None:
         p, reserved = self.f.process_bytes, self.f.reserved_bytes
@@ -172,15 +225,25 @@ class _Facts:
             return None
         return p - reserved - NON_PYTORCH_ALLOWANCE_BYTES
 
+    def non_pytorch_share(self) -> float | None:
+        """Memory this process holds outside PyTorch, as a share of the process."""
+        p, reserved = self.f.process_bytes, self.f.reserved_bytes
+        if p is None or reserved is None or p <= 0:
+            return None
+        return max(0, p - reserved) / p
+
     def non_pytorch(self) -> bool:
         if self.family in (formats.NCCL, formats.CUDA_LIBRARY):
             return True
         excess, shortfall = self.non_pytorch_excess(), self.shortfall()
+        share = self.non_pytorch_share()
         return (
             excess is not None
             and shortfall is not None
+            and share is not None
             and excess > 0
             and excess >= shortfall
+            and share >= NON_PYTORCH_MIN_SHARE
             and not self.cap_binding()
         )
 
@@ -236,7 +299,7 @@ def _contributing(x: _Facts, primary: str) -> list[str]:
     out: list[str] = []
     if primary != "gpu-shared" and x.f.other_bytes >= GPU_SHARED_MIN_BYTES:
         out.append("gpu-shared")
-    if primary != "fragmentation" and x.fragmented():
+    if primary != "fragmentation" and (x.fragmented() or x.fragmentation_contributes()):
         out.append("fragmentation")
     if primary == "fragmentation" and x.cap_withholds():
         out.append("memory-fraction-cap")
@@ -261,13 +324,27 @@ def classify(
     node: NodeEvidence | None = None,
     growth: Growth | None = None,
     rate_growth: Growth | None = None,
+    record: ProbeRecord | None = None,
+    phase: str | None = None,
 ) -> Verdict:
-    """The verdict for one failure; ``growth`` is a leak series, ``rate_growth`` the node's rate."""
+    """The verdict for one failure; ``growth`` is a leak series, ``rate_growth`` the node's rate,
+    ``record`` the allocator's state the OOM probe wrote at the failure (only an ``ok`` one),
+    ``phase`` where the job failed (``phase.py``).
+
+    A leak series takes the primary slot from any kind but ``gpu-shared`` (a finding of its own)
+    and ``fragmentation`` a setting is measured to fix (that setting removed the OOM of a job
+    leaking 256 MiB a step, sweep:I-full-u1536-h1408-leak256); there ``leak`` contributes."""
     figures = with_node(event.figures, node)
-    facts = _Facts(figures, event.family)
+    usable = record if record is not None and record.status == "ok" else None
+    facts = _Facts(figures, event.family, usable, phase)
+    if growth is not None and not facts.growth_explains(growth):
+        # a rise smaller than the shortfall is not the cause; from the node's samples it is
+        # still a rise worth naming, from figures the job printed (labels read, not known) not
+        rate_growth = rate_growth or (growth if growth.source != "log" else None)
+        growth = None
     kind = _primary(facts)
     contributing = _contributing(facts, kind)
-    if growth is not None and kind != "gpu-shared":
+    if growth is not None and kind not in ("gpu-shared", "fragmentation"):
         if kind not in ("unknown", "leak"):
             contributing.insert(0, kind)
         kind = "leak"
@@ -313,8 +390,13 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
         room = x.room
         cap = f.allowed_bytes is not None and room is not None and room != free
         left = f"{fs(room)} left under the {fs(f.allowed_bytes)} cap" if cap else f"{fs(free)} free"
+        idle = (
+            f"{fs(x.slack)} free in the cache's blocks (probe record)"
+            if x.record is not None
+            else f"{fs(u)} reserved but unallocated"
+        )
         return (
-            f"fragmentation: {fs(u)} reserved but unallocated + {left} would cover the "
+            f"fragmentation: {idle} + {left} would cover the "
             f"{fs(r)} request; PyTorch holds {fs(f.reserved_bytes)} with {fs(a)} in use"
         )
     if kind == "non-pytorch-memory":
@@ -337,6 +419,12 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
                 else ""
             )
             gpu = f" on a {fs(t)} GPU" if t is not None else ""
+            if x.fragmentation_contributes():
+                tail += (
+                    f"; packed, the idle cache would cover it, but {fs(x.need())} of its "
+                    f"{fs(x.slack)} would have to be reclaimed: more than an allocator setting was "
+                    "measured to recover"
+                )
             return f"capacity: the {fs(r)} request exceeds the {fs(free)} free{gpu}{tail}"
         if r is not None:
             return (

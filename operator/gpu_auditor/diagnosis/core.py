@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import BinaryIO
+from typing import BinaryIO, Final
 
 from . import allocconf
 from .classify import classify
@@ -11,7 +11,8 @@ from .leak import growth_from_log, growth_from_rate, growth_from_samples
 from .logtext import ScanResult, scan_bytes, scan_stream
 from .model import Diagnosis, Figures, MemorySample, NodeEvidence, Recommendation
 from .parse import parse_hit
-from .recommend import Context, host_recommendation, recommend
+from .proberecord import ProbeRecord, find_record, record_verdict
+from .recommend import Context, host_recommendation, phase_of, recommend
 from .sizes import format_size
 from .torchversion import UNKNOWN, TorchRange, find_banner, infer_from_message, parse_torch_version
 
@@ -36,6 +37,7 @@ def diagnose(
     backend: str | None = None,
     node: NodeEvidence | None = None,
     samples: Sequence[MemorySample] = (),
+    probe_record: ProbeRecord | None = None,
 ) -> Diagnosis:
     """Diagnose the last out-of-memory failure in a log. Never raises on any input text."""
     data = text.encode("utf-8", errors="replace") if isinstance(text, str) else text
@@ -46,6 +48,7 @@ def diagnose(
         backend=backend,
         node=node,
         samples=samples,
+        probe_record=probe_record,
     )
 
 
@@ -57,6 +60,7 @@ def diagnose_stream(
     backend: str | None = None,
     node: NodeEvidence | None = None,
     samples: Sequence[MemorySample] = (),
+    probe_record: ProbeRecord | None = None,
 ) -> Diagnosis:
     """``diagnose`` for a binary file object, read in chunks (memory bounded for any size)."""
     return diagnose_scan(
@@ -66,6 +70,7 @@ def diagnose_stream(
         backend=backend,
         node=node,
         samples=samples,
+        probe_record=probe_record,
     )
 
 
@@ -77,7 +82,11 @@ def diagnose_scan(
     backend: str | None = None,
     node: NodeEvidence | None = None,
     samples: Sequence[MemorySample] = (),
+    probe_record: ProbeRecord | None = None,
 ) -> Diagnosis:
+    """``probe_record``: the OOM probe's record for this failure (from the termination message
+    or a file); without one, a record line the probe printed just before the failure is used
+    when its request matches the message's."""
     growth = growth_from_samples(samples)
     rate = growth_from_rate(node.growth_bytes_per_second) if node is not None else None
     hit = scan.last
@@ -118,15 +127,28 @@ def diagnose_scan(
         if alloc_conf is not None
         else None
     )
-    verdict = classify(event, node, growth, rate)
-    recommendation = recommend(
-        Context(event, verdict, release, current, chosen, node, growth, hit.precontext)
-    )
+    record = probe_record if probe_record is not None else _record_before(hit.precontext)
+    if record is not None and not _same_request(record, event.figures.requested_bytes):
+        record = None
+    phase = phase_of(event, hit.precontext)
+    verdict = classify(event, node, growth, rate, record, phase)
+    ctx = Context(event, verdict, release, current, chosen, node, growth, hit.precontext, phase)
+    recommendation = recommend(ctx)
     extra: list[tuple[str, object]] = [
         ("backend", chosen if event.framework == "pytorch" else None)
     ]
     if event.rank is not None:
         extra.append(("rank", event.rank))
+    if phase is not None:
+        extra.append(("phase", phase))
+    if record is not None:
+        inferred = classify(event, node, growth, rate, None, phase).kind
+        extra.append(("probe", {
+            "status": record.status,
+            "verdict": record_verdict(record).to_json_dict(),
+            "inference_kind": inferred,
+            "disagrees": inferred != verdict.kind,
+        }))
     return Diagnosis(
         detected=True,
         framework=event.framework,
@@ -180,3 +202,23 @@ def diagnose_host_oom(
             ),
         ),
     )
+
+
+_REQUEST_TOLERANCE: Final = 0.01
+"""The message prints the request rounded to 0.01 of its unit (``4.20 GiB``)."""
+
+
+def _record_before(precontext: str) -> ProbeRecord | None:
+    """The probe's record line printed before the failure (the probe writes it from the
+    allocator's OOM observer, before the exception reaches Python)."""
+    parsed = find_record(precontext[-65536:])
+    return parsed.record if parsed is not None else None
+
+
+def _same_request(record: ProbeRecord, requested: int | None) -> bool:
+    """A record belongs to this failure only if it saw the same request."""
+    if record.status != "ok" or requested is None:
+        return record.status != "ok"
+    if record.request_bytes is None:
+        return False
+    return abs(record.request_bytes - requested) <= _REQUEST_TOLERANCE * max(requested, 1024)

@@ -14,8 +14,12 @@ under a memory fraction):
 - ``unknown`` when the status is not ``ok`` or a figure it needs is absent; also when B >= R
   (the cache had a block for it: another stream's, or an oversize block) or room >= R (the
   device had room): the record does not explain that failure.
-- ``fragmentation`` when C + room >= R: the cache's free blocks would have covered the request
-  had they been one block.
+- ``fragmentation`` when C + room >= R - the cache's free blocks would have covered the request
+  had they been one block - and an allocator setting is measured to reclaim enough of them:
+  C is material (``FRAG_MIN_UNALLOCATED_BYTES``, ``FRAG_MIN_SHARE_OF_RESERVED`` of reserved)
+  and the part of R the room lacks is at most ``FRAG_MAX_NEED_SHARE`` of C (``thresholds.py``,
+  with the measured rows). Covering blocks that fail this are ``capacity-or-leak``, and the
+  reason says the blocks would cover it but too much must be reclaimed.
 - ``cap`` when a memory fraction is set and F >= R: the device had the room the cap withheld.
 - ``capacity-or-leak`` otherwise: even packed, the memory was not there.
 
@@ -33,6 +37,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from .sizes import format_size as fs
+from .thresholds import FRAG_MAX_NEED_SHARE, FRAG_MIN_SHARE_OF_RESERVED, FRAG_MIN_UNALLOCATED_BYTES
 
 MARKER: Final = "gpu-auditor-probe-record "
 """What starts the record's line in a termination message or a log (the probe's ``MARKER``)."""
@@ -247,6 +252,17 @@ def record_verdict(record: ProbeRecord) -> ProbeVerdict:
     if room >= request:
         why = f"the room{under} ({fs(room)}) covers the {fs(request)} request: {unexplained}"
         return replace(base, reason=why)
+    need = request - room
+    material = cache >= FRAG_MIN_UNALLOCATED_BYTES and (
+        record.reserved_bytes is None or cache >= FRAG_MIN_SHARE_OF_RESERVED * record.reserved_bytes
+    )
+    if cache + room >= request and not (material and need <= FRAG_MAX_NEED_SHARE * cache):
+        why = (
+            f"capacity-or-leak: {fs(cache)} free in the {name} pool's blocks + {fs(room)} room"
+            f"{under} would cover the {fs(request)} request, but {fs(need)} of the cache must be"
+            " reclaimed: more than an allocator setting was measured to recover"
+        )
+        return replace(base, kind="capacity-or-leak", reason=why)
     if cache + room >= request:
         why = (
             f"fragmentation: {fs(cache)} free in the {name} pool's blocks + {fs(room)} room"

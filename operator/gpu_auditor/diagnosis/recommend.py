@@ -24,6 +24,7 @@ from . import allocconf, formats
 from .allocconf import ASYNC, KEYS, Checked
 from .classify import Verdict
 from .model import ALLOC_CONF_ENV, Growth, NodeEvidence, OomEvent, Recommendation
+from .phase import BACKWARD, GRAPH_CAPTURE, LOADING, OPTIMIZER_STEP, RETRY_EXHAUSTED, failure_phase
 from .sizes import format_size as fs
 from .torchversion import TorchRange
 
@@ -48,6 +49,36 @@ LEAK_FIXES: Final = (
     "find the growing allocation: torch.cuda.memory._record_memory_history() then "
     "torch.cuda.memory._dump_snapshot('snap.pickle') and open it at pytorch.org/memory_viz",
 )
+PHASE_FIXES: Final = {
+    OPTIMIZER_STEP: (
+        "it failed in optimizer.step() creating the optimizer's state (AdamW keeps two fp32 "
+        "tensors per parameter, 8 bytes each): shard the optimizer state (FSDP, DeepSpeed "
+        "ZeRO-1/2), use an optimizer with less state (Adafactor, SGD with momentum, 8-bit Adam), "
+        "keep the state in bf16, or train fewer parameters (LoRA, frozen layers)"
+    ),
+    BACKWARD: (
+        "it failed in the backward pass, on activations kept for the gradients: enable "
+        "activation checkpointing, or a smaller micro-batch with gradient accumulation"
+    ),
+    GRAPH_CAPTURE: (
+        "it failed capturing a CUDA graph, and each captured graph keeps a private memory pool: "
+        "capture fewer shapes, share one pool across captures (pool=torch.cuda.graph_pool_handle(),"
+        " largest shape first), or leave more memory free for capture"
+    ),
+    LOADING: (
+        "it failed loading or moving the model to the GPU: load to the CPU first "
+        "(torch.load(..., map_location='cpu', mmap=True)), in bf16/fp16, or shard it across "
+        "GPUs (device_map='auto', FSDP)"
+    ),
+    RETRY_EXHAUSTED: (
+        "the job's own retry loop already shrank the batch and still ran out, so a smaller batch "
+        "is not the fix: reduce memory per sample (shorter or bucketed sequences, "
+        "memory-efficient attention via torch.nn.functional.scaled_dot_product_attention, "
+        "activation checkpointing) or shard the model"
+    ),
+}
+"""The first action for a capacity failure, by where it failed (``phase.py``)."""
+
 HOST_FIXES: Final = (
     "raise the container's memory limit (and set the request equal to it)",
     "use fewer DataLoader workers (each worker holds its own copy of the dataset object)",
@@ -70,6 +101,8 @@ class Context:
     growth: Growth | None
     precontext: str = ""
     """The log before the failure (bounded by the scanner): the job's own output and traceback."""
+    phase: str | None = None
+    """Where a PyTorch job failed (``phase.py``), read once by the caller."""
 
 
 def _setting(ctx: Context) -> tuple[dict[str, str] | None, list[str]]:
@@ -144,6 +177,11 @@ def _alloc_conf(ctx: Context) -> tuple[str | None, list[str]]:
         )
     if kind == "fragmentation" and "capacity" in contributing:
         notes.append("the GPU stays nearly full even without fragmentation: " + REDUCE_PEAK[0])
+    if kind == "fragmentation" and "leak" in contributing:
+        notes.append(
+            "memory also rose steadily before the failure: the setting buys room, but if "
+            "something keeps tensors alive across steps it will run out again: " + LEAK_FIXES[0]
+        )
     return value, notes
 
 
@@ -279,6 +317,11 @@ def looks_like_inference(precontext: str) -> bool:
     return bool(_INFERENCE_WORDS.search(tail)) and not _BACKWARD_FRAMES.search(tail)
 
 
+def phase_of(event: OomEvent, precontext: str) -> str | None:
+    """Where a PyTorch job failed (``phase.py``); None for other stacks."""
+    return failure_phase(precontext) if event.framework == "pytorch" else None
+
+
 def recommend(ctx: Context) -> Recommendation:
     alloc_conf, notes = _alloc_conf(ctx)
     kind = ctx.verdict.kind
@@ -286,7 +329,12 @@ def recommend(ctx: Context) -> Recommendation:
     actions += _kind_actions(ctx)
     if kind == "capacity" or (kind == "fragmentation" and alloc_conf is None and not notes):
         framework = _framework_actions(ctx)
-        if ctx.event.framework == "pytorch" and looks_like_inference(ctx.precontext):
+        phase = ctx.phase
+        if phase in PHASE_FIXES:
+            framework = [PHASE_FIXES[phase], *framework]
+            if phase == RETRY_EXHAUSTED:
+                framework = [a for a in framework if a != REDUCE_PEAK[0]]
+        elif ctx.event.framework == "pytorch" and looks_like_inference(ctx.precontext):
             framework = [REDUCE_PEAK[3], *framework]  # measured: half the batch was not enough
         actions += framework
     if ctx.current is not None and ctx.current.problems:

@@ -6,7 +6,6 @@ import pytest
 from diagnosis_helpers import GIB, torch_oom
 
 from gpu_auditor.diagnosis import MemorySample, NodeEvidence, OtherPod, diagnose
-from gpu_auditor.diagnosis.classify import FRAG_MIN_SHARE_OF_REQUEST
 
 pytestmark = pytest.mark.unit
 
@@ -21,10 +20,10 @@ def test_near_full_gpu_with_little_reserved_unallocated_memory_is_capacity() -> 
     assert diagnosis.recommendation.alloc_conf is None
 
 
-def test_reserved_unallocated_just_above_the_share_threshold_is_fragmentation() -> None:
-    unallocated = 2 * FRAG_MIN_SHARE_OF_REQUEST + 0.01
+def test_idle_cache_that_needs_only_a_quarter_reclaimed_is_fragmentation() -> None:
+    # need = 2 - 1.7 = 0.3 GiB, 0.19 of U 1.6 GiB; U is 2.1 % of the 77.1 GiB reserved
     log = torch_oom(
-        requested=2, total=79.15, free=1.6, process=77.4, allocated=75.5, unallocated=unallocated
+        requested=2, total=79.15, free=1.7, process=77.3, allocated=75.5, unallocated=1.6
     )
     assert diagnose(log).kind == "fragmentation"
 

@@ -44,9 +44,11 @@ def test_too_few_points_are_not_a_leak() -> None:
     assert detect_growth(points, "samples") is None
 
 
-def test_printed_figures_form_a_series_by_line_shape() -> None:
+def test_printed_figures_form_one_series_per_label() -> None:
     text = "".join(f"step {i} mem {10 + i * 0.5:.1f} GiB\nallocated: 123 MB\n" for i in range(8))
-    assert printed_series(text)[:2] == [10 * GIB, round(10.5 * GIB)]
+    series = {s.name: s.values for s in printed_series(text)}
+    assert series["mem"][:2] == (10 * GIB, round(10.5 * GIB))
+    assert series["allocated"] == (123_000_000,) * 8
     growth = growth_from_log(text)
     assert growth is not None and growth.source == "log" and growth.points == 8
 

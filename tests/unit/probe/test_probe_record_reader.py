@@ -243,22 +243,44 @@ def test_the_issue_job_is_fragmentation() -> None:
     )
 
 
-def test_fragmentation_when_cache_plus_room_just_covers_the_request() -> None:
-    over = {"request_bytes": 1000 * MiB, "device_free_bytes": 100 * MiB}
-    assert (
-        verdict(**over, large={"free_bytes": 900 * MiB, "largest_free_bytes": 600 * MiB}).kind
-        == "fragmentation"
+def test_fragmentation_when_the_room_lacks_at_most_0_40_of_the_cache() -> None:
+    # need = 1000 - 600 = 400 MiB; the cache's blocks hold 1000 MiB (0.8 % of 130 GB reserved)
+    over = {"request_bytes": 1000 * MiB, "device_free_bytes": 600 * MiB}
+    big = {"largest_free_bytes": 600 * MiB - 1}
+    assert verdict(**over, large={"free_bytes": 1000 * MiB, **big}).kind == "fragmentation"
+    more = verdict(**over, large={"free_bytes": 1000 * MiB - 1, **big})
+    assert more.kind == "capacity-or-leak"
+    assert more.reason == (
+        "capacity-or-leak: 1000.00 MiB free in the large pool's blocks + 600.00 MiB room would "
+        "cover the 1000.00 MiB request, but 400.00 MiB of the cache must be reclaimed: more than "
+        "an allocator setting was measured to recover"
     )
-    short = verdict(**over, large={"free_bytes": 900 * MiB - 1, "largest_free_bytes": 600 * MiB})
+    short = verdict(**over, large={"free_bytes": 400 * MiB - 1, "largest_free_bytes": 1 * MiB})
     assert short.kind == "capacity-or-leak"
     assert short.reason == (
-        "capacity-or-leak: 900.00 MiB free in the large pool's blocks + 100.00 MiB room fall "
+        "capacity-or-leak: 400.00 MiB free in the large pool's blocks + 600.00 MiB room fall "
         "short of the 1000.00 MiB request"
     )
 
 
+def test_a_cache_below_half_a_percent_of_reserved_is_not_fragmentation() -> None:
+    # 0.5 % of 130,000,000,000 reserved = 650,000,000 bytes; need 1 byte
+    over = {"request_bytes": 1000 * MiB, "device_free_bytes": 1000 * MiB - 1}
+    inside = verdict(**over, large={"free_bytes": 650_000_000, "largest_free_bytes": MiB})
+    outside = verdict(**over, large={"free_bytes": 649_999_999, "largest_free_bytes": MiB})
+    assert (inside.kind, outside.kind) == ("fragmentation", "capacity-or-leak")
+
+
+def test_a_cache_under_one_large_segment_is_not_fragmentation() -> None:
+    # reserved 1 GiB: its 0.5 % (5.4 MB) is below the 20 MiB floor, which decides
+    over = {"request_bytes": 64 * MiB, "device_free_bytes": 64 * MiB - 1, "reserved_bytes": GiB}
+    inside = verdict(**over, large={"free_bytes": 20 * MiB, "largest_free_bytes": MiB})
+    outside = verdict(**over, large={"free_bytes": 20 * MiB - 1, "largest_free_bytes": MiB})
+    assert (inside.kind, outside.kind) == ("fragmentation", "capacity-or-leak")
+
+
 def test_a_largest_block_that_covers_the_request_is_not_explained() -> None:
-    over = {"request_bytes": 1000 * MiB, "device_free_bytes": 0}
+    over = {"request_bytes": 1000 * MiB, "device_free_bytes": 700 * MiB}
     assert (
         verdict(**over, large={"free_bytes": 2000 * MiB, "largest_free_bytes": 1000 * MiB - 1}).kind
         == "fragmentation"
@@ -270,7 +292,7 @@ def test_a_largest_block_that_covers_the_request_is_not_explained() -> None:
 def test_device_room_that_covers_the_request_is_not_explained() -> None:
     over = {
         "request_bytes": 1000 * MiB,
-        "large": {"free_bytes": 1 * MiB, "largest_free_bytes": 1 * MiB},
+        "large": {"free_bytes": 1000 * MiB, "largest_free_bytes": 1 * MiB},
     }
     assert verdict(**over, device_free_bytes=1000 * MiB - 1).kind == "fragmentation"
     v = verdict(**over, device_free_bytes=1000 * MiB)
@@ -281,12 +303,13 @@ def test_device_room_that_covers_the_request_is_not_explained() -> None:
 
 
 def test_small_requests_read_the_small_pool() -> None:
-    small = {"free_bytes": 3 * MiB, "largest_free_bytes": 1 * MiB, "segment_bytes": 8 * MiB}
-    v = verdict(request_bytes=2 * MiB, device_free_bytes=0, small=small)
-    assert (v.kind, v.pool, v.cache_free_bytes) == ("fragmentation", "small", 3 * MiB)
+    small = {"free_bytes": 64 * MiB, "largest_free_bytes": 1 * MiB, "segment_bytes": 128 * MiB}
+    v = verdict(request_bytes=2 * MiB, device_free_bytes=0, reserved_bytes=2 * GiB, small=small)
+    assert (v.kind, v.pool, v.cache_free_bytes) == ("fragmentation", "small", 64 * MiB)
     v = verdict(
         request_bytes=2 * MiB + 1,
         device_free_bytes=0,
+        reserved_bytes=2 * GiB,
         small=small,
         large={"free_bytes": 0, "largest_free_bytes": 0},
     )

@@ -1,0 +1,103 @@
+"""Where a job was when it ran out of memory, read from the Python traceback before the failure.
+
+The phase decides the first action: memory a job needs while building optimizer state is not
+fixed by the same change as activation memory in the backward pass, a CUDA graph's private pool,
+or a checkpoint being loaded. Frames are read from the innermost outwards; the first that belongs
+to a phase names it (``forward`` only when nothing more specific matched):
+
+- ``optimizer-step``: ``torch/optim/`` frames, or a frame running ``optimizer.step()``;
+- ``backward``: ``torch/autograd/`` frames, ``_engine_run_backward``, or a frame running
+  ``.backward(``;
+- ``graph-capture``: ``torch/cuda/graphs.py`` or a frame whose function or file names a graph
+  capture (``capture_model``, ``cudagraph``...);
+- ``loading``: ``torch/serialization.py``, ``load_state_dict``, ``from_pretrained``, safetensors,
+  or moving a module to the GPU (``Module._apply`` under ``.to(``/``.cuda(``);
+- ``forward``: ``torch/nn/modules/module.py`` call frames.
+
+A log that shows the job's own retry loop shrinking its batch (Hugging Face Accelerate's
+``find_executable_batch_size``) is ``retry-exhausted`` whatever the frames: a smaller batch has
+already been tried. Only the last traceback before the failure is read, at most
+``MAX_TRACEBACK_BYTES`` of it; every pattern is a plain substring test (linear time).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+OPTIMIZER_STEP: Final = "optimizer-step"
+BACKWARD: Final = "backward"
+GRAPH_CAPTURE: Final = "graph-capture"
+LOADING: Final = "loading"
+FORWARD: Final = "forward"
+RETRY_EXHAUSTED: Final = "retry-exhausted"
+PHASES: Final = (OPTIMIZER_STEP, BACKWARD, GRAPH_CAPTURE, LOADING, FORWARD, RETRY_EXHAUSTED)
+
+MAX_TRACEBACK_BYTES: Final = 64 * 1024
+_FRAME = re.compile(r'^\s*File "([^"\n]{0,512})", line \d{1,9}, in ([^\n]{0,256})$', re.MULTILINE)
+_RETRY_MARKERS: Final = (
+    "find_executable_batch_size",
+    "Decreasing batch size to",
+    "No executable batch size found",
+)
+
+
+def _frames(traceback: str) -> list[tuple[str, str, str]]:
+    """(file, function, code line) per frame, outermost first."""
+    out: list[tuple[str, str, str]] = []
+    matches = list(_FRAME.finditer(traceback))
+    for i, m in enumerate(matches):
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(traceback)
+        code = traceback[m.end() : end].strip().split("\n", 1)[0][:512]
+        out.append((m.group(1).replace("\\", "/"), m.group(2).strip(), code))
+    return out
+
+
+def _phase_of(path: str, func: str, code: str) -> str | None:
+    low_path, low_func = path.lower(), func.lower()
+    if "/torch/optim/" in low_path or "optimizer.step(" in code or "optim.step(" in code:
+        return OPTIMIZER_STEP
+    if (
+        "/torch/autograd/" in low_path
+        or low_func in ("_engine_run_backward", "run_backward")
+        or ".backward(" in code
+    ):
+        return BACKWARD
+    if "/torch/cuda/graphs.py" in low_path or (
+        "capture" in low_func and "graph" in (low_func + low_path)
+    ) or "cudagraph" in low_func:
+        return GRAPH_CAPTURE
+    if (
+        "/torch/serialization.py" in low_path
+        or "safetensors" in low_path
+        or low_func in ("load_state_dict", "_load_from_state_dict", "from_pretrained",
+                        "_load_pretrained_model", "load_checkpoint")
+        or "torch.load(" in code
+        or "from_pretrained(" in code
+    ):
+        return LOADING
+    if low_func == "_apply" and "/torch/nn/modules/module.py" in low_path:
+        return LOADING  # Module.to()/.cuda() moving the weights
+    module = "/torch/nn/modules/module.py" in low_path
+    if module and low_func in ("_call_impl", "_wrapped_call_impl"):
+        return FORWARD
+    return None
+
+
+def failure_phase(precontext: str) -> str | None:
+    """The phase of the job's last traceback before the failure, or None when none is readable."""
+    if any(marker in precontext for marker in _RETRY_MARKERS):
+        return RETRY_EXHAUSTED
+    start = precontext.rfind("Traceback (most recent call last):")
+    if start < 0:
+        return None
+    frames = _frames(precontext[start : start + MAX_TRACEBACK_BYTES])
+    found: str | None = None
+    for path, func, code in reversed(frames):
+        phase = _phase_of(path, func, code)
+        if phase is None:
+            continue
+        if phase != FORWARD:
+            return phase
+        found = found or phase
+    return found

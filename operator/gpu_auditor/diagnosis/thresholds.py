@@ -1,0 +1,80 @@
+"""Every threshold a verdict depends on, with the measured rows that set it.
+
+Rows are named as in the result files they come from, all measured on an NVIDIA H200
+(139.8 GiB, torch 2.11.0+cu130): ``sweep:<point>`` in ``bench/results/gpu-sweep.md`` (real OOMs,
+each re-run with ``expandable_segments:True`` and ``max_split_size_mb:128``), ``proof:<scenario>``
+in ``bench/results/gpu-proof.md``, ``overhead:<stage>`` in ``bench/results/gpu-overhead.md``.
+The held-out set (``bench/results/gpu-heldout*.md``) set none of them: it judges them.
+
+Names: R the request, room what PyTorch could still get (device free, or the cap's headroom),
+U the reserved-but-unallocated bytes (or, from a probe record, the free bytes in the cache's
+blocks of the pool R uses), "need" = R - room, the part of the request only reclaimed cache could
+serve.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+GIB: Final = 1024**3
+MIB: Final = 1024**2
+
+# -- fragmentation: when an allocator setting is measured to remove the OOM -------------------
+
+FRAG_MAX_NEED_SHARE: Final = 0.40
+"""Fragmentation (and an allocator setting) only when need <= this share of U.
+
+The setting reclaims all of U only where blocks were split; with segments pinned by live blocks
+it reclaims part, and a training step's later allocations need more than the failing one shows.
+Every row with material U (below) was fixed up to need/U = 0.39
+(sweep:I-full-u1536-h1408-leak256; also 0.33 sweep:B-full-u768-h512, 0.29
+sweep:C-full-u1440-96to60-h1024, 0.27 sweep:C-full-u4240-h3072, 0.25 sweep:D-full-pin8-u1032-h768,
+sweep:D-full-pin8-u4104-h3072, 0.19 sweep:J-cap-pin8-frag_pinned, proof:frag_pinned_fullgpu at
+0.18, proof:frag_varlen at 0.24); from 0.46 rows were not fixed (sweep:K-full-mlp-static-off-256
+0.46, sweep:J-cap-u960-h512-state1024 0.47, sweep:E-full-pin2-u2052-h1024 0.50,
+sweep:D-full-pin8-u4104-h1536 0.62, sweep:D-full-pin8-u4104-h512 0.87). 0.40 sits in that gap,
+on the safe side. Split blocks were reclaimed at higher shares (sweep:J-cap-u960-h64 at 0.94),
+but the message cannot tell split from pinned: those are called capacity with fragmentation
+contributing, and get no setting."""
+
+FRAG_MIN_SHARE_OF_RESERVED: Final = 0.005
+"""...and only when U is at least this share of what PyTorch holds (reserved).
+
+Below 0.5 % the setting's effect is not predictable from the message: fixed in static
+synthetic jobs (sweep:A-full-u12-h8 .. sweep:B-full-u384-h64, 0.01-0.27 %), not fixed in jobs
+whose memory kept moving (sweep:A-full-u84-h72-leak128, sweep:A-full-u84-h72-state256 at
+0.06 %, sweep:K-full-mlp-varlen-off-256 at 0.16 %, sweep:K-full-mlp-static-off-256 at 0.34 %,
+proof:leak_total_loss at 0.18 %), and issue 10 reports 3 of 3 real jobs at <= 0.2 % not fixed.
+At and above it every static row within the need share was fixed (sweep:D-full-pin8-u1032-h768
+at 0.73 %, proof:frag_varlen at 1.1 %, proof:frag_pinned_fullgpu at 1.4 %)."""
+
+FRAG_MIN_UNALLOCATED_BYTES: Final = 20 * MIB
+"""...and at least one large segment of the native allocator (20 MiB): a floor for small caps,
+where the share of a small reservation is a few MiB."""
+
+# -- other processes, caps, non-PyTorch memory ----------------------------------------------
+
+GPU_SHARED_MIN_BYTES: Final = 1 * GIB
+"""Another process on the GPU is a cause only from 1 GiB: below that it is a CUDA context or a
+monitoring tool (overhead:context is 518 MiB)."""
+
+NEAR_FULL_FREE_SHARE: Final = 0.05
+"""Without a request figure, the GPU counts as full when at most 5 % of it is free."""
+
+NON_PYTORCH_ALLOWANCE_BYTES: Final = 3 * GIB // 2
+"""What a process holds outside PyTorch in ordinary use, not counted against it: measured
+518 MiB for the CUDA context alone (overhead:context), 676 MiB with cuBLAS, 1,234 MiB for a
+serving process with cuBLAS, a single-rank NCCL group and CUDA graphs (overhead:serving) and
+1,320 MiB with everything incl. torch.compile (overhead:cumulative/compile); 1.5 GiB covers the
+largest with ~15 % to spare."""
+
+NON_PYTORCH_MIN_SHARE: Final = 0.10
+"""Non-PyTorch memory is the primary cause only when it is at least this share of the
+process: above the measured runtime overhead (1,320 MiB) on any GPU of 16 GiB or more (8.3 %);
+issue 10's serving process (2.3 GiB outside PyTorch of 80 GiB, 2.9 %) is capacity, with
+non-PyTorch memory contributing; a CUDA extension holding 123 GiB beside 14 GiB of PyTorch
+(90 %) is non-pytorch-memory."""
+
+THIN_HEADROOM_SHARE: Final = 0.05
+"""Beside fragmentation, ``capacity`` contributes when defragmenting would leave less than
+5 % of the GPU (or the cap) spare."""
