@@ -166,22 +166,22 @@ def match_failure(line: str) -> tuple[str, str] | None:
     found = find_failure(line)
     if found is None:
         return None
-    family, start = found
+    family, start, _ = found
     return family, line[start : start + KEY_CHARS]
 
 
 def find_failure(
     line: str, pos: int = 0, endpos: int | None = None, *, before: int | None = None
-) -> tuple[str, int] | None:
-    """``(family, start)``: the first family (in ``_FAMILIES`` order) whose wording occurs in
-    ``line[pos:endpos]`` starting before ``before``, and where it starts. Characters before
-    ``pos`` are still seen by the patterns' ``\\b``."""
+) -> tuple[str, int, int] | None:
+    """``(family, start, end)``: the first family (in ``_FAMILIES`` order) whose wording occurs
+    in ``line[pos:endpos]`` starting before ``before``, and where that wording is. Characters
+    before ``pos`` are still seen by the patterns' ``\\b``."""
     end = len(line) if endpos is None else endpos
     limit = end if before is None else before
     for family, pattern in _FAMILIES:
         match = pattern.search(line, pos, end)
         if match is not None and match.start() < limit:
-            return family, match.start()
+            return family, match.start(), match.end()
     return None
 
 
