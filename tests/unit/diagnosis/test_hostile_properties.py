@@ -212,3 +212,40 @@ def test_a_hostile_log_gives_the_same_scan_in_any_chunk_size(log: bytes, chunk: 
 @given(deep_json, st.integers(0, 3))
 def test_nested_json_in_docker_framing_never_recurses(line: str, copies: int) -> None:
     assert_valid(diagnose((line + "\n") * copies + OOM))
+
+
+alloc_conf_values = st.one_of(
+    st.builds(
+        lambda key, digits: f"{key}:{digits}",
+        st.sampled_from(
+            [
+                "max_split_size_mb",
+                "garbage_collection_threshold",
+                "roundup_power2_divisions",
+                "pinned_num_register_threads",
+                "per_process_memory_fraction",
+                "expandable_segments",
+            ]
+        ),
+        digit_runs.map(lambda d: d[:20_000]),
+    ),
+    st.integers(1, 20_000).map(lambda n: "roundup_power2_divisions:" + "[" * n),
+    st.integers(1, 5_000).map(lambda n: "a:b," * n),
+    st.text(max_size=500),
+)
+torch_versions = st.one_of(
+    st.none(),
+    st.sampled_from(["2.11", "1.9", "2.0.1+cu118"]),
+    digit_runs.map(lambda d: d[:5000] + "." + d[:5000]),
+    st.text(max_size=50),
+)
+
+
+@settings(GUARD, max_examples=60)
+@given(alloc_conf_values, torch_versions, st.sampled_from([None, "native", "cudaMallocAsync"]))
+def test_a_hostile_alloc_conf_or_release_never_raises(
+    alloc_conf: str, torch_version: str | None, backend: str | None
+) -> None:
+    diagnosis = diagnose(OOM, alloc_conf=alloc_conf, torch_version=torch_version, backend=backend)
+    assert_valid(diagnosis)
+    assert diagnosis.figures.requested_bytes == 2 * GIB
