@@ -11,7 +11,8 @@ failure are; about one in 200 is between 64 KiB and 1 MiB.
 For every input: ``diagnose()`` must return, its kind must be a known kind, every figure must be
 None or in [0, 2^64], and its JSON must round-trip. A crash is any exception or a failed check;
 the input is saved under ``bench/results/fuzz_crashes/``. The slowest input is reported with its
-size, time and a short repr.
+size, time and a short repr: the ``RETIMED`` slowest of each worker are timed again (best of 5)
+after the run, because on a shared machine one timing can include seconds of waiting for a CPU.
 
 Baseline, same run: the diagnosis core before this branch (``--baseline-rev``, default the
 merge-base with ``main``) on the first ``--baseline-inputs`` inputs of the same stream, in a
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import heapq
 import io
 import json
 import math
@@ -92,6 +94,7 @@ TOKENS = (
     b"cached)",
 )
 NUMBER = re.compile(rb"\d+(?:\.\d+)?")
+RETIMED = 8
 
 
 # --- the stream of inputs (deterministic for a seed) ------------------------------------------
@@ -272,7 +275,7 @@ def fuzz(seed: int, count: int, save_crashes: bool, budget: float | None = None)
 
     kinds_seen: dict[str, list[float]] = {}  # kind -> [count, total seconds, max seconds]
     crashes: dict[str, dict[str, Any]] = {}
-    slowest = {"seconds": 0.0}
+    slow: list[tuple[float, int, str, bytes]] = []  # heap of the slowest: (seconds, n, kind, data)
     done, total_bytes = 0, 0
     started = time.perf_counter()
     for kind, data in Inputs(seed):
@@ -290,8 +293,10 @@ def fuzz(seed: int, count: int, save_crashes: bool, budget: float | None = None)
         stats[0] += 1
         stats[1] += seconds
         stats[2] = max(stats[2], seconds)
-        if seconds > slowest["seconds"]:
-            slowest = {"seconds": seconds, "bytes": len(data), "kind": kind, "repr": short(data)}
+        if len(slow) < RETIMED or seconds > slow[0][0]:
+            (heapq.heappush if len(slow) < RETIMED else heapq.heapreplace)(
+                slow, (seconds, done, kind, data)
+            )
         if problem is not None:
             key = problem.split(":")[0]
             entry = crashes.setdefault(key, {"count": 0, "first": problem, "input": short(data)})
@@ -304,15 +309,44 @@ def fuzz(seed: int, count: int, save_crashes: bool, budget: float | None = None)
                 entry["saved"] = f"bench/results/fuzz_crashes/{digest}.bin"
         if done % 100_000 == 0:
             print(f"  seed {seed}: {done} inputs, {len(crashes)} crash kinds", file=sys.stderr)
+    seconds_total = time.perf_counter() - started
     return {
         "seed": seed,
         "inputs": done,
         "bytes": total_bytes,
-        "seconds": time.perf_counter() - started,
+        "seconds": seconds_total,
         "crashes": crashes,
-        "slowest": slowest,
+        "slowest": retime(slow, diagnose, budget),
         "kinds": kinds_seen,
     }
+
+
+def retime(
+    slow: list[tuple[float, int, str, bytes]],
+    diagnose: Callable[[bytes], Any],
+    budget: float | None,
+) -> dict[str, Any]:
+    """The slowest input after timing the first-slowest again: best of 5 (of 1 when the first
+    time was over a second, or for the baseline, whose stalls are real)."""
+    best: dict[str, Any] = {"seconds": 0.0}
+    for first, index, kind, data in slow:
+        times = [first]
+        for _ in range(0 if budget is not None or first > 1.0 else 5):
+            t0 = time.perf_counter()
+            with contextlib.suppress(Exception):
+                diagnose(data)
+            times.append(time.perf_counter() - t0)
+        if min(times) > best["seconds"]:
+            best = {
+                "seconds": min(times),
+                "first_seconds": first,
+                "index": index,
+                "bytes": len(data),
+                "kind": kind,
+                "repr": short(data),
+            }
+    best["first_timing_of_the_slowest"] = max((s[0] for s in slow), default=0.0)
+    return best
 
 
 def _worker(args: tuple[int, int]) -> dict[str, Any]:
@@ -389,6 +423,7 @@ def combine(parts: list[dict[str, Any]]) -> dict[str, Any]:
             into[1] += total
             into[2] = max(into[2], worst)
     slowest = max((p["slowest"] for p in parts), key=lambda s: s["seconds"])
+    first_max = max(p["slowest"]["first_timing_of_the_slowest"] for p in parts)
     return {
         "inputs": sum(p["inputs"] for p in parts),
         "bytes": sum(p["bytes"] for p in parts),
@@ -396,6 +431,7 @@ def combine(parts: list[dict[str, Any]]) -> dict[str, Any]:
         "crashes": crashes,
         "crash_count": sum(c["count"] for c in crashes.values()),
         "slowest": slowest,
+        "first_timing_max": first_max,
         "kinds": {
             kind: {"inputs": n, "mean_ms": round(total / n * 1e3, 3), "max_ms": round(w * 1e3, 1)}
             for kind, (n, total, w) in sorted(kinds.items())
@@ -428,7 +464,7 @@ def markdown(meta: dict[str, Any], ours: dict[str, Any], base: dict[str, Any] | 
         f"| inputs/s | {ours['inputs'] / meta['wall_seconds']:,.0f} (all workers) | "
         + (f"{b_inputs / base['seconds']:,.0f} (one process) |" if base and b_inputs else "- |"),
         f"| crashes | **{ours['crash_count']}** | {b_crashes} |",
-        f"| slowest input | {slow['seconds'] * 1e3:.1f} ms, {slow['bytes']:,} bytes "
+        f"| slowest input (timed again) | {slow['seconds'] * 1e3:.1f} ms, {slow['bytes']:,} bytes "
         f"({slow['kind']}) | "
         + (
             f"{b_slow.get('seconds', 0):.2f} s, {b_slow.get('bytes', 0):,} bytes "
@@ -437,7 +473,11 @@ def markdown(meta: dict[str, Any], ours: dict[str, Any], base: dict[str, Any] | 
             else "- |"
         ),
         "",
-        f"Slowest input here: `{slow['repr']}`",
+        f"Slowest input here: `{slow['repr']}` (input {slow['index']:,} of its seed; "
+        f"first timing {slow['first_seconds'] * 1e3:.1f} ms). The slowest single timing of the "
+        f"run was {meta['first_timing_max'] * 1e3:.0f} ms: each worker's {RETIMED} slowest "
+        "inputs were timed again, best of 5, and the slowest of those is the row above (one "
+        "timing on this shared machine can include waiting for a CPU).",
         "",
     ]
     if b_slow:
@@ -499,6 +539,7 @@ def main() -> int:
         "workers": args.workers,
         "seeds": seeds,
         "wall_seconds": round(wall, 1),
+        "first_timing_max": ours["first_timing_max"],
     }
     args.out.mkdir(parents=True, exist_ok=True)
     report = {"meta": meta, "ours": ours, "baseline": base}
