@@ -326,12 +326,12 @@ def retime(
     diagnose: Callable[[bytes], Any],
     budget: float | None,
 ) -> dict[str, Any]:
-    """The slowest input after timing the first-slowest again: best of 5 (of 1 when the first
-    time was over a second, or for the baseline, whose stalls are real)."""
+    """The slowest input after timing the first-slowest again, best of 5 (the baseline's are not
+    timed again: its stalls are real and can last minutes)."""
     best: dict[str, Any] = {"seconds": 0.0}
     for first, index, kind, data in slow:
         times = [first]
-        for _ in range(0 if budget is not None or first > 1.0 else 5):
+        for _ in range(0 if budget is not None else 4):
             t0 = time.perf_counter()
             with contextlib.suppress(Exception):
                 diagnose(data)
