@@ -5,13 +5,17 @@
     gpu-auditor check-alloc-conf VALUE [--torch-version X.Y] [--backend ...]
 
 Exit status: 0 after a diagnosis (whether or not the log holds an OOM); 1 when
-``check-alloc-conf`` finds problems; 2 for bad usage or unreadable input.
+``check-alloc-conf`` finds problems; 2 for bad usage or unreadable input (a missing file, a
+closed stdin); 3 when the report cannot be written (stdout closed, or a pipe whose reader has
+gone, as in ``gpu-auditor diagnose big.log | head -1``). Every error is one line on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import BinaryIO, TextIO
@@ -24,6 +28,7 @@ from .diagnosis.torchversion import parse_torch_version
 EXIT_OK = 0
 EXIT_INVALID = 1
 EXIT_USAGE = 2
+EXIT_OUTPUT = 3
 
 
 def _torch_version(text: str) -> str:
@@ -92,13 +97,15 @@ def render(d: Diagnosis, source: str) -> str:
     return "\n".join(lines)
 
 
-def _open_input(path: str, stdin: BinaryIO) -> BinaryIO:
-    if path == "-":
-        return stdin
-    return open(path, "rb")
+def _open_input(path: str, stdin: BinaryIO | None) -> BinaryIO:
+    if path != "-":
+        return open(path, "rb")
+    if stdin is None:  # started with stdin closed (``<&-``): Python sets sys.stdin to None
+        raise OSError(0, "stdin is closed")
+    return stdin
 
 
-def _diagnose(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: BinaryIO) -> int:
+def _diagnose(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: BinaryIO | None) -> int:
     source = "stdin" if args.file == "-" else args.file
     try:
         stream = _open_input(args.file, stdin)
@@ -137,6 +144,21 @@ def _check(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_INVALID
 
 
+def _system_stdin() -> BinaryIO | None:
+    return sys.stdin.buffer if sys.stdin is not None else None
+
+
+def _silence_stdout() -> None:
+    """After a failed write to the real stdout, point it at /dev/null: the interpreter flushes
+    stdout again at exit and would print its own traceback for the same broken pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, AttributeError, ValueError, io.UnsupportedOperation):
+        pass
+
+
 def main(
     argv: Sequence[str] | None = None,
     *,
@@ -144,12 +166,25 @@ def main(
     stderr: TextIO | None = None,
     stdin: BinaryIO | None = None,
 ) -> int:
-    out = stdout or sys.stdout
-    err = stderr or sys.stderr
+    err = stderr or sys.stderr or io.StringIO()  # stderr closed: errors have nowhere to go
     args = build_parser().parse_args(argv)
-    if args.command == "diagnose":
-        return _diagnose(args, out, err, stdin or sys.stdin.buffer)
-    return _check(args, out)
+    out = stdout or sys.stdout
+    if out is None:  # started with stdout closed (``>&-``)
+        print("gpu-auditor: cannot write the report: stdout is closed", file=err)
+        return EXIT_OUTPUT
+    try:
+        if args.command == "diagnose":
+            code = _diagnose(args, out, err, stdin if stdin is not None else _system_stdin())
+        else:
+            code = _check(args, out)
+        out.flush()
+    except OSError as exc:  # the input's errors are handled in _diagnose: this is the output's
+        if out is sys.stdout:
+            _silence_stdout()
+        reason = exc.strerror or exc.__class__.__name__
+        print(f"gpu-auditor: cannot write the report: {reason}", file=err)
+        return EXIT_OUTPUT
+    return code
 
 
 if __name__ == "__main__":
