@@ -115,7 +115,8 @@ class _Facts:
     def cap_headroom(self) -> int | None:
         if self.f.allowed_bytes is None:
             return None
-        return self.f.allowed_bytes - (self.f.reserved_bytes or 0)
+        # reserved above the cap (set after the cache grew) leaves no room, not negative room
+        return max(0, self.f.allowed_bytes - (self.f.reserved_bytes or 0))
 
     @property
     def unallocated(self) -> int:

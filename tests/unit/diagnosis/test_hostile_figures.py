@@ -127,14 +127,6 @@ NEGATIVE_ROOM_LOG = torch_oom(
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "classify._Facts.cap_headroom is allowed - reserved, negative when reserved exceeds the "
-        "cap, and summarize() prints it as 'left under the cap' (classify.py is not this "
-        "change's to edit: clamp cap_headroom at 0)"
-    ),
-)
 def test_no_summary_shows_a_negative_size() -> None:
     diagnosis = diagnose(NEGATIVE_ROOM_LOG)
     assert diagnosis.kind == "fragmentation"
