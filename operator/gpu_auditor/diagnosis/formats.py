@@ -27,6 +27,7 @@ CUDA_LIBRARY = "cuda-library"  # CUBLAS_STATUS_ALLOC_FAILED, CUDNN_STATUS_ALLOC_
 VLLM = "vllm"  # KV cache does not fit
 DRIVER = "cuda-driver"  # CUDA_ERROR_OUT_OF_MEMORY / cudaErrorMemoryAllocation in an error
 HOST_ALLOC = "host-alloc"  # DefaultCPUAllocator: can't allocate memory (host RAM)
+RETRY_EXHAUSTED = "retry-exhausted"  # Accelerate's find_executable_batch_size reached zero
 
 PRIORITY: Final[dict[str, int]] = {
     TORCH: 10,
@@ -40,6 +41,7 @@ PRIORITY: Final[dict[str, int]] = {
     DRIVER: 4,
     TORCH_RAW: 3,
     HOST_ALLOC: 2,
+    RETRY_EXHAUSTED: 2,
 }
 
 KEYWORDS: Final[tuple[bytes, ...]] = (
@@ -54,6 +56,7 @@ KEYWORDS: Final[tuple[bytes, ...]] = (
     b"can't allocate memory",
     b"cudaErrorMemoryAllocation",
     b"hipErrorOutOfMemory",
+    b"No executable batch size found",
 )
 """Byte strings at least one of which every family's failure line contains (second filter)."""
 
@@ -63,6 +66,7 @@ ANCHORS: Final[tuple[bytes, ...]] = (
     b"OOM when",
     b"ALLOC_FAILED",
     b"in KV cache",
+    b"executable batch",
 )
 """Fewer, shorter strings, one inside every keyword: the scan searches the whole input only for
 these (each search is one C pass over the chunk), then checks the hit's line for a keyword."""
@@ -151,6 +155,9 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
     (DRIVER, _WordBeforeCode()),
     (TORCH_RAW, re.compile(r"\b(?:CUDA|HIP) error: out of memory\b")),
     (HOST_ALLOC, re.compile(r"DefaultCPUAllocator: can't allocate memory")),
+    # Accelerate catches each OOM, halves the batch and retries; at zero it raises this, and the
+    # caught OOMs may never reach the log (the probe's records do, one per OOM)
+    (RETRY_EXHAUSTED, re.compile(r"No executable batch size found, reached zero")),
 )
 
 
@@ -206,6 +213,7 @@ _FAMILY_FRAMEWORK: Final[dict[str, str | None]] = {
     VLLM: "vllm",
     DRIVER: None,
     HOST_ALLOC: "pytorch",
+    RETRY_EXHAUSTED: "pytorch",
 }
 
 

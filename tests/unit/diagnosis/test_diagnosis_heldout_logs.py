@@ -33,6 +33,7 @@ MEASURED = {
     "leak_eval_tqdm": ("leak", None),
     "leak_hook_jsonlog": ("leak", None),
     "jax_prealloc": ("non-pytorch-memory", None),
+    "retry_batch_search": ("capacity", None),
 }
 
 
@@ -100,3 +101,23 @@ def test_fragmentation_that_the_setting_fixed_keeps_the_setting_beside_a_rising_
     result = _diagnose("frag_sessions")
     assert result.recommendation.alloc_conf == "expandable_segments:True"
     assert "leak" in result.contributing
+
+
+def test_a_retry_loop_that_reached_zero_is_capacity_with_the_last_caught_oom_figures() -> None:
+    # Accelerate caught 24 OOMs; the log has none of their messages, only the probe's records
+    result = _diagnose("retry_batch_search")
+    assert result.detected and result.kind == "capacity"
+    assert result.figures.requested_bytes == 17179869184  # the last record's request
+    assert result.recommendation.actions[0].startswith(
+        "the job's own retry loop already shrank the batch"
+    )
+    assert not any(a.startswith("reduce peak memory: a smaller batch")
+                   for a in result.recommendation.actions)
+
+
+def test_a_retry_loop_that_reached_zero_without_a_probe_is_still_capacity() -> None:
+    text = (LOGS / "retry_batch_search.log").read_text(errors="replace")
+    bare = "\n".join(ln for ln in text.splitlines() if "gpu-auditor-probe-record" not in ln)
+    result = diagnose(bare)
+    assert (result.detected, result.kind) == (True, "capacity")
+    assert result.figures.requested_bytes is None
