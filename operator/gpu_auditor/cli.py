@@ -22,6 +22,7 @@ from typing import BinaryIO, TextIO
 
 from .diagnosis import Diagnosis, diagnose_stream, validate_alloc_conf
 from .diagnosis.allocconf import BACKENDS
+from .diagnosis.proberecord import MAX_RECORD_BYTES, ProbeRecord, find_record
 from .diagnosis.sizes import format_size
 from .diagnosis.torchversion import parse_torch_version
 
@@ -48,6 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
     diag.add_argument("--torch-version", type=_torch_version, help="the job's torch release, X.Y")
     diag.add_argument("--alloc-conf", help="the job's current PYTORCH_CUDA_ALLOC_CONF")
     diag.add_argument("--backend", choices=BACKENDS, help="the job's allocator backend")
+    diag.add_argument(
+        "--probe-record",
+        metavar="FILE",
+        help="a file holding the OOM probe's record (e.g. the container's termination message: "
+        "kubectl get pod P -o jsonpath='{..lastState.terminated.message}')",
+    )
     check = sub.add_parser("check-alloc-conf", help="validate a PYTORCH_CUDA_ALLOC_CONF value")
     check.add_argument("value", help="the value, e.g. expandable_segments:True")
     check.add_argument("--torch-version", type=_torch_version, help="torch release, X.Y")
@@ -86,6 +93,13 @@ def render(d: Diagnosis, source: str) -> str:
         figures = _figures_line(d)
         if figures:
             lines.append(f"  figures: {figures}")
+        probe = dict(d.extra).get("probe")
+        if isinstance(probe, dict):
+            seen = "agrees" if not probe.get("disagrees") else "disagrees"
+            lines.append(
+                f"  probe record: {probe.get('status')}; the message alone would say "
+                f"{probe.get('inference_kind')} ({seen})"
+            )
     rec = d.recommendation
     if rec.alloc_conf:
         lines.append(f"  set: {rec.env}={rec.alloc_conf}")
@@ -105,8 +119,29 @@ def _open_input(path: str, stdin: BinaryIO | None) -> BinaryIO:
     return stdin
 
 
+def _probe_record(path: str | None, err: TextIO) -> tuple[bool, ProbeRecord | None]:
+    """(ok, record): a file that holds no valid record is a usage error, said in one line."""
+    if path is None:
+        return True, None
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_RECORD_BYTES + 1)
+    except OSError as exc:
+        print(f"gpu-auditor: cannot read {path}: {exc.strerror or type(exc).__name__}", file=err)
+        return False, None
+    parsed = find_record(data)
+    if parsed is None or parsed.record is None:
+        why = parsed.reason if parsed is not None else "no gpu-auditor-probe-record line"
+        print(f"gpu-auditor: {path} holds no usable probe record: {why}", file=err)
+        return False, None
+    return True, parsed.record
+
+
 def _diagnose(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: BinaryIO | None) -> int:
     source = "stdin" if args.file == "-" else args.file
+    ok, record = _probe_record(args.probe_record, err)
+    if not ok:
+        return EXIT_USAGE
     try:
         stream = _open_input(args.file, stdin)
         try:
@@ -115,6 +150,7 @@ def _diagnose(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: BinaryI
                 torch_version=args.torch_version,
                 alloc_conf=args.alloc_conf,
                 backend=args.backend,
+                probe_record=record,
             )
         finally:
             if stream is not stdin:
