@@ -7,11 +7,18 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
-import kopf
-from prometheus_client import start_http_server
+try:
+    import kopf
+    from prometheus_client import start_http_server
+except ImportError as missing:  # the light install: the CLI and the core only
+    raise SystemExit(f"gpu-auditor-operator needs the operator extra ({missing.name} is not "
+                     "installed): pip install 'gpu-auditor[operator]'") from None
 
+from gpu_auditor.base.client import ApiClient
+from gpu_auditor.base.errors import ConfigError
+from gpu_auditor.base.kubeconfig import load_config
+from gpu_auditor.base.names import is_subdomain
 from gpu_auditor.controller import (
     handlers,  # noqa: F401  (registers the handlers)
     memory,
@@ -20,15 +27,10 @@ from gpu_auditor.controller import (
 from gpu_auditor.controller.annotations import DEFAULT_PREFIX, MAX_PREFIX
 from gpu_auditor.controller.diagnoser import DEFAULT_BUDGET, DEFAULT_WORKERS, DiagnosisPool
 from gpu_auditor.controller.kube import KubeApi
-from gpu_auditor.controller.names import is_subdomain
+from gpu_auditor.controller.login import Login
 from gpu_auditor.controller.service import OperatorConfig, Services
-from node_agent.apiclient import (
-    SERVICE_ACCOUNT_DIR,
-    ApiClient,
-    load_incluster,
-    load_kubeconfig,
-)
-from node_agent.errors import ConfigError
+
+USER_AGENT = "gpu-auditor-operator"
 
 
 def parse_args(argv: Sequence[str] | None = None) -> OperatorConfig:
@@ -50,7 +52,10 @@ def parse_args(argv: Sequence[str] | None = None) -> OperatorConfig:
                         help="diagnosis worker processes at most (default %(default)s)")
     parser.add_argument("--no-owner-annotations", action="store_true",
                         help="do not copy the diagnosis onto the owning Job/Deployment/...")
-    parser.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
+    parser.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"),
+                        help="kubeconfig file, or several separated by '%s' (merged as kubectl "
+                             "merges them); default $KUBECONFIG, else the service account, "
+                             "else ~/.kube/config" % os.pathsep.replace("%", "%%"))
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
     prefix = args.annotation_prefix
@@ -77,18 +82,15 @@ def parse_args(argv: Sequence[str] | None = None) -> OperatorConfig:
 
 
 def use_kubeconfig(path: str) -> None:
-    """Point kopf's login (which reads $KUBECONFIG when it runs) and ours at `path`."""
+    """Read the kubeconfig(s) at `path` (a `KUBECONFIG`-style list) for every request."""
     os.environ["KUBECONFIG"] = path
 
 
 def api_client() -> ApiClient:
-    """In-cluster (the pod's service account) when there is one, else the kubeconfig."""
-    if os.environ.get("KUBERNETES_SERVICE_HOST") and (SERVICE_ACCOUNT_DIR / "token").is_file():
-        config = load_incluster()
-    else:
-        path = os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
-        config = load_kubeconfig(path.split(os.pathsep)[0])
-    return ApiClient(config, user_agent="gpu-auditor-operator")
+    """`$KUBECONFIG` (one file or several), else the pod's service account, else
+    ~/.kube/config; an exec plugin runs now, so a config that cannot authenticate fails at
+    start. Raises ConfigError."""
+    return ApiClient(load_config(), user_agent=USER_AGENT)
 
 
 def main(argv: Sequence[str] | None = None, *,
@@ -114,7 +116,7 @@ def main(argv: Sequence[str] | None = None, *,
         liveness_endpoint=(
             f"http://0.0.0.0:{cfg.liveness_port}/healthz" if cfg.liveness_port else None
         ),
-        memo=kopf.Memo(services=services),
+        memo=kopf.Memo(services=services, login=Login(api)),
     )
     return 0
 

@@ -9,7 +9,7 @@ import pytest
 from agent_helpers import StaticGpus, fake_pods
 
 from node_agent.agent import Agent
-from node_agent.errors import ConfigError
+from gpu_auditor.base.errors import ConfigError
 from node_agent.fake_source import FakeNvmlSource
 from node_agent.procfs import ProcReader
 from node_agent.sampler import Sampler

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from node_agent.apiclient import ApiError
-from node_agent.errors import ConfigError
+from gpu_auditor.base.errors import ConfigError
 from node_agent.model import Allocated, Allocations, CgroupIdentity, PodRef
 from node_agent.podresources.client import ContainerDevices, KubeletUnavailable, PodDevices
 from node_agent.pods import (

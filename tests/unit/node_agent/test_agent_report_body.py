@@ -118,7 +118,7 @@ def test_a_container_with_200_processes_lists_its_64_lowest_pids(
 
 
 def test_a_shared_gpu_message_names_the_8_largest_pods_and_counts_the_rest() -> None:
-    from node_agent.model import Allocated, GpuUsage, PodRef, ProcessUsage, SharingStrategy
+    from node_agent.model import Allocated, GpuUsage, PodRef, ProcessUsage, NodeSharing
     from node_agent.sampler import sum_containers
     from node_agent.sharing import findings_for
 
@@ -126,7 +126,7 @@ def test_a_shared_gpu_message_names_the_8_largest_pods_and_counts_the_rest() -> 
                           pod=PodRef("ml", f"p{i:02d}", f"u{i}", "main"),
                           allocated=Allocated.TRUE) for i in range(20)]
     usage = GpuUsage(gpu(0, GPU0), tuple(procs), sum_containers(procs))
-    (finding,) = findings_for(usage, SharingStrategy("none", 1))
+    (finding,) = findings_for(usage, NodeSharing("none", 1))
     assert len(finding.pods) == 20
     assert finding.message.endswith("ml/p19 20.0 GiB, ml/p18 19.0 GiB, ml/p17 18.0 GiB, "
                                     "ml/p16 17.0 GiB, ml/p15 16.0 GiB, ml/p14 15.0 GiB, "
