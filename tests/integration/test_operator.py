@@ -362,7 +362,7 @@ def test_a_forbidden_log_read_is_counted_and_other_diagnoses_go_on(
         failing_pod(env, ns, "secret-log")
         logs_object(env, ns, "secret-log", current=log)
         cluster.wait(lambda: re.search(
-            r'gpu_auditor_log_fetch_failures_total\{reason="forbidden"\} [1-9]',
+            r'gpu_auditor_operator_log_fetch_failures_total\{reason="forbidden"\} [1-9]',
             restricted.metrics()), 60, "forbidden log read counted")
         failing_pod(env, ns, "killed", reason="OOMKilled", exit_code=137)
         assert wait_annotated(env, ns, "killed")[f"{PREFIX}diagnosis"] == "host-oom-killed"
