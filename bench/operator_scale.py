@@ -22,7 +22,8 @@ per operator and N, in alternating order; latencies are pooled over the rounds. 
   burst (sampled every 100 ms) and VmHWM (peak since start, the listing included);
 - for ours, ``gpu_auditor_operator_api_requests_total{verb}`` over the burst divided by
   ``gpu_auditor_diagnoses_total`` (kopf's own LIST/WATCH are not in that counter), and the
-  ``gpu_auditor_operator_diagnosis_latency_seconds`` histogram as a cross-check (it measures from the
+  ``gpu_auditor_operator_diagnosis_latency_seconds`` histogram as a cross-check (it measures
+  from the
   container's ``finishedAt``, which the API serves in whole seconds: it reads up to 1 s high);
 - for both, the API server's ``apiserver_request_total`` over the burst for pods and events,
   less this script's own B label patches (kwok's status patches are a subresource, kept apart);

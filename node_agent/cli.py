@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 
+from gpu_auditor.base.errors import ConfigError
 from node_agent.agent import Agent
 from node_agent.collector import AgentCollector
 from node_agent.config import Config, api_configured, node_name, parse
-from gpu_auditor.base.errors import ConfigError
 from node_agent.exposition import Exposition
 from node_agent.fake_source import FakeNvmlSource
 from node_agent.history import History

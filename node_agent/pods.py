@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from gpu_auditor.base.errors import ConfigError
 from node_agent.fake_source import load_yaml
-from node_agent.model import Allocated, Allocations, CgroupIdentity, PodRef, NodeSharing
+from node_agent.model import Allocated, Allocations, CgroupIdentity, NodeSharing, PodRef
 from node_agent.names import (
     is_config_hash,
     is_container_id,

@@ -247,7 +247,8 @@ def test_a_forged_owner_reference_leaves_the_owner_unchanged(
     with garbage_collector_paused(env["cluster"]):
         failing_pod(env, ns, "forger", reason="OOMKilled", exit_code=137, owners=owners)
         assert wait_annotated(env, ns, "forger")[f"{PREFIX}diagnosis"] == "host-oom-killed"
-        wait_metric(env, "gpu_auditor_operator_owner_writes_refused_total", before + 1, reason=reason)
+        wait_metric(env, "gpu_auditor_operator_owner_writes_refused_total", before + 1,
+                    reason=reason)
         after = client.BatchV1Api(_api(env)).read_namespaced_job("victim", ns)
     assert after.metadata.resource_version == job.metadata.resource_version
     assert after.metadata.annotations == {"team": "ml"}
@@ -302,7 +303,8 @@ def test_a_report_naming_a_pod_on_another_node_changes_nothing_there(
         f"{system}/coredns")
     wait_metric(env, "gpu_auditor_operator_report_items_ignored_total", before["other-node"] + 1,
                 reason="other-node")
-    wait_metric(env, "gpu_auditor_operator_report_items_ignored_total", before["malformed-pod-ref"] + 2,
+    wait_metric(env, "gpu_auditor_operator_report_items_ignored_total",
+                before["malformed-pod-ref"] + 2,
                 reason="malformed-pod-ref")
     coredns = _core(env).read_namespaced_pod("coredns", system)
     assert ours(coredns.metadata.annotations) == {}
@@ -322,7 +324,8 @@ def test_a_report_whose_name_is_not_its_node_is_ignored(env: dict[str, Any], ns:
                                     _entry(ns, "other", str(uuid.uuid4()))]}],
                  "findings": [{"kind": "unintended-sharing", "gpuUUID": "GPU-h2",
                                "pods": [f"{ns}/decoy", f"{ns}/other"]}]}})
-    wait_metric(env, "gpu_auditor_operator_report_items_ignored_total", before + 1, reason="name-mismatch")
+    wait_metric(env, "gpu_auditor_operator_report_items_ignored_total", before + 1,
+                reason="name-mismatch")
     assert ours(_core(env).read_namespaced_pod("decoy", ns).metadata.annotations) == {}
 
 

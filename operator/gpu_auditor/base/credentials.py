@@ -92,14 +92,19 @@ class Credentials:
     def current(self) -> Credential:
         with self._lock:
             if self.config.exec is not None:
-                expires = self._current.expires_at
-                margin = dt.timedelta(seconds=EXPIRY_MARGIN)
-                if expires is not None and self._now() >= expires - margin:
+                if self._expired():
                     self._current = self._exec(self.config.exec)
-            elif self.config.token_file is not None:
-                if self._read_at is None or self._clock() - self._read_at >= self._token_refresh:
-                    self._reread()
+            elif self.config.token_file is not None and self._stale():
+                self._reread()
             return self._current
+
+    def _expired(self) -> bool:
+        expires = self._current.expires_at
+        margin = dt.timedelta(seconds=EXPIRY_MARGIN)
+        return expires is not None and self._now() >= expires - margin
+
+    def _stale(self) -> bool:
+        return self._read_at is None or self._clock() - self._read_at >= self._token_refresh
 
     def refresh(self) -> Credential:
         """Fetch again now (the server said 401): re-read the token file, re-run the plugin."""

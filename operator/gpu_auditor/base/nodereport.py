@@ -244,7 +244,7 @@ def parse_report(obj: object) -> NodeReport:
     generated = spec.get("generatedAt")
     return NodeReport(
         node=str(node), gpus=gpus, findings=findings,
-        generated_at=generated if _short_str(generated, MAX_GENERATED_AT) else "",
+        generated_at=str(generated) if _short_str(generated, MAX_GENERATED_AT) else "",
         sharing_strategy=(SharingStrategy(strategy) if strategy in tuple(SharingStrategy)
                           else SharingStrategy.NONE),
         replicas=replicas if replicas is not None and 1 <= replicas <= MAX_REPLICAS else 1,
@@ -278,7 +278,7 @@ def _gpu(raw: Mapping[str, Any], dropped: Counter[str]) -> Gpu | None:
                                                               dropped)) if p)
     model = raw.get("model")
     return Gpu(uuid=str(uuid), index=_size(raw.get("index")),
-               model="".join(c if c.isprintable() else "?" for c in model)
+               model="".join(c if c.isprintable() else "?" for c in str(model))
                if _short_str(model, MAX_MODEL) else "",
                total_bytes=_size(raw.get("memoryTotalBytes")),
                used_bytes=_size(raw.get("memoryUsedBytes")),
@@ -293,7 +293,7 @@ def _allocated(value: object) -> Allocated | None:
         return Allocated.FALSE
     if value is None:
         return Allocated.UNKNOWN
-    return Allocated(value) if value in REPORT_ALLOCATED else None
+    return Allocated(str(value)) if value in REPORT_ALLOCATED else None
 
 
 def _pod(raw: Mapping[str, Any], dropped: Counter[str]) -> PodEntry | None:
@@ -313,7 +313,8 @@ def _pod(raw: Mapping[str, Any], dropped: Counter[str]) -> PodEntry | None:
         allocated=allocated, bytes=size,
         pids=tuple(p for p in pids[:MAX_PIDS] if _size(p) is not None)
         if isinstance(pids, list) else (),
-        growth_bytes_per_second=float(growth) if _finite(growth) else None,
+        growth_bytes_per_second=float(growth) if isinstance(growth, int | float) and _finite(
+            growth) else None,
     )
 
 

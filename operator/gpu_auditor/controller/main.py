@@ -53,9 +53,9 @@ def parse_args(argv: Sequence[str] | None = None) -> OperatorConfig:
     parser.add_argument("--no-owner-annotations", action="store_true",
                         help="do not copy the diagnosis onto the owning Job/Deployment/...")
     parser.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"),
-                        help="kubeconfig file, or several separated by '%s' (merged as kubectl "
-                             "merges them); default $KUBECONFIG, else the service account, "
-                             "else ~/.kube/config" % os.pathsep.replace("%", "%%"))
+                        help="kubeconfig file, or several separated by the path separator "
+                             "(merged as kubectl merges them); default $KUBECONFIG, else the "
+                             "service account, else ~/.kube/config")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
     prefix = args.annotation_prefix

@@ -217,7 +217,7 @@ def test_a_failing_or_missing_plugin_fails_at_start_with_its_install_hint(tmp_pa
     with pytest.raises(ConfigError, match="exited with status 1"):
         Credentials(_exec_config(tmp_path), run=FakePlugin(returncode=1))
     cfg = _exec_config(tmp_path, installHint="install it with: brew install get-token")
-    with pytest.raises(ConfigError, match="not found .install it with: brew install get-token."):
+    with pytest.raises(ConfigError, match=r"not found \(install it with: brew install get-token\)"):
         Credentials(cfg)  # ./bin/get-token does not exist
 
 

@@ -348,7 +348,8 @@ def test_a_failure_whose_write_fails_is_written_later_without_diagnosing_again()
     assert kube.pod["metadata"]["annotations"][f"{PREFIX}diagnosis-failed"].startswith(
         "main/0: timeout")
     assert diagnoser.calls == 1
-    assert metric("gpu_auditor_operator_diagnosis_failures_total", reason="timeout") - before == 1
+    assert metric("gpu_auditor_operator_diagnosis_failures_total",
+                  reason="timeout") - before == 1
 
 
 def test_a_bug_of_ours_on_one_pod_is_counted_and_not_retried() -> None:
@@ -359,7 +360,8 @@ def test_a_bug_of_ours_on_one_pod_is_counted_and_not_retried() -> None:
     before = metric("gpu_auditor_operator_diagnosis_failures_total", reason="internal")
     services.handle_pod(kube.pod)
     services.handle_pod(kube.pod)
-    assert metric("gpu_auditor_operator_diagnosis_failures_total", reason="internal") - before == 1
+    assert metric("gpu_auditor_operator_diagnosis_failures_total",
+                  reason="internal") - before == 1
     assert kube.log_reads == 1
 
 
@@ -403,7 +405,8 @@ def test_a_forged_owner_reference_is_refused_and_counted() -> None:
     before = metric("gpu_auditor_operator_owner_writes_refused_total", reason="uid-mismatch")
     _services(kube).handle_pod(kube.pod)
     assert kube.workload_patches == []
-    assert metric("gpu_auditor_operator_owner_writes_refused_total", reason="uid-mismatch") - before == 1
+    assert metric("gpu_auditor_operator_owner_writes_refused_total",
+                  reason="uid-mismatch") - before == 1
     assert kube.pod["metadata"]["annotations"][f"{PREFIX}diagnosis"] == "fragmentation"
 
 
@@ -586,7 +589,8 @@ def test_a_report_naming_a_pod_on_another_node_writes_nothing_there() -> None:
     _services(kube).handle_report(parse_report(_sharing("kube-system/coredns", "ml/nb")))
     assert [n for _, n, _ in kube.patched] == ["nb"]
     assert [reason for reason, _ in kube.events.values()] == ["UnintendedGPUSharing"]
-    assert metric("gpu_auditor_operator_report_items_ignored_total", reason="other-node") - before == 1
+    assert metric("gpu_auditor_operator_report_items_ignored_total",
+                  reason="other-node") - before == 1
 
 
 def test_a_report_naming_a_pod_by_a_uid_it_does_not_have_writes_nothing() -> None:
@@ -595,7 +599,8 @@ def test_a_report_naming_a_pod_by_a_uid_it_does_not_have_writes_nothing() -> Non
     _services(kube).handle_report(parse_report(
         _sharing("ml/train-x", "ml/nb", uids={"ml/train-x": "uid-forged"})))
     assert [n for _, n, _ in kube.patched] == ["nb"]
-    assert metric("gpu_auditor_operator_report_items_ignored_total", reason="uid-mismatch") - before == 1
+    assert metric("gpu_auditor_operator_report_items_ignored_total",
+                  reason="uid-mismatch") - before == 1
 
 
 def test_a_finding_naming_a_bare_uid_or_a_path_is_ignored_without_a_request() -> None:

@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from gpu_auditor.base.errors import APIConnectionError
-from gpu_auditor.base.errors import ConfigError
+from gpu_auditor.base.errors import APIConnectionError, ConfigError
 from node_agent.model import Allocated, Allocations, CgroupIdentity, PodRef
 from node_agent.podresources.client import ContainerDevices, KubeletUnavailable, PodDevices
 from node_agent.pods import (

@@ -127,7 +127,7 @@ def test_a_container_with_200_processes_lists_its_64_lowest_pids(
 
 
 def test_a_shared_gpu_message_names_the_8_largest_pods_and_counts_the_rest() -> None:
-    from node_agent.model import Allocated, GpuUsage, PodRef, ProcessUsage, NodeSharing
+    from node_agent.model import Allocated, GpuUsage, NodeSharing, PodRef, ProcessUsage
     from node_agent.sampler import sum_containers
     from node_agent.sharing import findings_for
 

@@ -9,9 +9,9 @@ from node_agent.model import (
     Allocated,
     Allocations,
     GpuUsage,
+    NodeSharing,
     PodRef,
     ProcessUsage,
-    NodeSharing,
 )
 from node_agent.sampler import sum_containers
 from node_agent.sharing import findings_for, strategy_from
