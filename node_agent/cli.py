@@ -9,7 +9,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
+try:
+    from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
+except ImportError as missing:  # the light install: the CLI and the core only
+    raise SystemExit(f"gpu-auditor-agent needs the agent extra ({missing.name} is not "
+                     "installed): pip install 'gpu-auditor[agent]'") from None
 
 from gpu_auditor.base.errors import ConfigError
 from node_agent.agent import Agent
