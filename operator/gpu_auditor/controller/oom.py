@@ -29,7 +29,7 @@ from gpu_auditor.controller import metrics, owners
 from gpu_auditor.controller.diagnoser import DiagnosisFailed
 from gpu_auditor.controller.kube import KubeApi, LogUnavailable, ObjectRef
 from gpu_auditor.controller.lru import Lru
-from gpu_auditor.controller.pod import Container, Pod, Termination, parse_pod
+from gpu_auditor.controller.pod import AllocConf, Container, Pod, Termination, parse_pod
 from gpu_auditor.controller.reports import NodeReports
 from gpu_auditor.controller.retry import Attempts
 from gpu_auditor.diagnosis import Diagnosis, NodeEvidence, diagnose_host_oom
@@ -95,7 +95,8 @@ class OomPath:
                                    *(written if isinstance(written, list) else [])]))
         if t.key in keys:
             return
-        container = pod.container(t.container)
+        container = next((c for c in pod.containers if c.name == t.container),
+                         Container(t.container, AllocConf(None), None, None, None))
         failure = self.failures.get((pod.uid, t.key))
         diagnosis: Diagnosis | None = None
         source, node = "", None

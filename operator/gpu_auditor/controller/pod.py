@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpu_auditor.base import names
@@ -54,15 +54,13 @@ class Termination:
     previous: bool
     """True when the termination is the container's lastState (it has restarted since):
     its log is then read with previous=true."""
+    key: str = field(init=False)
+    """Identifies this termination: one diagnosis per (pod UID, key)."""
+    host_oom_killed: bool = field(init=False)
 
-    @property
-    def key(self) -> str:
-        """Identifies this termination: one diagnosis per (pod UID, key)."""
-        return f"{self.container}/{self.restart_count}"
-
-    @property
-    def host_oom_killed(self) -> bool:
-        return self.reason == "OOMKilled"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", f"{self.container}/{self.restart_count}")
+        object.__setattr__(self, "host_oom_killed", self.reason == "OOMKilled")
 
 
 @dataclass(frozen=True)
@@ -232,17 +230,11 @@ class Pod:
     controller: OwnerReference | None
     containers: tuple[Container, ...]
     terminations: tuple[Termination, ...]
+    ref: str = field(init=False)
+    """`namespace/name`."""
 
-    @property
-    def ref(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-    def container(self, name: str) -> Container:
-        found = next((c for c in self.containers if c.name == name), None)
-        return found or Container(name, AllocConf(None), None, None, None)
-
-    def annotation(self, name: Annotation) -> str | None:
-        return next((v for k, v in self.annotations if k == name), None)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ref", f"{self.namespace}/{self.name}")
 
 
 def parse_pod(body: Mapping[str, Any], prefix: str) -> Pod:
