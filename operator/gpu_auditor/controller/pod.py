@@ -229,6 +229,8 @@ class Pod:
     """Our annotations' values (to compare a wanted patch against)."""
     controller: OwnerReference | None
     containers: tuple[Container, ...]
+    """Only of a pod with a failed termination (nothing else reads them): kopf's filter parses
+    every event of every pod, and a healthy pod's env is not worth scanning."""
     terminations: tuple[Termination, ...]
     ref: str = field(init=False)
     """`namespace/name`."""
@@ -246,6 +248,7 @@ def parse_pod(body: Mapping[str, Any], prefix: str) -> Pod:
     ours = {name: raw_notes[f"{prefix}{name}"] for name in Annotation
             if isinstance(raw_notes.get(f"{prefix}{name}"), str)}
     node = spec.get("nodeName")
+    failed = tuple(terminations(body))
     return Pod(
         namespace=str(meta.get("namespace") or ""),
         name=str(meta.get("name") or ""),
@@ -256,8 +259,9 @@ def parse_pod(body: Mapping[str, Any], prefix: str) -> Pod:
         our_annotations=frozenset(Annotation(k) for k in ours),
         annotations=tuple(sorted(ours.items())),
         controller=controller_reference(meta.get("ownerReferences")),
-        containers=tuple(_container(_map(c)) for c in _list(spec.get("containers"))),
-        terminations=tuple(terminations(body)),
+        containers=tuple(_container(_map(c)) for c in _list(spec.get("containers")))
+        if failed else (),
+        terminations=failed,
     )
 
 

@@ -168,7 +168,7 @@ def test_every_rbac_rule_says_why_in_a_comment() -> None:
 SOURCES = {"agent": ROOT / "node_agent",
            "operator": ROOT / "operator" / "gpu_auditor" / "controller"}
 # The transport itself: it sends whatever method its callers name.
-TRANSPORT = {f"node_agent.apiclient.ApiClient.{name}"
+TRANSPORT = {f"gpu_auditor.base.client.ApiClient.{name}"
              for name in ("request", "request_bytes", "_send")}
 METHOD_VERBS = {"GET": {"get", "list"}, "POST": {"create"}, "PUT": {"update"},
                 "PATCH": {"patch"}, "DELETE": {"delete", "deletecollection"}}
