@@ -9,7 +9,6 @@ credential's `expirationTimestamp`): each later call fetches a fresh credential.
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
 import kopf
@@ -42,14 +41,10 @@ class Login:
             certificate_data=cert,
             private_key_path=None if key else _path(cfg.client_key_file),
             private_key_data=key,
-            expiration=_expiration(credential.expires_at),
+            # kopf drops the credential at this time and logs in again (this handler).
+            expiration=credential.expires_at,
         )
 
 
 def _path(value: object) -> str | None:
     return str(value) if value else None
-
-
-def _expiration(at: dt.datetime | None) -> dt.datetime | None:
-    """kopf drops the credential at this time and logs in again (before the server refuses)."""
-    return at
