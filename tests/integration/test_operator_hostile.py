@@ -278,7 +278,7 @@ def _report(env: dict[str, Any], node: str, spec: dict[str, Any]) -> None:
 
 def _entry(ns: str, pod: str, uid: str) -> dict[str, Any]:
     return {"namespace": ns, "pod": pod, "podUID": uid, "container": "main",
-            "bytes": 60 * GIB, "allocated": False, "pids": [11]}
+            "bytes": 60 * GIB, "allocated": "false", "pids": [11]}
 
 
 def test_a_report_naming_a_pod_on_another_node_changes_nothing_there(

@@ -455,7 +455,7 @@ def test_a_raw_cuda_error_with_another_pod_filling_the_gpu_is_gpu_shared() -> No
     report = {"metadata": {"name": "gpu-1"}, "spec": {"nodeName": "gpu-1", "gpus": [{
         "uuid": "GPU-a", "memoryTotalBytes": 140 * gib, "memoryFreeBytes": 64 * 2**20,
         "pods": [{"namespace": "ml", "pod": "hog", "podUID": "uid-hog", "container": "main",
-                  "bytes": 139 * gib, "pids": [7], "allocated": False}]}]}}
+                  "bytes": 139 * gib, "pids": [7], "allocated": "false"}]}]}}
     kube = FakeKube(_pod(ERROR), log=(FIXTURE / "context_oom_gpu_full.log").read_bytes(),
                     report=report)
     _services(kube).handle_pod(kube.pod)
@@ -469,7 +469,7 @@ def test_a_report_whose_name_is_not_its_node_gives_no_evidence() -> None:
     report = {"metadata": {"name": "gpu-2"}, "spec": {"nodeName": "gpu-1", "gpus": [{
         "uuid": "GPU-a", "memoryTotalBytes": 140 * gib, "memoryFreeBytes": 64 * 2**20,
         "pods": [{"namespace": "ml", "pod": "hog", "podUID": "uid-hog", "container": "main",
-                  "bytes": 139 * gib, "pids": [7], "allocated": False}]}]}}
+                  "bytes": 139 * gib, "pids": [7], "allocated": "false"}]}]}}
     kube = FakeKube(_pod(ERROR), log=(FIXTURE / "context_oom_gpu_full.log").read_bytes(),
                     report=report)
     _services(kube).handle_pod(kube.pod)
@@ -536,7 +536,7 @@ def _running(name: str, uid: str, node: str = "gpu-1", namespace: str = "ml") ->
 def _entry(ref: str, uid: str) -> dict[str, Any]:
     namespace, _, pod = ref.partition("/")
     return {"namespace": namespace, "pod": pod, "podUID": uid, "container": "main",
-            "bytes": 2**30, "allocated": True}
+            "bytes": 2**30, "allocated": "true"}
 
 
 def _sharing(*refs: str, uids: dict[str, str] | None = None, node: str = "gpu-1",
