@@ -65,6 +65,8 @@ class ClusterConfig:
     token: str | None = None
     token_file: Path | None = None
     exec: ExecConfig | None = None
+    namespace: str | None = None
+    """The context's namespace, or the service account's own."""
     where: str = field(default="", compare=False)
     """Where this came from, for messages."""
 
@@ -228,6 +230,7 @@ def _resolve(merged: _Merged, context: str | None, where: str) -> ClusterConfig:
         token_file=None if user.get("token") else _path(user.get("tokenFile"), user_dir),
         exec=(_exec(user["exec"], str(user_name), cluster, server, user_dir, where)
               if user.get("exec") else None),
+        namespace=str(ctx["namespace"]) if ctx.get("namespace") else None,
         where=where,
     )
     has_cert = cfg.client_cert_file is not None or cfg.client_cert_data is not None
@@ -300,8 +303,12 @@ def load_incluster(env: Mapping[str, str] | None = None,
                               "mounted?)")
     if ":" in host:  # IPv6
         host = f"[{host}]"
+    try:
+        namespace = (sa_dir / "namespace").read_text().strip() or None
+    except OSError:
+        namespace = None
     return ClusterConfig(server=f"https://{host}:{port}", ca_file=ca, token_file=token,
-                         where="in-cluster service account")
+                         namespace=namespace, where="in-cluster service account")
 
 
 def in_cluster(env: Mapping[str, str] | None = None) -> bool:

@@ -43,6 +43,7 @@ class Login:
             private_key_data=key,
             # kopf drops the credential at this time and logs in again (this handler).
             expiration=credential.expires_at,
+            default_namespace=cfg.namespace,  # where kopf posts Events of cluster objects
         )
 
 

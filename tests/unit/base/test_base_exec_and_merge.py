@@ -291,3 +291,16 @@ def test_a_real_plugin_client_certificate_does_mutual_tls(tmp_path: Path, pki: P
             str(tmp_path / "k.pem"))), user_agent="test"))
         assert api.get_node("n", timeout=5)["metadata"]["name"] == "n"
         assert "Authorization" not in server.requests[-1].headers
+
+
+def test_the_namespace_comes_from_the_context_or_the_service_account(tmp_path: Path) -> None:
+    kc = write(tmp_path / "config", {
+        "current-context": "x", "clusters": [{"name": "c", "cluster": {"server": "http://h"}}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "namespace": "ml"}}]})
+    assert load_kubeconfig(kc).namespace == "ml"
+    sa = tmp_path / "sa"
+    sa.mkdir()
+    for name, text in (("token", "t"), ("ca.crt", "ca"), ("namespace", "gpu-auditor\n")):
+        (sa / name).write_text(text)
+    pod = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+    assert load_config(env=pod, sa_dir=sa).namespace == "gpu-auditor"

@@ -36,8 +36,10 @@ class FakeClient:
 
 
 def test_the_first_login_uses_the_clients_credential_with_its_expiry() -> None:
-    client: Any = FakeClient(ClusterConfig(server="https://h:6443", ca_file=Path("/ca.crt")))
+    client: Any = FakeClient(ClusterConfig(server="https://h:6443", ca_file=Path("/ca.crt"),
+                                           namespace="gpu-auditor"))
     info = Login(client)()
+    assert info.default_namespace == "gpu-auditor"
     assert (info.server, info.ca_path, info.token, info.scheme) == (
         "https://h:6443", "/ca.crt", "first", "Bearer")
     assert info.expiration == EXPIRES
