@@ -111,7 +111,7 @@ def test_a_403_in_the_middle_of_a_report_does_not_stop_the_rest(
     first, forbidden, last = restricted["namespaces"]
     refs = [f"{n}/trainer" for n in (first, forbidden, last)]
     entries = [{"namespace": n, "pod": "trainer", "podUID": _running(core, n, env["node"]),
-                "container": "main", "bytes": 40 * GIB, "allocated": True, "pids": [i]}
+                "container": "main", "bytes": 40 * GIB, "allocated": "true", "pids": [i]}
                for i, n in enumerate((first, forbidden, last))]
     client.CustomObjectsApi(cluster.api_client()).create_cluster_custom_object(
         "gpu-auditor.io", "v1alpha1", "gpunodereports", {
