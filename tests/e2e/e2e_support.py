@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import uuid
@@ -98,9 +99,132 @@ class Podman:
         paths = {p for kind in ("changed", "added", "deleted") for p in changes.get(kind) or []}
         return result, paths
 
+    def start(self, name: str, plan: ContainerPlan, *options: str) -> str:
+        """`podman run --detach` of a planned container (e.g. from the chart), named `name`."""
+        self.created.append(name)
+        self.cmd("run", "--detach", "--name", name, *RUN_DEFAULTS, *plan.options, *options,
+                 self.image, *plan.argv)
+        return name
+
+    def logs(self, name: str) -> str:
+        result = self.cmd("logs", name, check=False)
+        return result.stdout + result.stderr
+
+    def running(self, name: str) -> bool:
+        state = self.cmd("inspect", "--format", "{{.State.Running}}", name, check=False)
+        return state.stdout.strip() == "true"
+
     def inspect(self) -> dict[str, Any]:
         return dict(json.loads(self.cmd("image", "inspect", self.image).stdout)[0])
 
     def cleanup(self) -> None:
         for name in self.created:
             self.cmd("rm", "-f", name, check=False)
+
+
+# -- a chart's container, as podman flags ----------------------------------------------------
+
+_VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+
+
+def expand(value: str, env: dict[str, str]) -> str:
+    """Kubernetes' $(VAR) expansion of command and args: a defined VAR is replaced, `$$` is a
+    literal `$`, anything else stays as written."""
+    def one(m: re.Match[str]) -> str:
+        if m.group(0) == "$$":
+            return "$"
+        return env.get(m.group(1), m.group(0))
+
+    return _VAR.sub(one, value)
+
+
+@dataclass
+class ContainerPlan:
+    """What podman needs to run one container of a rendered pod template as a kubelet would."""
+
+    options: list[str]
+    argv: list[str]
+
+
+def plan_from_pod_template(template: dict[str, Any], *, fields: dict[str, str],
+                           host_paths: dict[str, str] | None = None,
+                           extra_mounts: Sequence[tuple[str, str]] = ()) -> ContainerPlan:
+    """Translate the first container of a rendered pod template (command, args with $(VAR),
+    env with fieldRef values from `fields`, the pod's and container's securityContext,
+    emptyDir and hostPath volumes, memory and CPU limits, hostPID) into podman flags.
+    `host_paths` maps a hostPath volume's path to the folder that stands for it here. A field
+    this translation does not know fails loudly rather than being dropped."""
+    spec = template["spec"]
+    (container, *_) = spec["containers"]
+    env: dict[str, str] = {}
+    options: list[str] = []
+    for var in container.get("env") or []:
+        if "value" in var:
+            env[var["name"]] = str(var["value"])
+        elif (ref := (var.get("valueFrom") or {}).get("fieldRef")) is not None:
+            env[var["name"]] = fields[ref["fieldPath"]]
+        else:
+            raise ValueError(f"env {var['name']}: only value and fieldRef are translated")
+    for name, value in env.items():
+        options += ["--env", f"{name}={value}"]
+
+    pod_sc = spec.get("securityContext") or {}
+    sc = container.get("securityContext") or {}
+    user = sc.get("runAsUser", pod_sc.get("runAsUser"))
+    group = sc.get("runAsGroup", pod_sc.get("runAsGroup"))
+    if user is not None:
+        options += ["--user", f"{user}:{group}" if group is not None else str(user)]
+    if sc.get("readOnlyRootFilesystem"):
+        options += ["--read-only", "--read-only-tmpfs=false"]
+    if sc.get("allowPrivilegeEscalation") is False:
+        options += ["--security-opt", "no-new-privileges"]
+    if sc.get("privileged"):
+        raise ValueError("privileged containers are not translated")
+    caps = sc.get("capabilities") or {}
+    options += [o for c in caps.get("drop") or [] for o in ("--cap-drop", c)]
+    options += [o for c in caps.get("add") or [] for o in ("--cap-add", c)]
+    if spec.get("hostPID"):
+        options += ["--pid", "host"]
+    limits = (container.get("resources") or {}).get("limits") or {}
+    if "memory" in limits:
+        options += ["--memory", _bytes(limits["memory"])]
+
+    volumes = {v["name"]: v for v in spec.get("volumes") or []}
+    for mount in container.get("volumeMounts") or []:
+        volume = volumes[mount["name"]]
+        if "emptyDir" in volume:
+            size = (volume["emptyDir"] or {}).get("sizeLimit")
+            options += ["--tmpfs", f"{mount['mountPath']}:rw,size={_bytes(size)}" if size
+                        else mount["mountPath"]]
+        elif "hostPath" in volume:
+            source = (host_paths or {}).get(volume["hostPath"]["path"])
+            if source is None:
+                raise ValueError(f"hostPath {volume['hostPath']['path']}: no stand-in given")
+            ro = ":ro" if mount.get("readOnly") else ""
+            options += ["--volume", f"{source}:{mount['mountPath']}{ro}"]
+        else:
+            raise ValueError(f"volume {mount['name']}: only emptyDir and hostPath are translated")
+    for source, target in extra_mounts:
+        options += ["--volume", f"{source}:{target}:ro"]
+
+    argv = [expand(a, env) for a in [*(container.get("command") or []),
+                                      *(container.get("args") or [])]]
+    return ContainerPlan(options, argv)
+
+
+_UNITS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "K": 10**3, "M": 10**6, "G": 10**9}
+
+
+def _bytes(quantity: str) -> str:
+    """A Kubernetes memory quantity (128Mi, 1G, 1048576) in bytes, as podman takes it."""
+    for suffix, factor in _UNITS.items():
+        if quantity.endswith(suffix):
+            return str(int(quantity[: -len(suffix)]) * factor)
+    return str(int(quantity))
+
+
+def image_archive(ref: str) -> Path:
+    """The OCI archive scripts/build-image.sh saved beside the image `ref` (…:ctx-<hash>)."""
+    cache = Path(os.environ.get("GPU_AUDITOR_CACHE", str(Path.home() / ".cache" / "gpu-auditor")))
+    tag = ref.rsplit(":", 1)[-1]
+    return cache / "images" / f"gpu-auditor-{tag}.oci.tar"
