@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test unit lint control-plane tools manifests bench clean image e2e
+.PHONY: demo test unit lint control-plane tools manifests bench clean image node e2e
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,11 +19,11 @@ demo: $(STAMP) control-plane
 
 ## test: lint, type checks, import contracts, then unit + integration + e2e tests (gpu tests skip
 ## without a GPU, with the reason shown).
-test: $(STAMP) control-plane tools image lint
+test: $(STAMP) control-plane node tools image lint
 	GPU_AUDITOR_REQUIRE_CLUSTER=1 GPU_AUDITOR_REQUIRE_E2E=1 $(PY) -m pytest
 
 ## e2e: only the tests that run our image (tests/e2e, docs/real-node.md).
-e2e: $(STAMP) control-plane image
+e2e: $(STAMP) control-plane node image
 	GPU_AUDITOR_REQUIRE_E2E=1 $(PY) -m pytest -m e2e
 
 unit: $(STAMP)
@@ -38,6 +38,11 @@ lint: $(STAMP)
 ## built from Go modules into ~/.cache/gpu-auditor/bin (reused when present).
 control-plane:
 	scripts/build-control-plane.sh
+
+## node: kubelet, kube-proxy (same Kubernetes module), containerd, CoreDNS and pause for the e2e
+## group's real node, cached like control-plane; installs runc and CNI plugins from Debian.
+node:
+	scripts/build-node.sh
 
 ## tools: promtool and prometheus (Debian's package) for the alert-rule and scrape tests.
 tools:

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from gpu_auditor.localcluster import pki as pki_mod
-from gpu_auditor.localcluster.process import ClusterError, Component
+from gpu_auditor.localcluster.process import ClusterError, Component, child_environment
 
 if TYPE_CHECKING:
     from gpu_auditor.localcluster.cluster import LocalCluster
@@ -58,6 +58,7 @@ POD_SUBNET = "10.88.0.0/24"  # private to the node's network namespace; pods lea
 DNS_SERVICE_IP = "10.0.0.10"
 CLUSTER_DOMAIN = "cluster.local"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+KUBELET_ROOT = Path("/var/lib/kubelet")  # inside the node's mount namespace
 
 
 def missing_node_parts(bin_dir: Path) -> list[str]:
@@ -82,6 +83,20 @@ def cni_bin_dir() -> str | None:
         if all(os.access(Path(folder) / p, os.X_OK) for p in CNI_PLUGINS):
             return folder
     return None
+
+
+def _has_cap_sys_resource() -> bool:
+    """Whether this process may lower an oom_score_adj (or raise a hard rlimit).
+
+    Not on this project's CI VM: even root lacks CAP_SYS_RESOURCE there, so runc failed every
+    sandbox ("nsexec: failed to update /proc/self/oom_score_adj: Permission denied", seen by
+    containerd as "can't get final child's PID from pipe: EOF") when the kubelet asked for
+    -998. containerd's restrict_oom_score_adj then clamps to its own score instead."""
+    cap_sys_resource = 24
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("CapEff:"):
+            return bool(int(line.split()[1], 16) >> cap_sys_resource & 1)
+    return False
 
 
 def _run(argv: list[str], *, check: bool = True, timeout: float = 60) -> str:
@@ -175,6 +190,13 @@ class NodeNetwork:
         for argv in inside:
             _run(self.wrap(argv))
 
+    def bind(self, source: Path, target: Path) -> None:
+        """Bind-mount `source` on `target` inside the node's mount namespace only. `target` is
+        made on the host if missing, and left there (an empty folder): another node of another
+        run may be using it as its mount point at the same time."""
+        target.mkdir(parents=True, exist_ok=True)
+        _run(self.wrap(["mount", "--bind", str(source), str(target)]))
+
     def wrap(self, argv: list[str]) -> list[str]:
         """`argv` run inside the node's network and mount namespaces."""
         assert self.anchor is not None
@@ -211,6 +233,7 @@ class NodeNetwork:
         subprocess.run(["ip", "link", "del", self.host_link], capture_output=True, timeout=30)
 
 
+
 class RealNode:
     """containerd, kubelet, kube-proxy and CoreDNS of one Node, inside `network`."""
 
@@ -224,18 +247,21 @@ class RealNode:
         self.dir = cluster.workdir / "nodes" / name
         self.cgroup_root = f"/gpu-auditor-{cluster.workdir.name.rsplit('-', 1)[-1]}-{name}"
         self.containerd_socket = self.dir / "containerd" / "containerd.sock"
+        # The node's /var/lib/kubelet, bind-mounted there inside its mount namespace: the
+        # kubelet hard-codes some paths under it (device-plugins/, its pki/), and the chart's
+        # default hostPath for the pod-resources socket is there.
         self.kubelet_root = self.dir / "kubelet"
         self.components: list[Component] = []
 
-    # -- paths the tests need ---------------------------------------------------------------
+    # -- paths the tests need (as the node's processes and pods see them) --------------------
 
     @property
     def pod_resources_dir(self) -> Path:
-        return self.kubelet_root / "pod-resources"
+        return KUBELET_ROOT / "pod-resources"
 
     @property
     def device_plugins_dir(self) -> Path:
-        return self.kubelet_root / "device-plugins"
+        return KUBELET_ROOT / "device-plugins"
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -245,6 +271,8 @@ class RealNode:
             raise ClusterError(f"cannot run a real node here, missing: {', '.join(missing)}; "
                                "run scripts/build-node.sh")
         self.dir.mkdir(parents=True, exist_ok=True)
+        self.kubelet_root.mkdir(exist_ok=True)
+        self.network.bind(self.kubelet_root, KUBELET_ROOT)
         self._make_cgroup_root()
         self._start_containerd()
         self.import_image(pause_archive(self.bin_dir))
@@ -353,6 +381,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 [plugins.'io.containerd.cri.v1.images'.pinned_images]
   sandbox = "{PAUSE_IMAGE}"
 
+[plugins.'io.containerd.cri.v1.runtime']
+  restrict_oom_score_adj = {str(not _has_cap_sys_resource()).lower()}
+
 [plugins.'io.containerd.cri.v1.runtime'.cni]
   bin_dirs = ["{cni_bin_dir()}"]
   conf_dir = "{cni_conf}"
@@ -456,7 +487,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         config_path.write_text(yaml.safe_dump(config))
         labels = ",".join(f"{k}={v}" for k, v in self.labels.items())
         argv = [self._bin("kubelet"), f"--config={config_path}", f"--kubeconfig={kubeconfig}",
-                f"--root-dir={self.kubelet_root}", f"--hostname-override={self.name}",
+                f"--root-dir={KUBELET_ROOT}", f"--hostname-override={self.name}",
                 f"--node-ip={self.network.node_ip}", "--v=2"]
         if labels:
             argv.append(f"--node-labels={labels}")
@@ -538,12 +569,22 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         ]))
 
     def _coredns_ready(self) -> bool:
+        try:
+            self.fetch("http://127.0.0.1:8181/ready", timeout=2)
+        except ClusterError:
+            return False
+        return True
+
+    def fetch(self, url: str, timeout: float = 10) -> str:
+        """GET `url` from inside the node's network namespace, where pod IPs route."""
+        script = ("import sys, urllib.request as u; sys.stdout.write("
+                  "u.urlopen(sys.argv[1], timeout=float(sys.argv[2])).read().decode())")
         result = subprocess.run(
-            self.network.wrap([sys.executable, "-c",
-                               "import urllib.request as u;"
-                               "u.urlopen('http://127.0.0.1:8181/ready', timeout=2)"]),
-            capture_output=True, timeout=30)
-        return result.returncode == 0
+            self.network.wrap([sys.executable, "-c", script, url, str(timeout)]),
+            capture_output=True, text=True, timeout=timeout + 30, env=child_environment())
+        if result.returncode != 0:
+            raise ClusterError(f"GET {url} from node {self.name}: {result.stderr.strip()[-500:]}")
+        return result.stdout
 
 
 def pod_host_pids(node: RealNode, pod: Any) -> dict[str, int]:
