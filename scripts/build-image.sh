@@ -98,8 +98,28 @@ if [ ! -s "$ARCHIVE" ]; then
   rm -f "$ARCHIVE.tmp"
   podman "${STORAGE[@]}" save --quiet --format oci-archive -o "$ARCHIVE.tmp" "$REF"
   mv "$ARCHIVE.tmp" "$ARCHIVE"
-  # keep the archives of the last few contexts only
-  ls -1t "$IMAGES"/gpu-auditor-ctx-*.oci.tar 2>/dev/null | tail -n +6 | xargs -r rm -f
 fi
+
+# ---- pruning: every changed context adds ~200 MB of layers -------------------------------------
+# Keep the newest 5 images of other contexts (and the build cache's 5 newest intermediates),
+# and anything younger than an hour: another worktree's test run may be using it right now.
+old_images() { # podman-images-filter... -> IDs beyond the newest 5 and older than an hour
+  podman "${STORAGE[@]}" images --format json "$@" | python3 -c '
+import json, sys, time
+images = sorted(json.load(sys.stdin), key=lambda i: i["Created"], reverse=True)
+seen = []
+for i in images:
+    if i["Id"] not in seen:
+        seen.append(i["Id"])
+created = {i["Id"]: i["Created"] for i in images}
+print("\n".join(i for i in seen[5:] if created[i] < time.time() - 3600))'
+}
+current_id="$(podman "${STORAGE[@]}" image inspect --format '{{.Id}}' "$REF")"
+for id in $(old_images --filter 'reference=localhost/gpu-auditor:ctx-*') \
+          $(old_images --filter dangling=true --filter label=gpu-auditor.base-key); do
+  [ "$id" = "$current_id" ] || podman "${STORAGE[@]}" rmi "$id" >/dev/null 2>&1 || true
+done
+ls -1t "$IMAGES"/gpu-auditor-ctx-*.oci.tar 2>/dev/null | tail -n +6 \
+  | while read -r f; do [ -n "$(find "$f" -mmin +60)" ] && rm -f "$f"; done
 say "done in $(( $(date +%s) - start ))s: $REF (also $IMAGE)"
 echo "$REF"

@@ -127,13 +127,15 @@ def _all_ready(pods: list[Any]) -> bool:
 
 
 @pytest.fixture
-def ns(release: Release) -> str:
+def ns(release: Release) -> Iterator[str]:
     name = f"e2e-{uuid.uuid4().hex[:6]}"
     release.core().create_namespace({"metadata": {"name": name}})
     # The ServiceAccount admission plugin needs the namespace's default account first.
     release.cluster.wait(lambda: release.core().read_namespaced_service_account("default", name),
                          30, f"{name}/default ServiceAccount")
-    return name
+    yield name
+    # Frees the node's two fake GPUs for the next test.
+    release.core().delete_namespace(name)
 
 
 def running_pod(release: Release, ns: str, name: str, *, gpus: int = 0,

@@ -256,10 +256,6 @@ class RealNode:
     # -- paths the tests need (as the node's processes and pods see them) --------------------
 
     @property
-    def pod_resources_dir(self) -> Path:
-        return KUBELET_ROOT / "pod-resources"
-
-    @property
     def device_plugins_dir(self) -> Path:
         return KUBELET_ROOT / "device-plugins"
 
