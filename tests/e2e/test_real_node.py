@@ -101,13 +101,18 @@ def release(real_node: RealNode, device_plugin: Component, image: str) -> Iterat
     nvml_file = nvml_dir / "nvml.yaml"
     nvml_file.write_text(fake_nvml({}))
     repository, tag = image.rsplit(":", 1)
+    # The fake NVML folder through the chart's own agent.extraVolumes/extraVolumeMounts (its
+    # host path is this run's, so it is a values file of this run).
+    volumes = real_node.dir / "fake-nvml-values.yaml"
+    volumes.write_text(yaml.safe_dump({"agent": {
+        "extraVolumes": [{"name": "fake-nvml",
+                          "hostPath": {"path": str(nvml_dir), "type": "Directory"}}],
+        "extraVolumeMounts": [{"name": "fake-nvml", "mountPath": "/fake", "readOnly": True}],
+    }}))
     cluster.helm(
         "install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--create-namespace",
-        "-f", str(HERE / "real-node-values.yaml"),
+        "-f", str(HERE / "real-node-values.yaml"), "-f", str(volumes),
         "--set", f"image.repository={repository}", "--set", f"image.tag={tag}",
-        "--post-renderer", sys.executable,
-        "--post-renderer-args", str(HERE / "fake_nvml_post_renderer.py"),
-        "--post-renderer-args", str(nvml_dir),
         "--wait", "--timeout", "5m")
     installed = Release(cluster, real_node, image, nvml_file)
     try:
