@@ -6,9 +6,11 @@ KUBERNETES_SERVICE_HOST/PORT. The chart's ServiceAccounts and RBAC are applied a
 
 Containers share the host's network (podman --network host) and reach the API server where
 the `kubernetes` Service's endpoint is (its address, port 443); tier 3 (test_real_node.py) goes
-through the Service itself. kopf's service-account login ignores KUBERNETES_SERVICE_HOST and
-dials https://kubernetes.default.svc (kopf 1.45, piggybacking.login_with_service_account), so
-that one name is resolved to the API server here (--add-host), as cluster DNS would.
+through the Service itself. No name resolves to the API server here: kopf's own
+service-account login would dial https://kubernetes.default.svc whatever
+KUBERNETES_SERVICE_HOST says (kopf 1.45, piggybacking.login_with_service_account), so these
+containers prove that the operator's login (controller/login.py: kopf gets our credentials)
+reaches the API server where the variables say.
 """
 
 from __future__ import annotations
@@ -74,7 +76,7 @@ def service_account_folder(cluster: LocalCluster, account: str, folder: Path) ->
 
 
 def in_cluster_options(cluster: LocalCluster, sa_folder: Path) -> list[str]:
-    return ["--network", "host", "--add-host", f"kubernetes.default.svc:{cluster.address}",
+    return ["--network", "host",
             "--env", f"KUBERNETES_SERVICE_HOST={cluster.address}",
             "--env", f"KUBERNETES_SERVICE_PORT={cluster.api_port}",
             "--volume", f"{sa_folder}:{SA_MOUNT}:ro"]
@@ -207,6 +209,26 @@ def test_the_operator_container_has_no_credentials_but_its_service_account(
     assert info["HostConfig"]["ReadonlyRootfs"] is True
     mounts = {m["Destination"]: m for m in info["Mounts"]}
     assert mounts[SA_MOUNT]["RW"] is False
+
+
+def test_kopf_reaches_the_api_server_where_kubernetes_service_host_says(
+    deployed: Deployed, ns: str,
+) -> None:
+    # The name kopf's built-in login would dial does not resolve in the operator's container.
+    probe = deployed.podman.cmd(
+        "exec", deployed.operator, "python", "-c",
+        "import socket, sys\n"
+        "try:\n    socket.getaddrinfo('kubernetes.default.svc', 443)\n"
+        "except OSError:\n    sys.exit(3)\n", check=False)
+    assert probe.returncode == 3, (probe.stdout, probe.stderr)
+    info = json.loads(deployed.podman.cmd("inspect", deployed.operator).stdout)[0]
+    assert not info["HostConfig"].get("ExtraHosts"), "no name is mapped to the API server"
+    # Yet kopf's watch delivers a new pod's failure: its login used KUBERNETES_SERVICE_HOST/PORT.
+    kwok_failing_pod(deployed, ns, "watched", reason="OOMKilled", exit_code=137)
+    assert annotations_when_diagnosed(deployed, ns, "watched")[f"{PREFIX}diagnosis"] == (
+        "host-oom-killed")
+    log = deployed.podman.logs(deployed.operator)
+    assert "kubernetes.default.svc" not in log, log[-4000:]
 
 
 def test_an_oomkilled_kwok_pod_is_diagnosed_by_the_operator_container(
