@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 ## demo: a local control plane with kwok GPU nodes, the agent on the fake node, the operator,
 ## and three failing pods; prints each pod's diagnosis, then cleans up.
 demo: $(STAMP) control-plane
-	$(PY) -m gpu_auditor.demo
+	$(PY) -m devtools.demo
 
 ## test: lint, type checks, import contracts, then unit + integration + e2e tests (gpu tests skip
 ## without a GPU, with the reason shown).
@@ -30,7 +30,7 @@ unit: $(STAMP)
 	$(PY) -m pytest -m unit
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check operator node_agent tests bench
+	$(VENV)/bin/ruff check operator node_agent devtools tests bench
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 

@@ -349,11 +349,11 @@ def ssl_ca_pem() -> bytes:
 def report_rss(scrapes: int, warmup: int) -> dict[str, Any] | None:
     """The agent daemon writing its GPUNodeReport to a local kube-apiserver; RSS after the
     report was written, ~20 passes and the scrapes. None without the control-plane binaries."""
-    sys.path.insert(0, str(REPO / "operator"))
+    sys.path[:0] = [str(REPO / "operator"), str(REPO)]  # devtools is not installed
+    from devtools.localcluster import LocalCluster, default_bin_dir, missing_binaries
     from gpu_auditor.base.client import ApiClient
     from gpu_auditor.base.errors import APINotFoundError
     from gpu_auditor.base.kubeconfig import load_kubeconfig
-    from gpu_auditor.localcluster import LocalCluster, default_bin_dir, missing_binaries
     from node_agent.kube import AgentApi
 
     missing = missing_binaries(default_bin_dir())
@@ -433,7 +433,7 @@ def report_rss(scrapes: int, warmup: int) -> dict[str, Any] | None:
                     "p99_ms": round(times[min(len(times) - 1, int(len(times) * 0.99))], 3),
                 })
                 print(json.dumps(rows[-1]), flush=True)
-    return {"apiserver": "local etcd + kube-apiserver (gpu_auditor.localcluster), kubeconfig "
+    return {"apiserver": "local etcd + kube-apiserver (devtools.localcluster), kubeconfig "
                          "with a client certificate", "interval_s": 0.5, "rows": rows}
 
 

@@ -35,9 +35,9 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "operator")]
+sys.path[:0] = [str(ROOT / "operator"), str(ROOT)]  # devtools is not installed
 
-from gpu_auditor.localcluster import LocalCluster  # noqa: E402
+from devtools.localcluster import LocalCluster  # noqa: E402
 
 TOKEN = "bench-" + uuid.uuid4().hex
 

@@ -61,16 +61,16 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
-sys.path.insert(0, str(REPO / "operator"))
+sys.path[:0] = [str(REPO / "operator"), str(REPO)]  # gpu_auditor; devtools (not installed)
 
 from kubernetes import client  # noqa: E402
 from kubernetes.watch.watch import iter_resp_lines  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from gpu_auditor.localcluster import LocalCluster  # noqa: E402
-from gpu_auditor.localcluster.cluster import http_ok  # noqa: E402
-from gpu_auditor.localcluster.components import OperatorProcess, install_crds  # noqa: E402
-from gpu_auditor.localcluster.process import free_port  # noqa: E402
+from devtools.localcluster import LocalCluster  # noqa: E402
+from devtools.localcluster.cluster import http_ok  # noqa: E402
+from devtools.localcluster.components import OperatorProcess, install_crds  # noqa: E402
+from devtools.localcluster.process import free_port  # noqa: E402
 
 NAMESPACE = "bench"
 KEY = "gpu-auditor.io/diagnosis"

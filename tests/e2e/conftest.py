@@ -17,8 +17,8 @@ from collections.abc import Iterator
 import pytest
 from e2e_support import Podman, build_image, e2e_unavailable_reason, image_archive
 
-from gpu_auditor.localcluster import LocalCluster, default_bin_dir, missing_binaries
-from gpu_auditor.localcluster.node import NodeNetwork, RealNode, missing_node_parts
+from devtools.localcluster import LocalCluster, default_bin_dir, missing_binaries
+from devtools.localcluster.node import NodeNetwork, RealNode, missing_node_parts
 
 NODE_NAME = "e2e-node"
 

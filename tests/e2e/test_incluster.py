@@ -28,10 +28,10 @@ import yaml
 from e2e_support import ROOT, Podman, plan_from_pod_template
 from kubernetes import client
 
-from gpu_auditor.localcluster import LocalCluster, cri
-from gpu_auditor.localcluster.cluster import http_ok
-from gpu_auditor.localcluster.components import install_crds
-from gpu_auditor.localcluster.process import free_port
+from devtools.localcluster import LocalCluster, cri
+from devtools.localcluster.cluster import http_ok
+from devtools.localcluster.components import install_crds
+from devtools.localcluster.process import free_port
 
 pytestmark = pytest.mark.e2e
 

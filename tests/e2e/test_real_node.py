@@ -26,9 +26,9 @@ import yaml
 from e2e_support import ROOT
 from kubernetes import client
 
-from gpu_auditor.localcluster import LocalCluster
-from gpu_auditor.localcluster.node import RealNode, pod_host_pids
-from gpu_auditor.localcluster.process import Component
+from devtools.localcluster import LocalCluster
+from devtools.localcluster.node import RealNode, pod_host_pids
+from devtools.localcluster.process import Component
 
 pytestmark = pytest.mark.e2e
 

@@ -37,8 +37,8 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from gpu_auditor.localcluster import LocalCluster, cri
-from gpu_auditor.localcluster.components import OperatorProcess
+from devtools.localcluster import LocalCluster, cri
+from devtools.localcluster.components import OperatorProcess
 from tests.unit.chart.apicalls import (
     Expected,
     Triple,

@@ -27,8 +27,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gpu_auditor.localcluster.cluster import http_ok
-from gpu_auditor.localcluster.process import free_port
+from devtools.localcluster.cluster import http_ok
+from devtools.localcluster.process import free_port
 
 pytestmark = pytest.mark.integration
 

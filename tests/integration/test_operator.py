@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from gpu_auditor.localcluster import LocalCluster, cri
-from gpu_auditor.localcluster.components import OperatorProcess, install_crds
+from devtools.localcluster import LocalCluster, cri
+from devtools.localcluster.components import OperatorProcess, install_crds
 
 pytestmark = pytest.mark.integration
 

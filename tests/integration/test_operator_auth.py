@@ -20,11 +20,11 @@ import pytest
 import yaml
 from kubernetes import client
 
+from devtools.localcluster import LocalCluster, default_bin_dir, missing_binaries
+from devtools.localcluster.components import OperatorProcess, install_crds
 from gpu_auditor.base.client import ApiClient
 from gpu_auditor.base.errors import APIUnauthorizedError
 from gpu_auditor.base.kubeconfig import load_kubeconfig
-from gpu_auditor.localcluster import LocalCluster, default_bin_dir, missing_binaries
-from gpu_auditor.localcluster.components import OperatorProcess, install_crds
 
 pytestmark = pytest.mark.integration
 

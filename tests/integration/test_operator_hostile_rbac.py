@@ -18,8 +18,8 @@ import pytest
 import yaml
 from kubernetes import client
 
-from gpu_auditor.localcluster import LocalCluster
-from gpu_auditor.localcluster.components import OperatorProcess, install_crds
+from devtools.localcluster import LocalCluster
+from devtools.localcluster.components import OperatorProcess, install_crds
 
 pytestmark = pytest.mark.integration
 

@@ -1,5 +1,6 @@
 """`pip install gpu-auditor` is the CLI and the pure core with no dependency; the services come
-with the extras. Checked on the wheel itself: its metadata, then a fresh virtual environment
+with the extras. Checked on the wheel itself: its file list (no dev-only code: the local
+control plane and the demo live in devtools/), its metadata, then a fresh virtual environment
 that installs it (offline: there is nothing else to fetch) and runs `gpu-auditor diagnose`."""
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for part in ("pyproject.toml", "README.md"):
         if (ROOT / part).exists():
             shutil.copy2(ROOT / part, source / part)
-    for folder in ("operator", "node_agent"):
+    # The source folders a checkout's `pip install .` sees, devtools/ included: it must stay out.
+    for folder in ("operator", "node_agent", "devtools"):
         shutil.copytree(ROOT / folder, source / folder,
                         ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     out = tmp_path_factory.mktemp("wheel")
@@ -56,6 +58,21 @@ def requirements(wheel: Path) -> list[tuple[str, str | None]]:
             extra = marker.split("extra ==")[1].strip().strip("'\"")
         out.append((project.lower(), extra))
     return out
+
+
+def test_the_wheel_holds_the_installed_packages_and_no_dev_only_code(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+    tops = {name.split("/")[0] for name in names}
+    (info,) = [top for top in tops if top.endswith(".dist-info")]
+    assert tops == {"gpu_auditor", "node_agent", info}
+    assert {"gpu_auditor/cli.py", "gpu_auditor/base/client.py", "gpu_auditor/controller/main.py",
+            "gpu_auditor/diagnosis/__init__.py", "node_agent/cli.py", "gpu_auditor/py.typed",
+            } <= set(names)
+    dev_only = [name for name in names
+                if "localcluster" in name or "kwok" in name or "devtools" in name
+                or name.rsplit("/", 1)[-1] == "demo.py"]
+    assert dev_only == []
 
 
 def test_the_wheel_requires_nothing_without_an_extra(wheel: Path) -> None:
@@ -94,6 +111,10 @@ def test_a_fresh_venv_with_the_wheel_alone_diagnoses_a_log(wheel: Path, tmp_path
                            "gpu_auditor.base.nodereport, gpu_auditor.base.kubeconfig; print('ok')"],
                           capture_output=True, text=True, timeout=60)
     assert base.stdout.strip() == "ok", base.stderr
+    for dev_only in ("devtools", "gpu_auditor.localcluster", "gpu_auditor.demo"):
+        absent = subprocess.run([str(python), "-c", f"import {dev_only}"], cwd=tmp_path,
+                                capture_output=True, text=True, timeout=60)
+        assert "ModuleNotFoundError" in absent.stderr, (dev_only, absent.stderr)
     for script, extra in (("gpu-auditor-operator", "operator"), ("gpu-auditor-agent", "agent")):
         missing = subprocess.run([str(env_dir / "bin" / script), "--help"], capture_output=True,
                                  text=True, timeout=60)

@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from gpu_auditor.localcluster import pki as pki_mod
-from gpu_auditor.localcluster.process import ClusterError, Component, child_environment, free_port
+from devtools.localcluster import pki as pki_mod
+from devtools.localcluster.process import ClusterError, Component, child_environment, free_port
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -56,14 +56,14 @@ def missing_binaries(bin_dir: Path) -> list[str]:
 
 
 def _kwok_file(name: str) -> str:
-    return resources.files("gpu_auditor.localcluster").joinpath("kwok", name).read_text()
+    return resources.files("devtools.localcluster").joinpath("kwok", name).read_text()
 
 
 class LocalCluster:
     """etcd and kube-apiserver (and on request controllers and kwok) on free loopback ports.
 
     `address`: where kube-apiserver listens and what it advertises. The default, loopback, is
-    all that kwok and processes on this host need. Real nodes (`gpu_auditor.localcluster.node`)
+    all that kwok and processes on this host need. Real nodes (`devtools.localcluster.node`)
     need an address their pods can reach: then the API server also publishes itself as the
     `kubernetes` Service's endpoint, mounts service-account tokens into pods (the
     ServiceAccount admission plugin) and authorizes kubelets as nodes (Node, NodeRestriction).

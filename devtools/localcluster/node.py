@@ -42,11 +42,11 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from gpu_auditor.localcluster import pki as pki_mod
-from gpu_auditor.localcluster.process import ClusterError, Component, child_environment
+from devtools.localcluster import pki as pki_mod
+from devtools.localcluster.process import ClusterError, Component, child_environment
 
 if TYPE_CHECKING:
-    from gpu_auditor.localcluster.cluster import LocalCluster
+    from devtools.localcluster.cluster import LocalCluster
 
 NODE_BINARIES = ("kubelet", "kube-proxy", "containerd", "ctr", "containerd-shim-runc-v2",
                  "coredns")
