@@ -83,7 +83,10 @@ def test_the_operator_without_any_cluster_config_exits_2_with_the_reason(podman:
     result = podman.run("gpu-auditor-operator")
     assert result.returncode == 2
     assert result.stderr.startswith("gpu-auditor-operator: ")
-    assert "kubeconfig" in result.stderr
+    # Every place it looked, named: a pod's service account, $KUBECONFIG, ~/.kube/config.
+    assert "no Kubernetes config" in result.stderr
+    assert all(where in result.stderr for where in ("not in a pod", "$KUBECONFIG",
+                                                     "~/.kube/config"))
     assert "Traceback" not in result.stderr
 
 
