@@ -604,7 +604,8 @@ def markdown(result: dict[str, Any]) -> str:
             f"Command: `{report['command']}`; {report['apiserver']}; the agent samples every "
             f"{report['interval_s']} s, its GPUNodeReport is written before RSS is read (after "
             "~20 more passes and the scrapes). The agent talks to the API server with "
-            "`node_agent/apiclient.py` (standard library); `kubernetes` is not imported "
+            "the shared base's client (`gpu_auditor.base.client`, standard library); `kubernetes` "
+            "is not imported "
             "(tests/unit/node_agent/test_agent_cli.py checks that). NVML is the fake source in "
             "every row: a real node adds pynvml (~2 MiB imported) and libnvidia-ml once "
             "initialised; grpc (the kubelet client, last row) is ~20 MiB of it.", "",
