@@ -108,7 +108,7 @@ def agent_bytes(pids: set[int]) -> dict[int, int]:
         [sys.executable, "-m", "node_agent", "--once", "--process-labels", "--proc-root",
          "/proc", "--no-report", "--node-name", "gpu-test"],
         cwd=REPO, capture_output=True, text=True, check=True, timeout=120).stdout
-    assert 'gpu_auditor_nvml_up{node="gpu-test"} 1.0' in out, out
+    assert 'gpu_auditor_agent_nvml_up{node="gpu-test"} 1.0' in out, out
     found: dict[int, int] = {}
     pattern = re.compile(r'^gpu_auditor_process_gpu_memory_bytes\{(.*)\} (\S+)$')
     for line in out.splitlines():

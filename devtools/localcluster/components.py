@@ -11,10 +11,10 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from gpu_auditor.localcluster.cluster import LocalCluster, http_ok
-from gpu_auditor.localcluster.process import free_port
+from devtools.localcluster.cluster import LocalCluster, http_ok
+from devtools.localcluster.process import free_port
 
-CRD_FILE = (Path(__file__).resolve().parents[3]
+CRD_FILE = (Path(__file__).resolve().parents[2]
             / "charts/gpu-auditor/crds/gpunodereports.gpu-auditor.io.yaml")
 
 

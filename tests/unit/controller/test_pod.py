@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gpu_auditor.controller import podview
+from gpu_auditor.controller import pod as podview
 
 pytestmark = pytest.mark.unit
 

@@ -23,10 +23,10 @@ from typing import Any
 
 import yaml
 
-from gpu_auditor.localcluster import ClusterError, LocalCluster, cri
-from gpu_auditor.localcluster.components import AgentProcess, OperatorProcess, install_crds
+from devtools.localcluster import ClusterError, LocalCluster, cri
+from devtools.localcluster.components import AgentProcess, OperatorProcess, install_crds
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 FAKE_NODE = ROOT / "examples" / "fake-node"
 LOGS = ROOT / "examples" / "logs"
 PREFIX = "gpu-auditor.io/"

@@ -1,5 +1,6 @@
-"""The agent's own API client: kubeconfig and in-cluster config, real TLS round-trips to a fake
-API server, token rotation, timeouts and errors mapped to the HTTP status."""
+"""The shared API client: kubeconfig and in-cluster config, real TLS round-trips to a fake API
+server, token rotation, timeouts and errors mapped to one class per HTTP status; the agent's
+requests over it."""
 
 from __future__ import annotations
 
@@ -12,23 +13,33 @@ import pytest
 from agent_helpers import GPU0, UID_A, UID_B, StaticGpus, fake_pods, gpu
 from apiserver_helpers import FakeApiServer, Pki, b64, kubeconfig, make_pki, serve
 
-from node_agent import apiclient
-from node_agent.apiclient import (
-    ApiClient,
-    ApiError,
+from gpu_auditor.base import client as client_module
+from gpu_auditor.base.client import ApiClient
+from gpu_auditor.base.credentials import Credentials
+from gpu_auditor.base.errors import (
+    APIConflictError,
+    APIConnectionError,
+    APINotFoundError,
+    APIUnauthorizedError,
+    ConfigError,
+)
+from gpu_auditor.base.kubeconfig import (
     ClusterConfig,
     load_incluster,
     load_kubeconfig,
     parse_kubeconfig,
 )
-from node_agent.errors import ConfigError
-from node_agent.kube import api_client
+from gpu_auditor.base.nodereport import GROUP, PLURAL, VERSION
+from node_agent.kube import AgentApi, api_client
 from node_agent.model import ERROR_SOURCES
 from node_agent.pods import ApiPods, ClusterPods
 from node_agent.procfs import ProcReader
 from node_agent.publisher import ReportPublisher
-from node_agent.report import GROUP, PLURAL, VERSION
 from node_agent.sampler import Sampler
+
+
+def agent(cfg: ClusterConfig, **kw: object) -> AgentApi:
+    return AgentApi(ApiClient(cfg, user_agent="test", **kw))  # type: ignore[arg-type]
 
 pytestmark = pytest.mark.unit
 
@@ -92,7 +103,12 @@ def test_kubeconfig_data_fields_are_decoded_and_token_file_is_kept_as_a_path() -
     (lambda d: d.pop("current-context"), "no current-context"),
     (lambda d: d.update({"current-context": "zzz"}), "no context named 'zzz'"),
     (lambda d: d["users"][1]["user"].update({"exec": {"command": "aws"}}),
-     "exec is not supported"),
+     "exec apiVersion None is not supported"),
+    (lambda d: d["users"][1]["user"].update({"exec": {
+        "command": "aws", "apiVersion": "client.authentication.k8s.io/v1"}}),
+     "interactiveMode is required"),
+    (lambda d: d["users"][1]["user"].update({"auth-provider": {"name": "gcp"}}),
+     "auth-provider is not supported"),
     (lambda d: d["clusters"][1]["cluster"].update({"server": "ftp://x"}),
      r"needs an http\(s\) server URL"),
     (lambda d: d["users"][1]["user"].update({"client-certificate": "u.crt"}),
@@ -124,14 +140,14 @@ def test_kubeconfig_with_client_certificate_data_does_mutual_tls(
                     user={"client-certificate-data": b64(pki.client.cert),
                           "client-key-data": b64(pki.client.key)})
     written: list[tuple[str, int]] = []
-    real = apiclient.ssl.SSLContext.load_cert_chain
+    real = client_module.ssl.SSLContext.load_cert_chain
 
     def spy(ctx: object, certfile: str, keyfile: str) -> None:
         for p in (certfile, keyfile, str(Path(keyfile).parent)):
             written.append((p, stat.S_IMODE(Path(p).stat().st_mode)))
         real(ctx, certfile, keyfile)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(apiclient.ssl.SSLContext, "load_cert_chain", spy)
+    monkeypatch.setattr(client_module.ssl.SSLContext, "load_cert_chain", spy)
     client = api_client(str(kc))
     assert [mode for _, mode in written] == [0o600, 0o600, 0o700]
     assert not any(Path(p).exists() for p, _ in written)  # removed once loaded
@@ -143,8 +159,8 @@ def test_kubeconfig_with_client_certificate_data_does_mutual_tls(
 
 def test_without_the_client_certificate_the_mtls_server_refuses(
         pki: Pki, mtls_server: FakeApiServer) -> None:
-    client = ApiClient(ClusterConfig(server=mtls_server.url, ca_data=pki.ca.cert.decode()))
-    with pytest.raises(ApiError) as err:
+    client = agent(ClusterConfig(server=mtls_server.url, ca_data=pki.ca.cert.decode()))
+    with pytest.raises(APIConnectionError) as err:
         client.get_node("node-1", timeout=5)
     assert err.value.status is None
 
@@ -155,7 +171,7 @@ def test_a_server_signed_by_another_ca_is_rejected_unless_verification_is_skippe
     (tmp_path / "other-ca.crt").write_bytes(other.ca.cert)
     kc = kubeconfig(tmp_path / "kc", tls_server.url,
                     cluster={"certificate-authority": "other-ca.crt"}, user={"token": "t"})
-    with pytest.raises(ApiError, match="CERTIFICATE_VERIFY_FAILED") as err:
+    with pytest.raises(APIConnectionError, match="CERTIFICATE_VERIFY_FAILED") as err:
         api_client(str(kc)).list_pods(field_selector="spec.nodeName=x", timeout=5)
     assert err.value.status is None
     insecure = kubeconfig(tmp_path / "kc2", tls_server.url,
@@ -167,12 +183,12 @@ def test_a_server_signed_by_another_ca_is_rejected_unless_verification_is_skippe
 
 def test_tls_server_name_verifies_the_certificate_under_that_name(
         pki: Pki, tls_server: FakeApiServer) -> None:
-    good = ApiClient(ClusterConfig(server=tls_server.url, ca_data=pki.ca.cert.decode(),
-                                   tls_server_name="kubernetes.default.svc"))
+    good = agent(ClusterConfig(server=tls_server.url, ca_data=pki.ca.cert.decode(),
+                               tls_server_name="kubernetes.default.svc"))
     assert good.list_pods(field_selector="spec.nodeName=x", timeout=5)["kind"] == "PodList"
-    bad = ApiClient(ClusterConfig(server=tls_server.url, ca_data=pki.ca.cert.decode(),
-                                  tls_server_name="elsewhere.example"))
-    with pytest.raises(ApiError, match=r"match|mismatch"):
+    bad = agent(ClusterConfig(server=tls_server.url, ca_data=pki.ca.cert.decode(),
+                              tls_server_name="elsewhere.example"))
+    with pytest.raises(APIConnectionError, match=r"match|mismatch"):
         bad.list_pods(field_selector="spec.nodeName=x", timeout=5)
 
 
@@ -204,7 +220,9 @@ def test_incluster_client_rereads_the_rotating_token(tmp_path: Path, pki: Pki,
     port = tls_server.url.rsplit(":", 1)[1]
     env = {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": port}
     now = [0.0]
-    client = ApiClient(load_incluster(env, sa), token_refresh=60, clock=lambda: now[0])
+    cfg = load_incluster(env, sa)
+    client = AgentApi(ApiClient(cfg, user_agent="test", credentials=Credentials(
+        cfg, token_refresh=60, clock=lambda: now[0])))
     tls_server.tokens = {"token-1"}
     client.list_pods(field_selector="spec.nodeName=n", timeout=5)
     assert tls_server.requests[-1].headers["Authorization"] == "Bearer token-1"
@@ -226,7 +244,7 @@ def test_incluster_client_rereads_the_rotating_token(tmp_path: Path, pki: Pki,
     assert [r.headers["Authorization"] for r in tls_server.requests[-2:]] == [
         "Bearer token-2", "Bearer token-3"]
     tls_server.tokens = {"something-else"}
-    with pytest.raises(ApiError) as err:
+    with pytest.raises(APIUnauthorizedError) as err:
         client.list_pods(field_selector="spec.nodeName=n", timeout=5)
     assert err.value.status == 401
 
@@ -236,29 +254,27 @@ def test_incluster_client_rereads_the_rotating_token(tmp_path: Path, pki: Pki,
 
 def test_http_errors_carry_the_status_and_the_servers_message(
         pki: Pki, tls_server: FakeApiServer) -> None:
-    client = ApiClient(ClusterConfig(server=tls_server.url, ca_data=pki.ca.cert.decode()))
-    with pytest.raises(ApiError) as err:
-        client.get_cluster_object(GROUP, VERSION, PLURAL, "missing", timeout=5)
-    assert (err.value.status, err.value.reason) == (404, '"missing" not found')
+    client = agent(ClusterConfig(server=tls_server.url, ca_data=pki.ca.cert.decode()))
+    with pytest.raises(APINotFoundError) as err:
+        client.read_report("missing", timeout=5)
+    assert (err.value.status, str(err.value)) == (404, 'HTTP 404: "missing" not found')
     body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "GPUNodeReport",
             "metadata": {"name": "n1"}}
-    created = client.create_cluster_object(GROUP, VERSION, PLURAL, body, timeout=5)
-    with pytest.raises(ApiError) as err:
-        client.create_cluster_object(GROUP, VERSION, PLURAL, body, timeout=5)
-    assert err.value.status == 409
+    created = client.create_report(body, timeout=5)
+    with pytest.raises(APIConflictError):
+        client.create_report(body, timeout=5)
     created["metadata"]["resourceVersion"] = "stale"
-    with pytest.raises(ApiError) as err:
-        client.replace_cluster_object(GROUP, VERSION, PLURAL, "n1", created, timeout=5)
-    assert err.value.status == 409
+    with pytest.raises(APIConflictError):
+        client.replace_report("n1", created, timeout=5)
     assert tls_server.requests[-1].path == f"/apis/{GROUP}/{VERSION}/{PLURAL}/n1"
 
 
 def test_a_slow_server_times_out_within_the_request_timeout(
         pki: Pki, tls_server: FakeApiServer) -> None:
-    client = ApiClient(ClusterConfig(server=tls_server.url, ca_data=pki.ca.cert.decode()))
+    client = agent(ClusterConfig(server=tls_server.url, ca_data=pki.ca.cert.decode()))
     tls_server.delay = 2.0
     t0 = time.monotonic()
-    with pytest.raises(ApiError, match="timed out") as err:
+    with pytest.raises(APIConnectionError, match="timed out") as err:
         client.get_node("n", timeout=0.3)
     assert err.value.status is None
     assert time.monotonic() - t0 < 1.5
@@ -270,8 +286,8 @@ def test_nothing_listening_is_an_error_without_status(tmp_path: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    client = ApiClient(ClusterConfig(server=f"http://127.0.0.1:{port}"))
-    with pytest.raises(ApiError) as err:
+    client = agent(ClusterConfig(server=f"http://127.0.0.1:{port}"))
+    with pytest.raises(APIConnectionError) as err:
         client.get_node("n", timeout=2)
     assert err.value.status is None
 
@@ -295,7 +311,7 @@ def test_api_pods_and_the_publisher_over_the_client(pki: Pki, tls_server: FakeAp
                     cluster={"certificate-authority-data": b64(pki.ca.cert)},
                     user={"token": "t"})
     client = load_kubeconfig(kc)
-    view = ClusterPods(None, ApiPods(ApiClient(client), "node-1")).view([UID_A])
+    view = ClusterPods(None, ApiPods(agent(client), "node-1")).view([UID_A])
     assert view.errors == {}
     assert set(view.index) == {UID_A}
     assert (view.strategy.kind, view.strategy.replicas) == ("time-slicing", 2)
@@ -304,7 +320,7 @@ def test_api_pods_and_the_publisher_over_the_client(pki: Pki, tls_server: FakeAp
     errors = dict.fromkeys(ERROR_SOURCES, 0)
     sampler = Sampler("node-1", StaticGpus([gpu(0, GPU0, [])]), ProcReader(proc_root),
                       fake_pods())
-    publisher = ReportPublisher(ApiClient(client), errors, min_interval=0)
+    publisher = ReportPublisher(agent(client), errors, min_interval=0)
     assert publisher.maybe_publish(sampler.sample(), force=True)  # get 404 → create
     key = f"apis/{GROUP}/{VERSION}/{PLURAL}/node-1"
     tls_server.objects[key]["metadata"]["resourceVersion"] = "999"  # someone else wrote

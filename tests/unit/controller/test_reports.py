@@ -7,13 +7,8 @@ from typing import Any
 
 import pytest
 
-from gpu_auditor.controller.nodereport import (
-    InvalidReport,
-    PodSightings,
-    evidence,
-    parse_report,
-    targets,
-)
+from gpu_auditor.base.nodereport import InvalidReport, parse_report
+from gpu_auditor.controller.reports import PodSightings, evidence, targets
 
 pytestmark = pytest.mark.unit
 
@@ -115,6 +110,16 @@ def test_a_report_of_another_shape_is_refused(body: object) -> None:
     assert caught.value.reason == "malformed-report"
 
 
+def test_allocated_is_read_as_the_agent_writes_it_now_and_as_reports_before_0_2_did() -> None:
+    report = parse_report(_report(*(_entry(f"p{i}", 1, allocated=value) for i, value in
+                                    enumerate(["true", "false", "unknown", True, False, None]))))
+    assert [e.allocated for e in report.gpus[0].pods] == [
+        "true", "false", "unknown", "true", "false", "unknown"]
+    assert not report.dropped
+    assert parse_report(_report(_entry("h", 1, allocated="host"))).dropped == {
+        "malformed-entry": 1}  # host processes have no entry
+
+
 def test_malformed_entries_are_dropped_and_counted() -> None:
     raw = _report(
         _entry("ok", 1),
@@ -122,7 +127,7 @@ def test_malformed_entries_are_dropped_and_counted() -> None:
         _entry("neg", 1, bytes=-1),                # not a size
         _entry("huge", 1, bytes=2**64),            # not a size either
         _entry("nouid", 1, podUID="../x"),         # not a UID
-        _entry("flag", 1, allocated="yes"),        # not a bool
+        _entry("flag", 1, allocated="yes"),        # not true/false/unknown
         "not an entry",
         findings=[
             {"kind": "unintended-sharing", "gpuUUID": "GPU-a",

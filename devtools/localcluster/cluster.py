@@ -30,14 +30,16 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from gpu_auditor.localcluster import pki as pki_mod
-from gpu_auditor.localcluster.process import ClusterError, Component, child_environment, free_port
+from devtools.localcluster import pki as pki_mod
+from devtools.localcluster.process import ClusterError, Component, child_environment, free_port
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "helm")
 SERVICE_CIDR = "10.0.0.0/24"
+KUBERNETES_SERVICE_IP = "10.0.0.1"  # the first address of SERVICE_CIDR: the `kubernetes` Service
+LOOPBACK = "127.0.0.1"
 FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 
 
@@ -54,14 +56,23 @@ def missing_binaries(bin_dir: Path) -> list[str]:
 
 
 def _kwok_file(name: str) -> str:
-    return resources.files("gpu_auditor.localcluster").joinpath("kwok", name).read_text()
+    return resources.files("devtools.localcluster").joinpath("kwok", name).read_text()
 
 
 class LocalCluster:
-    """etcd and kube-apiserver (and on request controllers and kwok) on free loopback ports."""
+    """etcd and kube-apiserver (and on request controllers and kwok) on free loopback ports.
+
+    `address`: where kube-apiserver listens and what it advertises. The default, loopback, is
+    all that kwok and processes on this host need. Real nodes (`devtools.localcluster.node`)
+    need an address their pods can reach: then the API server also publishes itself as the
+    `kubernetes` Service's endpoint, mounts service-account tokens into pods (the
+    ServiceAccount admission plugin) and authorizes kubelets as nodes (Node, NodeRestriction).
+    `api_port`: 443 there, as clients in pods expect of `kubernetes.default.svc`.
+    """
 
     def __init__(
-        self, *, bin_dir: Path | None = None, workdir: Path | None = None, keep: bool = False
+        self, *, bin_dir: Path | None = None, workdir: Path | None = None, keep: bool = False,
+        address: str = LOOPBACK, api_port: int | None = None,
     ) -> None:
         self.bin_dir = bin_dir or default_bin_dir()
         missing = missing_binaries(self.bin_dir)
@@ -72,8 +83,9 @@ class LocalCluster:
             )
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="gpu-auditor-cluster-"))
         self.keep = keep
+        self.address = address
         self.components: dict[str, Component] = {}
-        self.api_port = free_port()
+        self.api_port = api_port or free_port()
         self.etcd_port = free_port()
         self.kwok_port = 0
         self.kubeconfig = self.workdir / "kubeconfig"
@@ -98,7 +110,8 @@ class LocalCluster:
         self.stop(keep=self.keep or exc_type is not None)
 
     def start(self) -> None:
-        self.pki = pki_mod.generate(self.workdir / "pki")
+        extra_ips = () if self.loopback_only else (self.address, KUBERNETES_SERVICE_IP)
+        self.pki = pki_mod.generate(self.workdir / "pki", extra_ips=extra_ips)
         self._write_kubeconfig()
         self._start_etcd()
         self._start_apiserver()
@@ -112,8 +125,12 @@ class LocalCluster:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
     @property
+    def loopback_only(self) -> bool:
+        return self.address == LOOPBACK
+
+    @property
     def server(self) -> str:
-        return f"https://127.0.0.1:{self.api_port}"
+        return f"https://{self.address}:{self.api_port}"
 
     def add_component(self, name: str, argv: list[str], *, start: bool = True) -> Component:
         """A child process of this cluster: logged in the work folder, stopped with it."""
@@ -148,8 +165,8 @@ class LocalCluster:
         return [
             self._bin("kube-apiserver"),
             f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
-            "--bind-address=127.0.0.1", f"--secure-port={self.api_port}",
-            "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none",
+            f"--bind-address={self.address}", f"--secure-port={self.api_port}",
+            f"--advertise-address={self.address}",
             f"--cert-dir={self.workdir / 'apiserver-certs'}",
             f"--tls-cert-file={p.serving_cert}", f"--tls-private-key-file={p.serving_key}",
             f"--client-ca-file={p.ca_cert}",
@@ -157,14 +174,28 @@ class LocalCluster:
             f"--service-account-key-file={p.sa_public_key}",
             f"--service-account-signing-key-file={p.sa_private_key}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
-            "--authorization-mode=RBAC", "--allow-privileged=true",
-            # No kubelet mounts tokens here; the ServiceAccount plugin would demand the
-            # kube-root-ca.crt ConfigMap before any pod can be created.
-            "--disable-admission-plugins=ServiceAccount",
-            # kwok serves pods/log and the API server reaches it as a kubelet.
+            "--allow-privileged=true",
+            *self._apiserver_mode_argv(),
+            # kwok (and a real kubelet) serves pods/log; the API server reaches it as a kubelet.
             "--kubelet-preferred-address-types=InternalIP",
             f"--kubelet-client-certificate={p.admin_cert}", f"--kubelet-client-key={p.admin_key}",
             "--profiling=false",
+        ]
+
+    def _apiserver_mode_argv(self) -> list[str]:
+        if self.loopback_only:
+            return [
+                # Nothing outside this host: no endpoint to publish for the kubernetes Service.
+                "--endpoint-reconciler-type=none",
+                "--authorization-mode=RBAC",
+                # No kubelet mounts tokens here; the ServiceAccount plugin would demand the
+                # kube-root-ca.crt ConfigMap before any pod can be created.
+                "--disable-admission-plugins=ServiceAccount",
+            ]
+        return [
+            "--endpoint-reconciler-type=lease",
+            "--authorization-mode=Node,RBAC",
+            "--enable-admission-plugins=NodeRestriction",
         ]
 
     def _start_apiserver(self) -> None:
@@ -188,23 +219,28 @@ class LocalCluster:
 
     def _write_kubeconfig(self) -> None:
         assert self.pki is not None
+        self.write_kubeconfig(self.kubeconfig, self.pki.admin_cert, self.pki.admin_key)
 
-        def b64(path: Path) -> str:
-            return base64.b64encode(path.read_bytes()).decode()
+    def write_kubeconfig(self, path: Path, cert: Path, key: Path, user: str = "admin") -> None:
+        """A kubeconfig for this cluster that authenticates with `cert` and `key` (embedded)."""
+        assert self.pki is not None
+
+        def b64(file: Path) -> str:
+            return base64.b64encode(file.read_bytes()).decode()
 
         config = {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": "local", "cluster": {
                 "server": self.server, "certificate-authority-data": b64(self.pki.ca_cert)}}],
-            "users": [{"name": "admin", "user": {
-                "client-certificate-data": b64(self.pki.admin_cert),
-                "client-key-data": b64(self.pki.admin_key)}}],
-            "contexts": [{"name": "local", "context": {"cluster": "local", "user": "admin"}}],
+            "users": [{"name": user, "user": {
+                "client-certificate-data": b64(cert), "client-key-data": b64(key)}}],
+            "contexts": [{"name": "local", "context": {"cluster": "local", "user": user}}],
             "current-context": "local",
         }
-        self.kubeconfig.write_text(yaml.safe_dump(config))
-        self.kubeconfig.chmod(0o600)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(config))
+        path.chmod(0o600)
 
     # -- controllers, scheduler, kwok ---------------------------------------------------------
 
