@@ -9,9 +9,10 @@ every step allocates each layer's K and V one token larger and frees the old one
 GPU for a later re-ranking pass.
 
 The GPU's caching allocator serves the growing caches from ever new segments (each a little
-larger than any freed one) and the small long-lived score tensors land in the free tails of
-those segments, so freed caches cannot be returned: reserved memory climbs far above what is
-allocated until a cache extension fails with many GiB reserved but unallocated.
+larger than any freed one) and the small long-lived score tensors (1.15 MiB) land in the free
+tails of those segments, so freed caches cannot be returned: reserved memory climbs far above
+what is allocated until a cache extension fails with GiBs reserved but unallocated
+(``alloc_model.py`` replays this job through a model of the allocator).
 
 Fix (``--fix static-cache``): pre-allocate each layer's cache for prompt + new tokens once and
 write each step's K/V into it in place (what Meta's reference Llama code and HF's StaticCache
@@ -109,8 +110,10 @@ class StaticCache:
 
 
 # vocab, d_model, heads, layers, batch, prompt, max_new_tokens
+# (alloc_model.py replays this job's allocations at these sizes: change them together)
 GPU_DIMS = (50304, 4096, 32, 4, 6, 512, 1024)
 CPU_DIMS = (503, 64, 4, 2, 3, 16, 12)
+MARGIN_GIB = 6
 
 
 def main() -> None:
@@ -132,10 +135,10 @@ def job(run: Run, fixes: dict, dims: tuple[int, ...]) -> None:
     hd = d // heads
     kv_bytes = 2 * layers * batch * (prompt + new) * d * 2
     score_bytes = new * batch * vocab * 4
-    # What the job holds at its last step: the caches and the kept scores; plus 6 GiB for the
-    # prefill's activations, the final re-ranking pass (two copies of the scores) and slack.
+    # What the job holds at its last step: the caches and the kept scores; plus MARGIN_GIB for
+    # the prefill's activations, the final re-ranking pass (two copies of the scores) and slack.
     # Everything else on the GPU is taken by the ballast.
-    leave = kv_bytes + score_bytes + 6 * GiB
+    leave = kv_bytes + score_bytes + MARGIN_GIB * GiB
     ballast = run.ballast(leave, "reference model loaded")  # noqa: F841 (kept alive on purpose)
     print(
         f"generate: batch {batch}, prompt {prompt} tokens, max_new_tokens {new}, "
