@@ -73,10 +73,10 @@ SCENARIOS: list[dict] = [
         "intended": "memory-fraction-cap",
         "intended_action": "raise the per-process memory fraction (or score smaller shards)",
         "pattern": (
-            "set_per_process_memory_fraction(0.125) (~17.5 GiB allowed) on an idle GPU; "
-            "corpus 2.9 GiB + an [8192, 1.5M] fp16 score matrix (22.9 GiB)"
+            "set_per_process_memory_fraction(0.0625) (~8.7 GiB allowed) on an idle GPU; "
+            "corpus 3.8 GiB + [1024, 2M] fp16 scores + their softmax (3.8 GiB each)"
         ),
-        "fixes": ["fraction=0.25"],
+        "fixes": ["fraction=0.125"],
         "est_s": 7,
     },
 ]
