@@ -1,8 +1,9 @@
-"""A short, bounded history of each process's GPU memory, giving a growth rate (leak evidence).
+"""Bounded histories of GPU memory, the agent's leak evidence: each process's growth rate
+(``History``) and each container's memory series per GPU (``MemorySeriesBook``).
 
-Keyed by (pid, start time, GPU UUID) so a reused pid starts a fresh history. At most
-``max_samples`` points per process and ``max_processes`` processes; processes not seen in a pass
-are forgotten.
+``History`` is keyed by (pid, start time, GPU UUID) so a reused pid starts a fresh history. At
+most ``max_samples`` points per process and ``max_processes`` processes; processes not seen in a
+pass are forgotten.
 """
 
 from __future__ import annotations
@@ -59,6 +60,71 @@ class History:
         return slope(series)
 
     def forget_all_but(self, live: Iterable[Key]) -> None:
+        keep = set(live)
+        for key in [k for k in self._series if k not in keep]:
+            del self._series[key]
+
+
+SeriesKey = tuple[str, str, str]
+"""(pod UID, container, GPU UUID): one container's memory on one GPU."""
+Point = tuple[float, int]
+
+
+def thin(points: Sequence[Point], keep: int) -> tuple[Point, ...]:
+    """``keep`` points spread evenly over ``points`` by position, the newest always kept."""
+    n = len(points)
+    if n <= keep:
+        return tuple(points)
+    if keep <= 0:
+        return ()
+    if keep == 1:
+        return (points[-1],)
+    return tuple(points[round(i * (n - 1) / (keep - 1))] for i in range(keep))
+
+
+class MemorySeriesBook:
+    """Each container's GPU memory over its life, per GPU: the report's ``memorySeries``.
+
+    At most ``max_points`` points a series. When a series is full, every other point is dropped,
+    the newest kept: the series then spans the container's whole life (up to ``max_age_seconds``)
+    at twice the step, while new points keep arriving at the sampling interval. A leak is a rise
+    over minutes or hours, so the older points matter as much as the newest. A point whose time
+    is not after the last one's starts the series afresh (the wall clock was stepped back); a
+    point at the same time is ignored. At most ``max_series`` series; those not seen in a pass
+    are forgotten (`forget_all_but`).
+    """
+
+    def __init__(self, max_points: int = 32, max_age_seconds: float = 1800.0,
+                 max_series: int = 8192) -> None:
+        if max_points < 2 or max_age_seconds <= 0:
+            raise ValueError("need max_points >= 2 and max_age_seconds > 0")
+        self._max_points = max_points
+        self._max_age = max_age_seconds
+        self._max_series = max_series
+        self._series: dict[SeriesKey, list[Point]] = {}
+
+    def __len__(self) -> int:
+        return len(self._series)
+
+    def observe(self, key: SeriesKey, t: float, used_bytes: int) -> tuple[Point, ...]:
+        """Record the container's bytes at ``t`` (seconds); its series, oldest first."""
+        points = self._series.get(key)
+        if points is None:
+            if len(self._series) >= self._max_series:
+                return ()
+            points = self._series[key] = []
+        if points and t == points[-1][0]:
+            return tuple(points)
+        if points and t < points[-1][0]:
+            points.clear()
+        while points and points[0][0] < t - self._max_age:
+            del points[0]
+        if len(points) >= self._max_points:
+            points[:] = points[len(points) - 1 :: -2][::-1]
+        points.append((t, int(used_bytes)))
+        return tuple(points)
+
+    def forget_all_but(self, live: Iterable[SeriesKey]) -> None:
         keep = set(live)
         for key in [k for k in self._series if k not in keep]:
             del self._series[key]
