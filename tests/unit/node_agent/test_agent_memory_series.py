@@ -4,10 +4,22 @@ high making the report worth a write."""
 from __future__ import annotations
 
 import copy
+import itertools
 from pathlib import Path
 
 import pytest
-from agent_helpers import CID_A, CID_B, GIB, GPU0, UID_A, UID_B, fake_pods, gpu, pod_cgroup, write_proc
+from agent_helpers import (
+    CID_A,
+    CID_B,
+    GIB,
+    GPU0,
+    UID_A,
+    UID_B,
+    fake_pods,
+    gpu,
+    pod_cgroup,
+    write_proc,
+)
 
 from gpu_auditor.base.nodereport import parse_report
 from node_agent.history import MemorySeriesBook, thin
@@ -45,7 +57,7 @@ def test_a_long_life_is_spanned_evenly_within_the_point_limit() -> None:
         series = book.observe(KEY, float(t), t)
     times = [t for t, _ in series]
     assert len(times) <= 32 and times[0] == 0.0 and times[-1] == 999.0
-    steps = {b - a for a, b in zip(times[:-2], times[1:-1], strict=True)}
+    steps = {b - a for a, b in itertools.pairwise(times[:-1])}
     assert steps == {64.0}  # one spacing for all but the newest point
 
 
