@@ -3,10 +3,11 @@
 The agent publishes each pod container's GPU memory over its life (`pods[].memorySeries`,
 validated by `base.nodereport`). The process of a pod that ran out of memory is gone from the
 report by the time the operator looks, so the series is remembered (`SeriesMemory`, bounded,
-by pod UID and container) from the last report that listed it, with the node that wrote it.
+by node, pod UID and container) from the last report that listed it.
 
-A series is evidence only about its own node: `samples_for` is asked with the pod's node and
-UID, and a series remembered from another node's report is not used. Of the series, only the
+A series is evidence only about its own node: it is looked up under the pod's own node and UID,
+so a report of another node naming the pod (any agent's token can write any report) neither is
+used nor displaces the series of the pod's node. Of the series, only the
 points of the failed run are used: none after the termination (`finishedAt`, the kubelet's
 clock on the same node, whole seconds) nor before the run started (`startedAt`); points of the
 next run, after a restart, would otherwise read as memory falling to nothing.
@@ -27,7 +28,7 @@ from gpu_auditor.diagnosis import MemorySample
 CLOCK_SLACK_SECONDS: Final = 1.0
 """`startedAt`/`finishedAt` are whole seconds: a point within this of either still counts."""
 DEFAULT_CAPACITY: Final = 20_000
-"""(pod UID, container) series remembered at most (32 points each: about 1.5 KiB)."""
+"""(node, pod UID, container) series remembered at most (32 points each: about 1.5 KiB)."""
 
 
 @dataclass(frozen=True)
@@ -77,21 +78,23 @@ def samples_for(
 
 
 class SeriesMemory:
-    """The last series seen of each (pod UID, container), bounded (least recently seen go)."""
+    """The last series each node's report showed of each (pod UID, container), bounded (the
+    least recently seen go first)."""
 
     def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
         self._capacity = capacity
-        self._items: OrderedDict[tuple[str, str], SeenSeries] = OrderedDict()
+        self._items: OrderedDict[tuple[str, str, str], SeenSeries] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._items)
 
     def update(self, report: NodeReport) -> None:
-        for key, seen in series_of(report).items():
+        for (uid, container), seen in series_of(report).items():
+            key = (report.node, uid, container)
             self._items[key] = seen
             self._items.move_to_end(key)
         while len(self._items) > self._capacity:
             self._items.popitem(last=False)
 
-    def get(self, uid: str, container: str) -> SeenSeries | None:
-        return self._items.get((uid, container))
+    def get(self, node: str, uid: str, container: str) -> SeenSeries | None:
+        return self._items.get((node, uid, container))

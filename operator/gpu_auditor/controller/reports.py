@@ -212,5 +212,6 @@ class NodeReports:
     def samples(self, node: str, uid: str, t: Termination) -> tuple[MemorySample, ...]:
         """The failed run's memory series from the pod's own node (`memoryseries.py`)."""
         self.of_node(node)
-        return samples_for(self.series.get(uid, t.container), node, started_at=t.started_at,
-                           finished_at=t.finished_at, previous=t.previous)
+        return samples_for(self.series.get(node, uid, t.container), node,
+                           started_at=t.started_at, finished_at=t.finished_at,
+                           previous=t.previous)

@@ -124,8 +124,8 @@ def test_the_remembered_series_are_bounded() -> None:
     memory = SeriesMemory(capacity=2)
     for uid in ("uid-a", "uid-b", "uid-c"):
         memory.update(parse_report(_report(_rising(), uid=uid)))
-    assert len(memory) == 2 and memory.get("uid-a", "main") is None
-    assert memory.get("uid-c", "main") is not None
+    assert len(memory) == 2 and memory.get("gpu-1", "uid-a", "main") is None
+    assert memory.get("gpu-1", "uid-c", "main") is not None
 
 
 # -- the series in the OOM path -------------------------------------------------------------------
@@ -155,6 +155,15 @@ def test_a_rising_series_written_under_another_node_is_not_used() -> None:
     notes = _diagnose(kube)
     assert notes[f"{PREFIX}diagnosis"] == "capacity"
     assert "memorySeriesPoints" not in _evidence(notes)
+
+
+def test_another_nodes_report_naming_the_pod_does_not_displace_its_own_nodes_series() -> None:
+    services = _services(kube := FakeKube(_pod(), log=_silent_oom_log(),
+                                          report=_report(_rising())))
+    services.handle_report(parse_report(_report(_rising())))
+    services.handle_report(parse_report(_report(_flat(), node="gpu-9")))  # a forged claim
+    services.handle_pod(kube.pod)
+    assert kube.pod["metadata"]["annotations"][f"{PREFIX}diagnosis"] == "leak"
 
 
 def test_a_rising_series_of_another_pod_uid_is_not_used() -> None:
