@@ -178,6 +178,9 @@ class NodeReports:
         self.series = SeriesMemory()
 
     def note(self, report: NodeReport) -> None:
+        if report.dropped:  # counted by the caller (count_ignored); said here once a report
+            log.info("GPUNodeReport %s: parts left out: %s", report.node,
+                     ", ".join(f"{reason} x{n}" for reason, n in sorted(report.dropped.items())))
         self.latest.add(report.node, report)
         self.sightings.update(report)
         self.series.update(report)
