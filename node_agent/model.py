@@ -147,6 +147,8 @@ class ContainerUsage:
     used_bytes: int
     pids: tuple[int, ...]
     growth_bytes_per_second: float | None
+    memory_series: tuple[tuple[float, int], ...] = ()
+    """(wall-clock seconds, bytes) of this container on this GPU, oldest first (history.py)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,6 +54,8 @@ class Termination:
     previous: bool
     """True when the termination is the container's lastState (it has restarted since):
     its log is then read with previous=true."""
+    started_at: dt.datetime | None = None
+    """When the run that ended started (the node's memory series is cut to the run)."""
     key: str = field(init=False)
     """Identifies this termination: one diagnosis per (pod UID, key)."""
     host_oom_killed: bool = field(init=False)
@@ -127,6 +129,7 @@ def _termination(
         container=container, restart_count=restart_count, reason=reason, exit_code=exit_code,
         message=str(terminated.get("message") or ""),
         finished_at=_time(terminated.get("finishedAt")), previous=previous,
+        started_at=_time(terminated.get("startedAt")),
     )
 
 
