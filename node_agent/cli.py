@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpu_auditor.base.errors import ConfigError
-from node_agent.agent import Agent
+from node_agent.agent import Agent, heap_trimmer
 from node_agent.collector import AgentCollector
 from node_agent.config import Config, api_configured, node_name, parse
 from node_agent.exposition import Exposition, process_families, render
@@ -121,6 +121,9 @@ def serve(agent: Agent, cfg: Config) -> int:
     # thread every 1 ms instead of Python's default 5 ms, so scrapes stay fast during a pass.
     sys.setswitchinterval(0.001)
     exposition = exposition_for(agent, cfg)
+    trimmer = heap_trimmer()
+    if trimmer is not None:
+        agent.listeners.append(trimmer)
     try:  # bound before the first pass: a port in use is a config error at once
         server = make_server(lambda accept: exposition.render_parts(accept, agent.latest()),
                              agent.health, cfg.bind_address, cfg.port)
