@@ -14,6 +14,7 @@ from gpu_auditor.base.errors import ConfigError
 from node_agent.agent import Agent, heap_trimmer
 from node_agent.collector import AgentCollector
 from node_agent.config import Config, api_configured, node_name, parse
+from node_agent.dra import DraSlices
 from node_agent.exposition import Exposition, process_families, render
 from node_agent.fake_source import FakeNvmlSource
 from node_agent.history import History
@@ -78,7 +79,8 @@ def build(cfg: Config) -> Agent:
         from node_agent.podresources.client import PodResourcesClient
 
         pods = ClusterPods(PodResourcesClient(cfg.pod_resources_socket),
-                           ApiPods(api, node) if api is not None else None)
+                           ApiPods(api, node) if api is not None else None,
+                           DraSlices(api, node) if api is not None else None)
 
     sampler = Sampler(node, gpus, ProcReader(cfg.proc_root), pods, History())
     publisher = (ReportPublisher(api, sampler.errors, min_interval=cfg.report_min_interval)
