@@ -187,7 +187,8 @@ def test_dra_allocations_are_allocations_and_a_pod_on_a_gpu_claimed_by_another_i
     assert allocated == {"owner": "true", "intruder": "false", "shared-a": "true",
                          "shared-b": "true", "example": "unknown"}
     assert 'gpu_auditor_agent_kubelet_up{node="it-dra-node"} 1' in out
-    errors = [line for line in out.splitlines() if line.startswith("gpu_auditor_agent_errors_total")]
+    errors = [line for line in out.splitlines()
+              if line.startswith("gpu_auditor_agent_errors_total")]
     assert errors and all(line.endswith(" 0") for line in errors), errors
 
     from kubernetes import client
