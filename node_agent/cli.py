@@ -128,7 +128,8 @@ def serve(agent: Agent, cfg: Config) -> int:
         agent.listeners.append(trimmer)
     try:  # bound before the first pass: a port in use is a config error at once
         server = make_server(lambda accept: exposition.render_parts(accept, agent.latest()),
-                             agent.health, cfg.bind_address, cfg.port)
+                             agent.health, cfg.bind_address, cfg.port,
+                             inline=lambda: exposition.cached(agent.latest()))
     except OSError as err:  # address in use, no such address, no permission for the port
         raise ConfigError(f"cannot serve on {cfg.bind_address}:{cfg.port}: "
                           f"{err.strerror or err}") from err

@@ -104,22 +104,24 @@ def _btime(proc: str) -> float:
     return _boot_time
 
 
+def _read(path: str, limit: int = 4096) -> bytes:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.read(fd, limit)
+    finally:
+        os.close(fd)
+
+
 def process_families(proc: str = "/proc") -> list[Family]:
     """``process_*`` of this process, as Prometheus client libraries name them; empty where
-    ``/proc`` cannot be read (never an exception: a scrape must not fail for it)."""
+    ``/proc`` cannot be read (never an exception: a scrape must not fail for it). Read on every
+    scrape, so cheaply: one read of ``stat``, one listing of ``fd``, ``getrlimit``."""
     try:
-        with open(f"{proc}/self/stat", "rb") as f:
-            parts = f.read().rsplit(b")", 1)[-1].split()
+        parts = _read(f"{proc}/self/stat").rsplit(b")", 1)[-1].split()
         utime, stime = int(parts[11]), int(parts[12])
         start, vsize, rss = int(parts[19]), int(parts[20]), int(parts[21])
         start_seconds = _btime(proc) + start / _TICKS
         fds = len(os.listdir(f"{proc}/self/fd"))
-        max_fds: float | None = None
-        with open(f"{proc}/self/limits", "rb") as f:
-            for line in f:
-                if line.startswith(b"Max open files"):
-                    soft = line.split()[3]
-                    max_fds = int(soft) if soft.isdigit() else math.inf
     except (OSError, IndexError, ValueError):
         return []
     families = [
@@ -133,10 +135,22 @@ def process_families(proc: str = "/proc") -> list[Family]:
                "seconds.", GAUGE, (), [((), start_seconds)]),
         Family("process_open_fds", "Number of open file descriptors.", GAUGE, (), [((), fds)]),
     ]
-    if max_fds is not None:
+    if _NOFILE is not None:
+        soft = _NOFILE()
         families.append(Family("process_max_fds", "Maximum number of open file descriptors.",
-                               GAUGE, (), [((), max_fds)]))
+                               GAUGE, (), [((), math.inf if soft < 0 else soft)]))
     return families
+
+
+def _nofile() -> Callable[[], int] | None:
+    try:
+        import resource
+    except ImportError:  # not on this platform
+        return None
+    return lambda: resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+_NOFILE = _nofile()
 
 
 # ---- /metrics -------------------------------------------------------------------------------
@@ -152,6 +166,12 @@ class Exposition:
         self._live = live
         self._lock = threading.Lock()
         self._rendered: tuple[object, bytes] | None = None  # (snapshot, text)
+
+    def cached(self, snapshot: object) -> bool:
+        """True when this snapshot is rendered already: a scrape is then a copy-free lookup
+        plus the live families, cheap enough for the HTTP loop itself."""
+        with self._lock:
+            return self._rendered is not None and self._rendered[0] is snapshot
 
     def prime(self, snapshot: object) -> None:
         """Render the families of this snapshot (the sampling thread, after each pass)."""

@@ -13,8 +13,10 @@ live in one event loop on ``selectors`` (no thread per connection; not asyncio, 
   client that does not read holds one piece of memory, not a copy of the body;
 - at most ``max_connections`` are open: a new one closes the one that has waited longest for a
   request head (idle or slow), and is refused only when every connection is mid-response;
-- ``/metrics`` bodies are rendered on ``render_threads`` threads (a pass's families are rendered
-  already, so this is usually a copy); ``/healthz`` is answered on the loop itself.
+- ``/metrics`` bodies are rendered on ``render_threads`` threads, unless ``inline`` says the
+  body is cheap now (the pass's families are rendered already: a lookup plus the few live
+  ``process_*`` lines), when the loop answers at once, with no thread hand-off; ``/healthz`` is
+  answered on the loop itself.
 
 So a slowloris client or a crowd of idle ones cannot starve ``/metrics`` or ``/healthz``, and the
 agent's threads are the loop, the render threads and the sampler, whatever the clients do.
@@ -112,8 +114,9 @@ class MetricsServer:
     def __init__(self, render: Render, health: Health, address: str, port: int, *,
                  max_connections: int = 64, head_timeout: float = 10.0,
                  idle_timeout: float = 60.0, write_timeout: float = 30.0,
-                 render_threads: int = 2) -> None:
+                 render_threads: int = 2, inline: Callable[[], bool] | None = None) -> None:
         self._render = render
+        self._inline = inline  # True: /metrics is cheap now (rendered already): no hand-off
         self._health = health
         self.max_connections = max_connections
         self.head_timeout = head_timeout
@@ -311,7 +314,12 @@ class MetricsServer:
             return
         self._pause(conn)
         if request.method in ("GET", "HEAD") and request.path == "/metrics":
-            self._jobs.put((conn, request))  # rendered on a worker thread
+            if self._inline is not None and self._inline():
+                _, _, status, parts, content_type = self._render_metrics(conn, request)
+                self._respond(conn, request.method, status, parts, content_type,
+                              request.keep_alive)
+            else:
+                self._jobs.put((conn, request))  # rendered on a worker thread
             return
         status, parts, content_type = self._route(request)
         self._respond(conn, request.method, status, parts, content_type, request.keep_alive)
@@ -332,16 +340,17 @@ class MetricsServer:
     def _work(self) -> None:
         """A render thread: /metrics bodies, handed back to the loop."""
         while (job := self._jobs.get()) is not None:
-            conn, request = job
-            try:
-                body, content_type = self._render(request.accept)
-                result = (conn, request, 200, [body] if isinstance(body, bytes) else body,
-                          content_type)
-            except Exception:
-                log.exception("encoding /metrics failed")
-                result = (conn, request, 500, [b"metrics unavailable\n"], TEXT)
-            self._done_jobs.append(result)
+            self._done_jobs.append(self._render_metrics(*job))
             self._wake()
+
+    def _render_metrics(self, conn: _Conn, request: Request
+                        ) -> tuple[_Conn, Request, int, Sequence[bytes], str]:
+        try:
+            body, content_type = self._render(request.accept)
+            return conn, request, 200, [body] if isinstance(body, bytes) else body, content_type
+        except Exception:
+            log.exception("encoding /metrics failed")
+            return conn, request, 500, [b"metrics unavailable\n"], TEXT
 
     def _route(self, request: Request) -> tuple[int, Sequence[bytes], str]:
         if request.method not in ("GET", "HEAD"):
@@ -418,6 +427,7 @@ def _take_head(buffer: bytearray) -> bytes | None:
         pos = end + 1
 
 
-def make_server(render: Render, health: Health, address: str, port: int) -> MetricsServer:
+def make_server(render: Render, health: Health, address: str, port: int,
+                inline: Callable[[], bool] | None = None) -> MetricsServer:
     """The server with its default limits (what the agent runs)."""
-    return MetricsServer(render, health, address, port)
+    return MetricsServer(render, health, address, port, inline=inline)

@@ -145,3 +145,20 @@ def test_the_heap_trimmer_is_only_where_ctypes_is_loaded_and_runs_after_a_pass(
     trimmer = heap_trimmer()
     assert trimmer is not None
     trimmer(latest[-1])  # glibc's malloc_trim(0): returns, changes nothing observable here
+
+
+def test_cached_says_whether_this_snapshot_is_rendered(setup) -> None:
+    _, sampler, latest, _, exposition, _ = setup
+    assert not exposition.cached(latest[-1])
+    exposition.prime(latest[-1])
+    assert exposition.cached(latest[-1])
+    latest.append(sampler.sample())
+    assert not exposition.cached(latest[-1])
+
+
+def test_max_fds_is_the_soft_limit() -> None:
+    import resource
+
+    families = {f.name: f for f in process_families()}
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    assert families["process_max_fds"].samples[0][1] == soft

@@ -272,3 +272,20 @@ def test_the_server_imports_neither_asyncio_nor_ssl() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_metrics_are_answered_on_the_loop_when_inline_says_they_are_cheap() -> None:
+    """A rendered pass is a lookup: no hand-off to a render thread (and back) for it."""
+    where: list[str] = []
+
+    def render(accept: str) -> tuple[bytes, str]:
+        where.append(threading.current_thread().name)
+        return BODY, "text/plain; version=0.0.4"
+
+    cheap = [True]
+    with serving(render) as server:
+        server._inline = lambda: cheap[0]
+        assert get(server, "/metrics") == (200, BODY)
+        cheap[0] = False
+        assert get(server, "/metrics") == (200, BODY)
+    assert not where[0].startswith("render-") and where[1].startswith("render-")
