@@ -19,7 +19,8 @@ RUN pip wheel --no-deps --wheel-dir /wheels .
 FROM ${PYTHON_IMAGE} AS runtime
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONUNBUFFERED=1
 # The wheel with both services' extras (`pip install gpu-auditor` alone is the CLI and the
-# core, with no dependency) and their dependencies (binary wheels: grpcio, protobuf),
+# core, with no dependency) and their dependencies (kopf's aiohttp wheels; the agent needs only
+# nvidia-ml-py and PyYAML),
 # byte-compiled at install time so nothing is written at run time (the pods run with a
 # read-only root filesystem). `echo` expands the wheel's glob, which pip's `file[extras]`
 # form does not.

@@ -122,7 +122,7 @@ class Sampler:
             kubelet_up=view.kubelet_up,
             strategy=view.strategy,
             gpus=usages,
-            findings=findings(usages, view.strategy),
+            findings=findings(usages, view.strategy, view.allocations),
             errors=dict(self.errors),
         )
 

@@ -302,7 +302,8 @@ def test_namespaced_mode_makes_roles_in_the_watched_namespace_only(locked_down: 
 
 VERSIONS = {"": "v1", "apps": "v1", "batch": "v1", "events.k8s.io": "v1",
             "gpu-auditor.io": "v1alpha1", "apiextensions.k8s.io": "v1",
-            "authentication.k8s.io": "v1", "authorization.k8s.io": "v1"}
+            "authentication.k8s.io": "v1", "authorization.k8s.io": "v1",
+            "resource.k8s.io": "v1"}
 NAMESPACED = {"pods", "events", "replicasets", "jobs", "deployments", "statefulsets", "daemonsets"}
 VERBS = ("get", "list", "watch", "create", "update", "patch", "delete")
 # What the API server grants every authenticated user (system:basic-user): not the chart's.

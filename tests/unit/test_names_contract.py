@@ -105,8 +105,7 @@ def code_metrics() -> dict[str, tuple[str, tuple[str, ...], str]]:
 
     out = {}
     for family in AgentCollector(lambda: None, "n", process_labels=True).describe():
-        labels = tuple(getattr(family, "_labelnames", ()))
-        out[_exposed(family.name, family.type)] = (family.type, labels, "agent")
+        out[family.name] = (family.type, family.labels, "agent")  # exposed names (_total)
     for value in vars(operator_metrics).values():
         if isinstance(value, MetricWrapperBase):
             kind = value._type
