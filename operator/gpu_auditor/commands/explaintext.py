@@ -14,6 +14,7 @@ from typing import Any
 from gpu_auditor.commands.explanation import Diagnosis, Explanation, Figures, GpuTenants
 from gpu_auditor.diagnosis.sizes import format_size
 
+HOST_OOM = "host-oom-killed"
 ALLOCATED_SAYS = {
     "true": "allocated this GPU",
     "false": "NOT allocated this GPU (no nvidia.com/gpu request for it)",
@@ -109,10 +110,10 @@ def render(e: Explanation) -> str:
         lines += ["", f"GPU sharing: {', '.join(sh.findings)} on {', '.join(sh.gpus) or '?'}",
                   f"{INDENT}shared with {', '.join(sh.shared_with) or '(nobody named)'}"]
     if e.gpus:
-        lines += ["", f"Tenants of its GPU (from {e.report}):"]
+        lines += ["", f"Tenants of its GPU, from {e.report}:"]
         for g in e.gpus:
             lines += _gpu(g)
-    elif e.report:
+    elif e.report and (d is None or d.kind != HOST_OOM):
         lines += ["", f"Tenants of its GPU: {e.report}"]
     if d is not None and d.actions:
         lines += ["", "What to do, in order:"]
@@ -122,10 +123,13 @@ def render(e: Explanation) -> str:
         lines += [f"{INDENT}- {p}" for p in d.current_alloc_conf_problems]
     if e.setting is not None:
         s = e.setting
-        what = s.workload or "the pod (recreate it: a pod's env cannot change)"
-        lines += ["", f"Apply {s.variable}={s.value} to {what}:",
-                  INDENT + s.set_env_command, f"{INDENT}or in its pod template:",
-                  *(INDENT * 2 + line for line in s.yaml.splitlines())]
+        if s.workload:
+            lines += ["", f"Apply {s.variable}={s.value} to {s.workload}:",
+                      INDENT + s.set_env_command, f"{INDENT}or in its pod template:"]
+        else:
+            lines += ["", f"Apply {s.variable}={s.value}: the pod has no owner and a pod's env "
+                      "cannot change; recreate it with:"]
+        lines += [INDENT * 2 + line for line in s.yaml.splitlines()]
     elif e.setting_withheld:
         lines += ["", f"No setting offered: {e.setting_withheld}"]
     if e.events:

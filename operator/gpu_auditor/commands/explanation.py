@@ -170,6 +170,7 @@ class Setting:
     workload: str
     """`kind/name` of what to change, or "" when only the pod can be recreated."""
     set_env_command: str
+    """`kubectl set env` for the workload; "" for a bare pod (its env cannot change)."""
     yaml: str
 
 
@@ -383,14 +384,10 @@ def setting(pod: Mapping[str, Any], namespace: str, diagnosis: Diagnosis | None,
                      and o.split("/", 1)[0] != "ReplicaSet"), "")
     if not workload and owners and owners[0].startswith("ReplicaSet/"):
         workload = owners[0]
-    pod_name = _map(pod.get("metadata")).get("name")
-    target = workload.lower() if workload else (
-        f"pod/{pod_name}" if names.is_subdomain(pod_name) else "pod/<pod>")
+    target = workload.lower()
     c_flag = f" -c {container}" if container else ""
-    command = (f"kubectl -n {namespace} set env {target}{c_flag} "
-               f"{variable}={_shell_quote(value)}")
-    if target.startswith("cronjob/"):
-        command = f"# a CronJob's pod template: edit it, or {command}"
+    command = "" if not workload else (
+        f"kubectl -n {namespace} set env {target}{c_flag} {variable}={_shell_quote(value)}")
     yaml = (f"containers:\n  - name: {container or '<container>'}\n    env:\n"
             f"      - name: {variable}\n        value: {json.dumps(value)}")
     return Setting(variable=variable, value=value, container=container, workload=workload,
