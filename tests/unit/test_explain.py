@@ -176,7 +176,7 @@ def test_only_the_operators_events_about_this_pod_are_shown_oldest_first() -> No
 
 def test_a_pod_without_a_diagnosis_says_so() -> None:
     e = explain(_pod({"other.io/x": "y"}), events=[], owners=(), report=None,
-                report_note="no node report: x")
+                report_note="unknown: x")
     assert e.diagnosis is None and e.sharing is None
     assert "No gpu-auditor diagnosis on this pod" in explaintext.render(e)
 

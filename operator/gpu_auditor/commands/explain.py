@@ -78,6 +78,12 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     except (ConfigError, names.InvalidName) as exc:
         print(f"gpu-auditor explain: {exc}", file=err)
         return EXIT_USAGE
+    except ModuleNotFoundError as exc:  # the light install: kubeconfig files need PyYAML
+        if exc.name != "yaml":
+            raise
+        print("gpu-auditor explain: reading a kubeconfig needs PyYAML: "
+              "pip install 'gpu-auditor[kubectl]'", file=err)
+        return EXIT_USAGE
     except APIError as exc:
         what = ("not found" if isinstance(exc, APINotFoundError) else
                 "forbidden to your account" if isinstance(exc, APIForbiddenError) else str(exc))

@@ -118,16 +118,18 @@ def read_events(api: ApiClient, namespace: str, uid: str, notes: list[str]) -> l
 def read_report(api: ApiClient, node: object) -> tuple[NodeReport | None, str]:
     """The node's report, typed, and where it came from; or None and why."""
     if not node:
-        return None, "no node report: the pod is not scheduled on a node"
+        return None, "unknown: the pod is not scheduled on a node"
     if not names.is_subdomain(node):
-        return None, f"no node report: {names.shown(node)} is not a node name"
+        return None, f"unknown: {names.shown(node)} is not a node name"
     path = f"/apis/{GROUP}/{VERSION}/{PLURAL}/{names.segment(str(node))}"
     try:
         report = parse_report(api.request("GET", path, timeout=TIMEOUT))
+    except APINotFoundError:
+        return None, f"unknown: no {KIND} {node} (is the agent running on that node?)"
     except APIError as exc:
-        return None, f"no node report: {KIND} {node}: {_why(exc)}"
+        return None, f"unknown: {KIND} {node}: {_why(exc)}"
     except InvalidReport as exc:
-        return None, f"no node report: {KIND} {node} is unusable ({exc})"
+        return None, f"unknown: {KIND} {node} is unusable ({exc})"
     when = f", generated {report.generated_at}" if report.generated_at else ""
     dropped = sum(report.dropped.values())
     left = f"; {dropped} malformed entries left out" if dropped else ""
