@@ -190,4 +190,19 @@ def test_json_output_is_the_whole_explanation_in_bytes() -> None:
     assert data["owners"] == ["Job/j"]
     assert data["gpus"][0]["tenants"][0]["allocated"] == "true"
     assert data["gpus"][0]["unattributed_bytes"] == 90 * GIB
-    assert data["setting"]["set_env_command"].startswith("kubectl -n ml set env job/j ")
+    assert data["setting"]["set_env_command"] == ""  # a Job's pod template is immutable
+    assert data["setting"]["no_command"].startswith("a Job's pod template cannot change")
+
+
+def test_a_cronjobs_job_gets_the_cronjob_and_a_custom_kind_its_own_spec() -> None:
+    notes = _written("fragmentation.log")
+    e = explain(_pod(notes), events=[], owners=("Job/nightly-29", "CronJob/nightly"),
+                report=None, report_note="")
+    assert e.setting is not None
+    assert e.setting.set_env_command == (
+        "kubectl -n ml set env cronjob/nightly -c main "
+        "PYTORCH_CUDA_ALLOC_CONF='expandable_segments:True'")
+    e = explain(_pod(notes), events=[], owners=("PyTorchJob/llm",), report=None, report_note="")
+    assert e.setting is not None and e.setting.set_env_command == ""
+    assert "to PyTorchJob/llm: edit the pod template in the PyTorchJob's spec:" in \
+        explaintext.render(e)

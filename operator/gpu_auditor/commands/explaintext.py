@@ -123,12 +123,12 @@ def render(e: Explanation) -> str:
         lines += [f"{INDENT}- {p}" for p in d.current_alloc_conf_problems]
     if e.setting is not None:
         s = e.setting
-        if s.workload:
+        if s.set_env_command:
             lines += ["", f"Apply {s.variable}={s.value} to {s.workload}:",
                       INDENT + s.set_env_command, f"{INDENT}or in its pod template:"]
         else:
-            lines += ["", f"Apply {s.variable}={s.value}: the pod has no owner and a pod's env "
-                      "cannot change; recreate it with:"]
+            to = f" to {s.workload}" if s.workload else ""
+            lines += ["", f"Apply {s.variable}={s.value}{to}: {s.no_command}:"]
         lines += [INDENT * 2 + line for line in s.yaml.splitlines()]
     elif e.setting_withheld:
         lines += ["", f"No setting offered: {e.setting_withheld}"]

@@ -37,8 +37,9 @@ LIST_LIMIT = 64
 ALLOC_CONF_VARIABLES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 """The variables torch reads its allocator setting from (the old name wins when both are set)."""
 OPERATOR_REPORTING_COMPONENT = "gpu-auditor.io/operator"
-SNIPPET_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob", "ReplicaSet")
-"""Owner kinds `kubectl set env` can change (a bare pod's env cannot be changed)."""
+SET_ENV_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "CronJob")
+"""Owner kinds whose pod template `kubectl set env` can change. A Job's template is immutable,
+a bare pod's env too; other kinds (PyTorchJob, RayCluster...) are edited in their own spec."""
 
 
 def text(value: object, limit: int = TEXT_LIMIT) -> str:
@@ -170,7 +171,9 @@ class Setting:
     workload: str
     """`kind/name` of what to change, or "" when only the pod can be recreated."""
     set_env_command: str
-    """`kubectl set env` for the workload; "" for a bare pod (its env cannot change)."""
+    """`kubectl set env` for the workload; "" where it cannot change the pod template."""
+    no_command: str
+    """Why there is no command (a bare pod, a Job, a kind kubectl does not know)."""
     yaml: str
 
 
@@ -380,18 +383,23 @@ def setting(pod: Mapping[str, Any], namespace: str, diagnosis: Diagnosis | None,
         return None, f"the recommended value {value!r} does not validate: {problems[0]}"
     container = diagnosis.container if names.is_label(diagnosis.container) else ""
     variable = _container_variable(pod, container)
-    workload = next((o for o in owners if o.split("/", 1)[0] in SNIPPET_KINDS
-                     and o.split("/", 1)[0] != "ReplicaSet"), "")
-    if not workload and owners and owners[0].startswith("ReplicaSet/"):
-        workload = owners[0]
-    target = workload.lower()
-    c_flag = f" -c {container}" if container else ""
-    command = "" if not workload else (
-        f"kubectl -n {namespace} set env {target}{c_flag} {variable}={_shell_quote(value)}")
+    workload = owners[-1] if owners else ""  # the outermost: a Deployment, not its ReplicaSet
+    kind = workload.split("/", 1)[0]
+    command, why = "", ""
+    if kind in SET_ENV_KINDS:
+        c_flag = f" -c {container}" if container else ""
+        command = (f"kubectl -n {namespace} set env {workload.lower()}{c_flag} "
+                   f"{variable}={_shell_quote(value)}")
+    elif not workload:
+        why = "the pod has no owner and a pod's env cannot change; recreate it with"
+    elif kind == "Job":
+        why = "a Job's pod template cannot change; recreate the Job with"
+    else:
+        why = f"edit the pod template in the {kind}'s spec"
     yaml = (f"containers:\n  - name: {container or '<container>'}\n    env:\n"
             f"      - name: {variable}\n        value: {json.dumps(value)}")
     return Setting(variable=variable, value=value, container=container, workload=workload,
-                   set_env_command=command, yaml=yaml), ""
+                   set_env_command=command, no_command=why, yaml=yaml), ""
 
 
 # -- the whole ----------------------------------------------------------------------------------
