@@ -70,6 +70,11 @@ def render(d: Diagnosis, source: str) -> str:
         figures = _figures_line(d)
         if figures:
             lines.append(f"  figures: {figures}")
+        if d.figures.other_processes:
+            pids = ", ".join(str(p.pid) for p in d.figures.other_processes[:8])
+            lines.append(f"  other processes on the GPU are host pids ({pids}): "
+                         "gpu-auditor explain POD names their pods from the node's GPUNodeReport "
+                         "(kubectl get gnr NODE -o yaml)")
         probe = dict(d.extra).get("probe")
         if isinstance(probe, dict):
             seen = "agrees" if not probe.get("disagrees") else "disagrees"

@@ -105,3 +105,10 @@ def test_the_kubectl_plugin_names_itself_in_usage(capsys: pytest.CaptureFixture[
         main(["nonsense"], prog="kubectl gpu-auditor")
     assert exc.value.code == 2
     assert capsys.readouterr().err.startswith("usage: kubectl gpu-auditor ")
+
+
+def test_host_pids_of_other_processes_point_to_explain_and_the_node_report() -> None:
+    code, out, _ = run("diagnose", str(LOGS / "gpu-shared.log"))
+    assert code == 0
+    assert "other processes on the GPU are host pids (" in out
+    assert "gpu-auditor explain POD" in out and "kubectl get gnr NODE" in out
