@@ -1,5 +1,5 @@
 """examples/platforms/values-*.yaml: each renders, lints, and sets what its platform needs
-(docs/platforms.md). tests/integration/test_platform_values.py installs each with a server-side
+(docs/platforms.md). tests/integration/test_platform_values_apiserver.py installs each with a server-side
 dry run, so the API server validates the objects too."""
 
 from __future__ import annotations
