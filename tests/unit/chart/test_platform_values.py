@@ -1,6 +1,6 @@
 """examples/platforms/values-*.yaml: each renders, lints, and sets what its platform needs
-(docs/platforms.md). tests/integration/test_platform_values_apiserver.py installs each with a server-side
-dry run, so the API server validates the objects too."""
+(docs/platforms.md). tests/integration/test_platform_values_apiserver.py sends every object
+each renders to a real kube-apiserver as a dry-run create."""
 
 from __future__ import annotations
 
