@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import email
 import importlib.util
+import os
 import shutil
 import subprocess
 import sys
@@ -115,6 +116,13 @@ def test_a_fresh_venv_with_the_wheel_alone_diagnoses_a_log(wheel: Path, tmp_path
         absent = subprocess.run([str(python), "-c", f"import {dev_only}"], cwd=tmp_path,
                                 capture_output=True, text=True, timeout=60)
         assert "ModuleNotFoundError" in absent.stderr, (dev_only, absent.stderr)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
+    explain = subprocess.run([str(env_dir / "bin" / "kubectl-gpu_auditor"), "explain", "p"],
+                             capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "KUBECONFIG": str(kubeconfig)})
+    assert explain.returncode == 2
+    assert "pip install 'gpu-auditor[kubectl]'" in explain.stderr, explain.stderr
     # The agent's --help needs nothing; a pass needs NVML's Python binding (its extra).
     for argv, extra in ((["gpu-auditor-operator", "--help"], "operator"),
                         (["gpu-auditor-agent", "--once"], "agent")):
