@@ -20,6 +20,7 @@ import sys
 from collections.abc import Sequence
 from typing import BinaryIO, TextIO
 
+from . import checkmanifest
 from .diagnosis import Diagnosis, diagnose_stream, validate_alloc_conf
 from .diagnosis.allocconf import BACKENDS
 from .diagnosis.proberecord import MAX_RECORD_BYTES, ProbeRecord, find_record
@@ -59,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("value", help="the value, e.g. expandable_segments:True")
     check.add_argument("--torch-version", type=_torch_version, help="torch release, X.Y")
     check.add_argument("--backend", choices=BACKENDS, help="allocator backend")
+    checkmanifest.add_parser(sub)
     return parser
 
 
@@ -211,6 +213,9 @@ def main(
     try:
         if args.command == "diagnose":
             code = _diagnose(args, out, err, stdin if stdin is not None else _system_stdin())
+        elif args.command == checkmanifest.COMMAND:
+            code = checkmanifest.run(args, out, err,
+                                     stdin if stdin is not None else _system_stdin())
         else:
             code = _check(args, out)
         out.flush()
