@@ -19,6 +19,9 @@ from typing import Any, Final
 from .objects import check_object
 
 API_VERSION: Final = "admission.k8s.io/v1"
+CHECK_LABEL: Final = "gpu-auditor.io/alloc-conf-check"
+"""On a namespace: ``deny`` refuses invalid settings, ``off`` stops the checks (the chart's
+namespaceSelectors read it; the server learns it from the path it is called on)."""
 PREFIX: Final = "gpu-auditor: "
 MAX_WARNING: Final = 256
 """Characters of one warning (the API server may cut longer ones)."""
