@@ -299,3 +299,35 @@ def test_with_the_webhook_down_objects_are_still_created(
         assert not _injected(pod)
     finally:
         webhook.start()
+
+
+# -- the chart's certificate on install and upgrade (the lookup that keeps it) -----------------
+
+
+def test_helm_upgrade_keeps_the_certificate_until_it_is_due_for_renewal(
+    cluster: LocalCluster
+) -> None:
+    """helm genCA/genSignedCert run on every render: an upgrade must reuse the Secret (or the
+    pods would serve a certificate the new caBundle does not sign until kubelet syncs the
+    volume) until renewDays before expiry, and then make a new pair."""
+    from tests.integration.webhook_support import CHART
+
+    ns, release = namespace(cluster), "whcert"
+    base = ["--namespace", ns, "--set", "webhook.enabled=true",
+            "--set", "webhook.validation.enabled=false",
+            "--set", "webhook.probeInjection.enabled=false",
+            "--set", "agent.enabled=false", "--set", "operator.enabled=false",
+            "--set", "tests.enabled=false", "--skip-crds"]
+    core = client.CoreV1Api(cluster.api_client())
+    secret_name = f"{release}-gpu-auditor-webhook-tls"
+    try:
+        cluster.helm("install", release, str(CHART), *base)
+        first = core.read_namespaced_secret(secret_name, ns).data
+        cluster.helm("upgrade", release, str(CHART), *base)
+        assert core.read_namespaced_secret(secret_name, ns).data == first
+        # renewDays above the validity: the pair is due, the upgrade makes a new one
+        cluster.helm("upgrade", release, str(CHART), *base, "--set", "webhook.tls.renewDays=400")
+        renewed = core.read_namespaced_secret(secret_name, ns).data
+        assert renewed["ca.crt"] != first["ca.crt"] and renewed["tls.key"] != first["tls.key"]
+    finally:
+        cluster.helm("uninstall", release, "--namespace", ns, check=False)
