@@ -10,7 +10,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .findings import Finding, check_container, shown
+from .findings import NOT_CHECKED, Finding, check_container, shown
 
 TEMPLATE: Final = ("spec", "template", "spec")
 POD_SPEC_PATHS: Final[dict[str, tuple[str, ...]]] = {
@@ -28,6 +28,9 @@ POD_SPEC_PATHS: Final[dict[str, tuple[str, ...]]] = {
 StatefulSets, DaemonSets, Jobs and CronJobs; check-manifest reads the others too)."""
 MAX_LIST_DEPTH: Final = 4
 CONTAINER_LISTS: Final = ("initContainers", "containers")
+MAX_CONTAINERS: Final = 128
+"""Containers of one pod spec that are checked; the rest are named in one finding (a pod with
+more is either hostile or generated, and the API server stops waiting after a few seconds)."""
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,16 @@ def containers(spec: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
 
 
 def check_spec(spec: Mapping[str, Any]) -> list[Finding]:
-    return [finding for container in containers(spec) for finding in check_container(container)]
+    findings: list[Finding] = []
+    for count, container in enumerate(containers(spec)):
+        if count == MAX_CONTAINERS:
+            rest = sum(1 for _ in containers(spec)) - MAX_CONTAINERS
+            findings.append(Finding("*", "PYTORCH_CUDA_ALLOC_CONF", NOT_CHECKED,
+                                    f"{rest} containers after the first {MAX_CONTAINERS} "
+                                    "not checked"))
+            break
+        findings += check_container(container)
+    return findings
 
 
 def check_object(obj: object, depth: int = 0) -> Iterator[Checked]:

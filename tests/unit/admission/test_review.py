@@ -106,3 +106,12 @@ def test_response_patch_is_base64_json_patch() -> None:
     assert body["patchType"] == "JSONPatch"
     assert json.loads(base64.b64decode(body["patch"])) == [{"op": "add", "path": "/x",
                                                              "value": 1}]
+
+
+def test_containers_past_the_checked_number_are_named_not_checked() -> None:
+    from gpu_auditor.admission.objects import check_object
+
+    [checked] = check_object(deployment("x:1", containers=130))
+    assert len(checked.findings) == 129
+    assert checked.findings[-1].kind == "not-checked"
+    assert "2 containers after the first 128 not checked" in checked.findings[-1].message
