@@ -5,7 +5,10 @@ an `admission.k8s.io/v1` AdmissionReview request). Findings become `warnings`, s
 and every client; the request is refused only where the namespace opted into deny (the server
 learns that from the path the API server calls, see docs/webhook.md), with the same text. On an
 update, findings the old object had already are warned about but never refused: an object that
-was admitted before its namespace opted in can still be scaled, labelled, or deleted.
+was admitted before its namespace opted in can still be scaled, labelled, or deleted. A pod
+that a controller made (an owner reference with `controller: true`) is never refused either:
+its template was checked when the workload was written, and refusing its pods would break a
+workload admitted before the label (its next pod, its restarts) without anyone seeing why.
 """
 
 from __future__ import annotations
@@ -86,12 +89,19 @@ def validate(request: Request, *, deny: bool) -> Outcome:
     warnings = _bounded(lines)
     old = set(findings_text(request.old)) if request.old is not None else set()
     new = [line for line in lines if line not in old]
-    if deny and new and request.operation != "DELETE":
+    if deny and new and request.operation != "DELETE" and not _controlled(request.obj):
         message = "; ".join(line.removeprefix(PREFIX) for line in new)
         return Outcome(False, "denied", warnings,
                        _cut(f"{PREFIX}{message} (this namespace refuses invalid allocator "
                             "settings; see docs/webhook.md)", MAX_WARNINGS))
     return Outcome(True, "warned", warnings)
+
+
+def _controlled(obj: Mapping[str, Any]) -> bool:
+    meta = obj.get("metadata")
+    refs = meta.get("ownerReferences") if isinstance(meta, Mapping) else None
+    return isinstance(refs, list) and any(
+        isinstance(r, Mapping) and r.get("controller") is True for r in refs)
 
 
 def response(uid: str, outcome: Outcome) -> dict[str, Any]:

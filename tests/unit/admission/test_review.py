@@ -115,3 +115,16 @@ def test_containers_past_the_checked_number_are_named_not_checked() -> None:
     assert len(checked.findings) == 129
     assert checked.findings[-1].kind == "not-checked"
     assert "2 containers after the first 128 not checked" in checked.findings[-1].message
+
+
+def test_a_pod_made_by_a_controller_is_warned_not_refused() -> None:
+    """Its template was checked when the workload was written; refusing its pods would break a
+    workload admitted before the namespace opted into deny."""
+    pod = {"kind": "Pod", "metadata": {"ownerReferences": [
+        {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u",
+         "controller": True}]},
+        "spec": deployment("expandable_segment:True")["spec"]["template"]["spec"]}
+    outcome = validate(parse_review(review(pod)), deny=True)
+    assert outcome.allowed and outcome.result == "warned"
+    del pod["metadata"]["ownerReferences"][0]["controller"]
+    assert not validate(parse_review(review(pod)), deny=True).allowed
