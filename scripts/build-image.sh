@@ -121,6 +121,6 @@ for id in $(old_images --filter 'reference=localhost/gpu-auditor:ctx-*') \
   [ "$id" = "$current_id" ] || podman "${STORAGE[@]}" rmi "$id" >/dev/null 2>&1 || true
 done
 ls -1t "$IMAGES"/gpu-auditor-ctx-*.oci.tar 2>/dev/null | tail -n +6 \
-  | while read -r f; do [ -n "$(find "$f" -mmin +60)" ] && rm -f "$f"; done
+  | while read -r f; do if [ -n "$(find "$f" -mmin +60)" ]; then rm -f "$f"; fi; done
 say "done in $(( $(date +%s) - start ))s: $REF (also $IMAGE)"
 echo "$REF"
