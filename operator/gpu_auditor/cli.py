@@ -22,6 +22,7 @@ import sys
 from collections.abc import Sequence
 from typing import BinaryIO, TextIO
 
+from . import checkmanifest
 from .commands import diagnose, explain
 from .diagnosis import validate_alloc_conf
 from .diagnosis.allocconf import BACKENDS
@@ -61,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--torch-version", type=_torch_version, help="torch release, X.Y")
     check.add_argument("--backend", choices=BACKENDS, help="allocator backend")
     explain.add_parser(sub)
+    checkmanifest.add_parser(sub)
     return parser
 
 
@@ -114,6 +116,9 @@ def main(
             code = diagnose.run(args, out, err, stdin if stdin is not None else _system_stdin())
         elif args.command == "explain":
             code = explain.run(args, out, err)
+        elif args.command == checkmanifest.COMMAND:
+            code = checkmanifest.run(args, out, err,
+                                     stdin if stdin is not None else _system_stdin())
         else:
             code = _check(args, out)
         out.flush()

@@ -101,15 +101,17 @@ def code_metrics() -> dict[str, tuple[str, tuple[str, ...], str]]:
     from prometheus_client.metrics import MetricWrapperBase
 
     from gpu_auditor.controller import metrics as operator_metrics
+    from gpu_auditor.webhook import metrics as webhook_metrics
     from node_agent.collector import AgentCollector
 
     out = {}
     for family in AgentCollector(lambda: None, "n", process_labels=True).describe():
         out[family.name] = (family.type, family.labels, "agent")  # exposed names (_total)
-    for value in vars(operator_metrics).values():
-        if isinstance(value, MetricWrapperBase):
-            kind = value._type
-            out[_exposed(value._name, kind)] = (kind, tuple(value._labelnames), "operator")
+    for module, component in ((operator_metrics, "operator"), (webhook_metrics, "webhook")):
+        for value in vars(module).values():
+            if isinstance(value, MetricWrapperBase):
+                kind = value._type
+                out[_exposed(value._name, kind)] = (kind, tuple(value._labelnames), component)
     return out
 
 
