@@ -22,7 +22,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from ctypes import Structure, byref, c_uint, c_ulonglong, c_void_p, create_string_buffer, sizeof
-from typing import Any
+from typing import Any, ClassVar
 
 LIBRARY = "libnvidia-ml.so.1"
 
@@ -95,7 +95,7 @@ class NVMLError(Exception):
     names it (``NVML_ERROR_NOT_SUPPORTED`` -> ``NVMLError_NotSupported``)."""
 
     value: int
-    _by_code: dict[int, type[NVMLError]] = {}
+    _by_code: ClassVar[dict[int, type[NVMLError]]] = {}
 
     def __new__(cls, value: int) -> NVMLError:
         if cls is NVMLError:
@@ -153,11 +153,11 @@ def error_class(code: int) -> type[NVMLError]:
 
 # -- structs (nvml.h) ------------------------------------------------------------------------
 
-class c_nvmlMemory_t(Structure):  # noqa: N801  (nvml.h's name, as pynvml spells it)
+class c_nvmlMemory_t(Structure):  # nvml.h's name, as pynvml spells it
     _fields_ = [("total", c_ulonglong), ("free", c_ulonglong), ("used", c_ulonglong)]
 
 
-class c_nvmlMemory_v2_t(Structure):  # noqa: N801
+class c_nvmlMemory_v2_t(Structure):
     _fields_ = [("version", c_uint), ("total", c_ulonglong), ("reserved", c_ulonglong),
                 ("free", c_ulonglong), ("used", c_ulonglong)]
 
@@ -165,11 +165,11 @@ class c_nvmlMemory_v2_t(Structure):  # noqa: N801
 nvmlMemory_v2 = sizeof(c_nvmlMemory_v2_t) | 2 << 24  # 0x02000028, nvml.h's NVML_STRUCT_VERSION
 
 
-class c_nvmlProcessInfo_v1_t(Structure):  # noqa: N801
+class c_nvmlProcessInfo_v1_t(Structure):
     _fields_ = [("pid", c_uint), ("usedGpuMemory", c_ulonglong)]
 
 
-class c_nvmlProcessInfo_t(Structure):  # noqa: N801  (_v2 and _v3 share this layout)
+class c_nvmlProcessInfo_t(Structure):  # _v2 and _v3 share this layout
     _fields_ = [("pid", c_uint), ("usedGpuMemory", c_ulonglong),
                 ("gpuInstanceId", c_uint), ("computeInstanceId", c_uint)]
 
@@ -178,7 +178,7 @@ class ProcessInfo:
     """One process as pynvml returns it: ``usedGpuMemory`` is None where NVML has no figure
     (``NVML_VALUE_NOT_AVAILABLE``); the instance ids are None from the v1 call, which has none."""
 
-    __slots__ = ("pid", "usedGpuMemory", "gpuInstanceId", "computeInstanceId")
+    __slots__ = ("computeInstanceId", "gpuInstanceId", "pid", "usedGpuMemory")
 
     def __init__(self, pid: int, used: int | None, gpu_instance: int | None,
                  compute_instance: int | None) -> None:

@@ -12,6 +12,7 @@ is dropped from that pass alone and counted as an error; the pass never raises.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import time
 from collections.abc import Callable
@@ -40,10 +41,9 @@ def _name(err: BaseException) -> str:
 def load_pynvml() -> ModuleType | None:
     """nvidia-ml-py's ``pynvml``, or None where it is not installed."""
     try:
-        import pynvml
+        return importlib.import_module("pynvml")
     except ImportError:
         return None
-    return pynvml
 
 
 class NvmlSource:

@@ -63,7 +63,8 @@ def dump(m, procs=''):
         h = m.nvmlDeviceGetHandleByIndex(i)
         g = device(m, h, procs)
         g['mig_mode'] = call(m.nvmlDeviceGetMigMode, h)
-        g['mig_enabled'] = g['mig_mode'][0] == 'ok' and g['mig_mode'][1][0] == m.NVML_DEVICE_MIG_ENABLE
+        mode = g['mig_mode']
+        g['mig_enabled'] = mode[0] == 'ok' and mode[1][0] == m.NVML_DEVICE_MIG_ENABLE
         g['max_mig'] = call(m.nvmlDeviceGetMaxMigDeviceCount, h)
         g['migs'] = []
         for j in range(g['max_mig'][1] if g['max_mig'][0] == 'ok' else 0):
@@ -276,3 +277,16 @@ def test_the_agent_once_against_the_fake_library(libs: dict[str, Path], binding:
             ) in done.stdout
     assert 'gpu_auditor_gpu_memory_total_bytes{gpu="0",model="NVIDIA H200"' in done.stdout
     assert "gpu_auditor_agent_nvml_up{node=\"gpu-node-1\"} 1" in done.stdout
+
+
+def test_the_binding_flag_defaults_to_lite_and_takes_only_known_names(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from node_agent.config import parse
+
+    example = ["--nvml-fake", str(REPO / "examples/fake-node/nvml.yaml")]
+    assert parse(example).nvml_binding == "lite"
+    assert parse([*example, "--nvml-binding", "pynvml"]).nvml_binding == "pynvml"
+    with pytest.raises(SystemExit) as exit_:
+        parse([*example, "--nvml-binding", "ctypes"])
+    assert exit_.value.code == 2
+    assert "invalid choice: 'ctypes'" in capsys.readouterr().err
