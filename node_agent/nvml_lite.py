@@ -198,6 +198,7 @@ class ProcessInfo:
 _lock = threading.Lock()
 _lib: ctypes.CDLL | None = None
 _functions: dict[str, Any] = {}
+_missing: set[str] = set()
 
 # Called on every pass: a library without one of these is refused at nvmlInit, where the agent
 # decides which binding to use, rather than failing every GPU on every pass.
@@ -222,14 +223,18 @@ def _load() -> ctypes.CDLL:
 
 
 def _fn(name: str) -> Any:
+    """The library's function ``name`` (looked up once; a missing one is remembered too)."""
     fn = _functions.get(name)
     if fn is not None:
         return fn
     if _lib is None:
         raise NVMLError(NVML_ERROR_UNINITIALIZED)
+    if name in _missing:
+        raise NVMLError(NVML_ERROR_FUNCTION_NOT_FOUND)
     try:
         fn = getattr(_lib, name)
     except AttributeError:
+        _missing.add(name)
         raise NVMLError(NVML_ERROR_FUNCTION_NOT_FOUND) from None
     _functions[name] = fn
     return fn

@@ -103,6 +103,7 @@ class NvmlSource:
         if "init" in self._logged:
             log.warning("NVML initialised after earlier failures")
             self._logged.discard("init")
+        log.info("NVML initialised (binding: %s)", self.binding)
         self._initialised = True
         return True
 
