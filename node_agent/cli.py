@@ -54,12 +54,17 @@ def build(cfg: Config) -> Agent:
     if fake_nvml is not None:
         gpus = fake_nvml
     else:
-        if importlib.util.find_spec("pynvml") is None:  # the light install: no agent extra
-            raise ConfigError("the agent needs the agent extra (nvidia-ml-py is not "
-                              "installed): pip install 'gpu-auditor[agent]'")
         from node_agent.nvml_source import NvmlSource
 
-        gpus = NvmlSource()
+        if cfg.nvml_binding == "pynvml":
+            if importlib.util.find_spec("pynvml") is None:
+                raise ConfigError("--nvml-binding pynvml needs nvidia-ml-py (the agent "
+                                  "extra): pip install 'gpu-auditor[agent]'")
+            import pynvml
+
+            gpus = NvmlSource(pynvml)
+        else:  # the agent's own binding, pynvml where the library lacks a call it needs
+            gpus = NvmlSource()
 
     fake_pods_path = _fake_pods_path(cfg, fake_nvml)
     fake_pods = FakePods.from_file(fake_pods_path) if fake_pods_path else None

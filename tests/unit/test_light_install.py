@@ -123,10 +123,18 @@ def test_a_fresh_venv_with_the_wheel_alone_diagnoses_a_log(wheel: Path, tmp_path
                              env={**os.environ, "KUBECONFIG": str(kubeconfig)})
     assert explain.returncode == 2
     assert "pip install 'gpu-auditor[kubectl]'" in explain.stderr, explain.stderr
-    # The agent's --help needs nothing; a pass needs NVML's Python binding (its extra).
+    # The agent calls NVML through its own ctypes binding; pynvml (--nvml-binding pynvml) is
+    # in its extra.
     for argv, extra in ((["gpu-auditor-operator", "--help"], "operator"),
-                        (["gpu-auditor-agent", "--once"], "agent")):
+                        (["gpu-auditor-agent", "--once", "--nvml-binding", "pynvml"], "agent")):
         missing = subprocess.run([str(env_dir / "bin" / argv[0]), *argv[1:]],
                                  capture_output=True, text=True, timeout=60)
         assert missing.returncode != 0
         assert f"pip install 'gpu-auditor[{extra}]'" in missing.stderr, missing.stderr
+    # ... and needs no extra for it: a pass (NVML up or down, as the host has it) imports
+    # no pynvml
+    lite = subprocess.run([str(python), "-c", "import sys; from node_agent.nvml_source import "
+                           "NvmlSource; s = NvmlSource(); r = s.sample(); "
+                           "print(s.binding, r.up in (True, False), 'pynvml' in sys.modules)"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert lite.stdout.split() == ["node_agent.nvml_lite", "True", "False"], lite.stderr
