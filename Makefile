@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test unit lint control-plane tools manifest-checkers manifests bench clean
+.PHONY: demo test unit lint mutation control-plane tools manifest-checkers manifests bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,9 +21,16 @@ demo: $(STAMP) control-plane
 ## without a GPU, with the reason shown).
 test: $(STAMP) control-plane tools lint
 	GPU_AUDITOR_REQUIRE_CLUSTER=1 $(PY) -m pytest
+	$(PY) scripts/mutation.py --changed-vs HEAD~1 --max-seconds 600 --fail-under 85 --out .mutation/ci
 
 unit: $(STAMP)
 	$(PY) -m pytest -m unit
+
+## mutation: mutation testing of the diagnosis core with mutmut 3 (scripts/mutation.py): the
+## score per module and every survivor in bench/results/mutation.md (+ .json). `make test` runs
+## the modules the last commit changed, time-boxed; this runs them all.
+mutation: $(STAMP)
+	$(PY) scripts/mutation.py --fail-under 85
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check operator node_agent tests bench
