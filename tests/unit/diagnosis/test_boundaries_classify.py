@@ -14,11 +14,21 @@ PyTorch (no non-PyTorch excess), and a process figure, so the "memory unseen out
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from gpu_auditor.diagnosis import formats
 from gpu_auditor.diagnosis.classify import Verdict, classify
-from gpu_auditor.diagnosis.model import Figures, Growth, OomEvent, OtherProcess
+from gpu_auditor.diagnosis.model import (
+    Figures,
+    Growth,
+    NodeEvidence,
+    OomEvent,
+    OtherPod,
+    OtherProcess,
+)
+from gpu_auditor.diagnosis.proberecord import ProbeRecord, parse_record
 
 pytestmark = pytest.mark.unit
 
@@ -368,3 +378,211 @@ def test_host_allocation_failures_are_never_gpu_kinds() -> None:
     v = verdict(family=formats.HOST_ALLOC, R=1 * G, T=None, F=None, A=None, P=None)
     assert v.kind == "unknown"
     assert v.summary.startswith("unknown: host (CPU) memory ran out")
+
+
+# -- what the verdict says: each summary, in full (the line a job owner reads) ---------------
+
+
+@pytest.mark.parametrize(
+    ("case", "summary"),
+    [
+        (
+            {"R": 81 * G, "T": 80 * G, "F": 80 * G, "A": 0},
+            "capacity: the 81.00 GiB request alone exceeds the GPU's 80.00 GiB",
+        ),
+        (
+            {"R": 4 * G + 1, "T": 80 * G, "F": 70 * G, "A": 4 * G, "L": 8 * G},
+            "memory-fraction-cap: 4.00 GiB allocated + the 4.00 GiB request exceed the 8.00 GiB "
+            "allowed by the memory fraction, while the GPU had 70.00 GiB free",
+        ),
+        (
+            {"R": 3 * G, "T": 80 * G, "F": 1 * G, "A": 76 * G, "others": (2 * G,)},
+            "gpu-shared: other processes hold 2.00 GiB of the GPU (pid 1000: 2.00 GiB); the "
+            "3.00 GiB request needed 2.00 GiB more than the 1.00 GiB free",
+        ),
+        (
+            {"R": None, "T": 100 * G, "F": 5 * G, "A": None, "P": None, "others": (2 * G,),
+             "family": formats.TORCH_RAW},
+            "gpu-shared: other processes hold 2.00 GiB of the GPU (pid 1000: 2.00 GiB); the GPU "
+            "had 5.00 GiB free",
+        ),
+        (
+            {"R": None, "T": None, "F": None, "A": None, "P": None, "others": (1 * G,),
+             "family": formats.TORCH_RAW},
+            "gpu-shared: other processes hold 1.00 GiB of the GPU (pid 1000: 1.00 GiB); the GPU "
+            "was full",
+        ),
+        (
+            {"R": 10 * G, "T": 80 * G, "F": 6 * G, "A": 60 * G, "U": 10 * G},
+            "fragmentation: 10.00 GiB reserved but unallocated + 6.00 GiB free would cover the "
+            "10.00 GiB request; PyTorch holds 70.00 GiB with 60.00 GiB in use",
+        ),
+        (
+            {"R": 64 * M, "T": 80 * G, "F": 70 * G, "A": 1 * G, "U": 20 * M, "L": 1 * G + 80 * M},
+            "fragmentation: 20.00 MiB reserved but unallocated + 60.00 MiB left under the 1.08 GiB "
+            "cap would cover the 64.00 MiB request; PyTorch holds 1.02 GiB with 1.00 GiB in use",
+        ),
+        (
+            {"R": 2 * G, "T": 80 * G, "F": 1 * G, "A": 20 * G, "P": 22 * G + 512 * M},
+            "non-pytorch-memory: this process holds 22.50 GiB but PyTorch reserved only 20.00 GiB; "
+            "the difference covers the 2.00 GiB request's shortfall",
+        ),
+        (
+            {"R": None, "T": None, "F": None, "A": None, "P": None, "family": formats.NCCL},
+            "non-pytorch-memory: NCCL could not allocate its own memory outside PyTorch's cache",
+        ),
+        (
+            {"R": None, "T": None, "F": None, "A": None, "P": None,
+             "family": formats.CUDA_LIBRARY},
+            "non-pytorch-memory: a CUDA library (cuBLAS/cuDNN) could not allocate its own memory "
+            "outside PyTorch's cache",
+        ),
+        (
+            {"R": 10 * G, "T": 80 * G, "F": 6 * G - 1, "A": 60 * G, "U": 10 * G},
+            "capacity: the 10.00 GiB request exceeds the 6.00 GiB free on a 80.00 GiB GPU; PyTorch "
+            "holds 60.00 GiB allocated and 10.00 GiB reserved but unallocated; packed, the idle "
+            "cache would cover it, but 4.00 GiB of its 10.00 GiB would have to be reclaimed: more "
+            "than an allocator setting was measured to recover",
+        ),
+        (
+            {"R": 2 * G, "T": 80 * G, "F": 1 * G, "A": None, "P": None},
+            "capacity: the 2.00 GiB request exceeds the 1.00 GiB free on a 80.00 GiB GPU",
+        ),
+        (
+            {"R": 2 * G, "T": None, "F": 1 * G, "A": 77 * G},
+            "capacity: the 2.00 GiB request exceeds the 1.00 GiB free; PyTorch holds 77.00 GiB "
+            "allocated and 0 bytes reserved but unallocated",
+        ),
+        (
+            {"R": 8 * G + 512 * M, "T": 80 * G, "F": 1 * G, "A": 70 * G, "P": None},
+            "unknown: 7.50 GiB of the 80.00 GiB GPU is held outside this process's PyTorch "
+            "allocator and the message lists no processes: another process or non-PyTorch memory",
+        ),
+        (
+            {"R": 80 * G, "T": 80 * G, "F": 80 * G, "A": 0},
+            "unknown: the figures show room (80.00 GiB) for the 80.00 GiB request",
+        ),
+        (
+            {"R": None, "T": None, "F": None, "A": None, "P": None, "family": formats.TORCH_RAW},
+            "unknown: torch-raw failure with no memory figures in the log (another process may "
+            "hold the GPU; the node report can tell)",
+        ),
+    ],
+)  # fmt: skip
+def test_the_summary_names_the_numbers_that_decided(case: dict[str, object], summary: str) -> None:
+    assert verdict(**case).summary == summary  # type: ignore[arg-type]
+
+
+def test_the_summary_of_a_leak_says_where_the_series_came_from() -> None:
+    v = verdict(growth=_growth(1 * G, "log"), **CAPACITY)
+    assert v.summary == (
+        "leak: memory rose steadily from 40.00 GiB to 41.00 GiB over 10 figures the job printed "
+        "before the out-of-memory failure"
+    )
+
+
+@pytest.mark.parametrize(
+    ("family", "framework", "figures", "summary"),
+    [
+        (formats.VLLM, "vllm", Figures(), "capacity: vllm ran out of GPU memory (vllm)"),
+        (formats.XLA, "jax", Figures(requested_bytes=2 * G),
+         "capacity: jax could not get the 2.00 GiB it requested"),
+        (formats.XLA, None, Figures(requested_bytes=2 * G),
+         "capacity: the job could not get the 2.00 GiB it requested"),
+        (formats.VLLM, None, Figures(), "capacity: the job ran out of GPU memory (vllm)"),
+    ],
+)  # fmt: skip
+def test_other_stacks_without_free_figures(
+    family: str, framework: str | None, figures: Figures, summary: str
+) -> None:
+    v = classify(OomEvent(family, framework, "x", figures))
+    assert (v.kind, v.summary) == ("capacity", summary)
+
+
+def test_the_summary_names_at_most_three_processes_with_their_pods() -> None:
+    figures = Figures(
+        requested_bytes=8 * G,
+        total_bytes=80 * G,
+        free_bytes=1 * G,
+        allocated_bytes=40 * G,
+        other_processes=tuple(OtherProcess(10 + i, 5 * G) for i in range(4)),
+    )
+    node = NodeEvidence(other_pods=(OtherPod("ml", "trainer-0", 5 * G, pid=11),))
+    v = classify(OomEvent(formats.TORCH, "pytorch", "x", figures), node)
+    assert v.summary.startswith(
+        "gpu-shared: other processes hold 20.00 GiB of the GPU (pid 10: 5.00 GiB, ml/trainer-0: "
+        "5.00 GiB, pid 12: 5.00 GiB); the 8.00 GiB request"
+    )
+
+
+# -- the node report fills in what the log lacks -------------------------------------------
+
+
+def test_the_node_report_fills_only_the_missing_figures() -> None:
+    node = NodeEvidence(
+        gpu_total_bytes=80 * G, gpu_free_bytes=2 * G, process_bytes=50 * G,
+        other_pods=(OtherPod("team-b", "nb", 20 * G, pid=7),),
+    )  # fmt: skip
+    empty = classify(OomEvent(formats.TORCH, "pytorch", "x", Figures()), node).figures
+    assert (empty.total_bytes, empty.free_bytes, empty.process_bytes) == (80 * G, 2 * G, 50 * G)
+    assert empty.other_processes == (OtherProcess(7, 20 * G, "team-b", "nb"),)
+    given = Figures(total_bytes=79 * G, free_bytes=1 * G, process_bytes=40 * G)
+    kept = classify(OomEvent(formats.TORCH, "pytorch", "x", given), node).figures
+    assert (kept.total_bytes, kept.free_bytes, kept.process_bytes) == (79 * G, 1 * G, 40 * G)
+    # the message had this process's figure but listed no others: the node's pods are not
+    # added (the message would have listed them)
+    assert kept.other_processes == ()
+
+
+def test_the_node_names_only_the_processes_whose_pid_it_knows() -> None:
+    listed = Figures(other_processes=(OtherProcess(7, 20 * G), OtherProcess(8, 1 * G)))
+    node = NodeEvidence(other_pods=(OtherPod("team-b", "nb", 20 * G, pid=7),
+                                    OtherPod("x", "no-pid", 1 * G)))  # fmt: skip
+    got = classify(OomEvent(formats.TORCH, "pytorch", "x", listed), node).figures
+    assert got.other_processes == (
+        OtherProcess(7, 20 * G, "team-b", "nb"),
+        OtherProcess(8, 1 * G),
+    )
+    assert classify(OomEvent(formats.TORCH, "pytorch", "x", listed)).figures == listed
+
+
+# -- a probe record's pool replaces the message's idle cache ----------------------------------
+
+
+def _record(request: int, large_free: int, small_free: int = 0, status: str = "ok") -> ProbeRecord:
+    raw = {
+        "probe": "gpu-auditor", "v": 1, "status": status, "request_bytes": request,
+        "pools": {
+            "large": {"free_bytes": large_free, "largest_free_bytes": 0},
+            "small": {"free_bytes": small_free, "largest_free_bytes": 0},
+        },
+    }  # fmt: skip
+    parsed = parse_record(json.dumps(raw))
+    assert parsed.record is not None, parsed.reason
+    return parsed.record
+
+
+def test_the_records_large_pool_is_the_idle_cache_of_a_large_request() -> None:
+    # the message shows no idle cache (U 0): capacity. The record's large pool then decides,
+    # as U would: need 4 GiB against 0.40 of 10 GiB. A record whose status is not ok is unused.
+    figures = Figures(10 * G, 80 * G, 6 * G, 60 * G + 512 * M, 60 * G, 0)
+    event = OomEvent(formats.TORCH, "pytorch", "x", figures)
+    assert classify(event).kind == "capacity"
+    v = classify(event, record=_record(10 * G, 10 * G))
+    assert v.kind == "fragmentation"
+    assert v.summary.startswith(
+        "fragmentation: 10.00 GiB free in the cache's blocks (probe record) + 6.00 GiB free"
+    )
+    assert classify(event, record=_record(10 * G, 10 * G - 1)).kind == "capacity"
+    assert classify(event, record=_record(10 * G, 10 * G, status="no-hooks")).kind == "capacity"
+
+
+def test_a_small_request_reads_the_records_small_pool() -> None:
+    # R 2 MiB (the small pool's largest request), F 1.5 MiB, need 0.5 MiB; reserved 1 GiB
+    figures = Figures(2 * M, 80 * G, 3 * M // 2, 1 * G + 512 * M, 1 * G, 0)
+    event = OomEvent(formats.TORCH, "pytorch", "x", figures)
+    assert classify(event, record=_record(2 * M, 0, small_free=20 * M)).kind == "fragmentation"
+    assert classify(event, record=_record(2 * M, 20 * M, small_free=0)).kind == "capacity"
+    big = Figures(2 * M + 1, 80 * G, 3 * M // 2, 1 * G + 512 * M, 1 * G, 0)
+    event = OomEvent(formats.TORCH, "pytorch", "x", big)
+    assert classify(event, record=_record(2 * M + 1, 20 * M, small_free=0)).kind == "fragmentation"

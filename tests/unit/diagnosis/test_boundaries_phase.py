@@ -113,11 +113,33 @@ def test_a_traceback_at_the_very_start_is_read() -> None:
 
 
 def test_the_code_line_is_the_one_right_under_its_frame() -> None:
-    # the second frame's code mentions .backward( but the innermost frame is plain forward
+    # the lines after a frame's code line (a comment, 3.11's carets) are not its code
     text = tb(MAIN, ("/app/a.py", "f", "y = 1"), FORWARD).replace(
-        "    y = 1\n", "    y = 1\n    # loss.backward( in a comment on the next line\n"
+        "    y = 1\n", "    y = 1\n    # loss.backward( in a comment\n    ^^^^^\n"
     )
     assert failure_phase(text) == "forward"
+
+
+def test_a_frame_without_a_code_line_has_no_code() -> None:
+    # no source line under the second frame: the next frame's header is not its code, even
+    # when the header's file name looks like a call
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "/app/train.py", line 1, in <module>\n'
+        "    main()\n"
+        '  File "<stdin>", line 2, in main\n'
+        '  File "/app/loss.backward(x).py", line 3, in f\n'
+        "    y = 1\n" + OOM
+    )
+    assert failure_phase(text) is None
+
+
+def test_a_code_line_is_read_up_to_512_characters() -> None:
+    def code(pad: int) -> str:
+        return tb(MAIN, ("/app/t.py", "t", "x" * pad + ".backward()"))
+
+    assert failure_phase(code(502)) == "backward"  # ".backward(" ends at character 512
+    assert failure_phase(code(503)) is None
 
 
 def test_only_the_first_64_kib_of_the_traceback_are_read() -> None:

@@ -10,7 +10,14 @@ import pytest
 
 from gpu_auditor.diagnosis import allocconf
 from gpu_auditor.diagnosis.classify import Verdict
-from gpu_auditor.diagnosis.model import Figures, Growth, NodeEvidence, OomEvent, Recommendation
+from gpu_auditor.diagnosis.model import (
+    Figures,
+    Growth,
+    NodeEvidence,
+    OomEvent,
+    OtherProcess,
+    Recommendation,
+)
 from gpu_auditor.diagnosis.recommend import Context, recommend
 from gpu_auditor.diagnosis.torchversion import TorchRange
 
@@ -271,3 +278,136 @@ def test_a_current_setting_with_problems_is_named_and_left_out() -> None:
     assert r.actions[-1].startswith(
         "the current PYTORCH_CUDA_ALLOC_CONF has problems for this release: "
     )
+
+
+# -- the actions a job owner reads, in full, by kind and stack ---------------------------------
+
+JAX_FRACTION = (  # {} is " if the GPU has room" unless other processes hold it
+    "JAX preallocates 75% of the GPU: raise XLA_PYTHON_CLIENT_MEM_FRACTION (e.g. 0.9){}, or set "
+    "XLA_PYTHON_CLIENT_PREALLOCATE=false to allocate on demand"
+)
+VLLM_FIRST = (
+    "raise gpu_memory_utilization (default 0.9) if nothing else uses the GPU, or lower "
+    "max_model_len / max_num_seqs"
+)
+TF_FIRST = (
+    "reduce the batch size; use mixed precision "
+    "(tf.keras.mixed_precision.set_global_policy('mixed_float16'))"
+)
+ISOLATE = (
+    "isolate the GPU: other processes hold 3.00 GiB of it; stop them or make sure one pod gets "
+    "the whole GPU (request nvidia.com/gpu; check time-slicing/MPS)"
+)
+SHARED = Figures(requested_bytes=2 * G, total_bytes=80 * G, free_bytes=1 * G,
+                 other_processes=(OtherProcess(9, 3 * G),))  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("framework", "actions"),
+    [
+        ("jax", (JAX_FRACTION.format(" if the GPU has room"),
+                 "reduce the batch size or shard the computation across devices")),
+        ("tensorflow", (TF_FIRST, "with other processes on the GPU, enable "
+                                  "tf.config.experimental.set_memory_growth")),
+        ("cupy", ("free cached blocks between phases: "
+                  "cupy.get_default_memory_pool().free_all_blocks()",
+                  "process the data in smaller pieces")),
+        ("vllm", (VLLM_FIRST, "use tensor_parallel_size > 1 or a quantized model")),
+    ],
+)  # fmt: skip
+def test_capacity_actions_by_stack(framework: str, actions: tuple[str, ...]) -> None:
+    assert rec("capacity", figures=CAPACITY, framework=framework).actions == actions
+
+
+@pytest.mark.parametrize(
+    ("framework", "actions"),
+    [
+        ("pytorch", (ISOLATE,)),
+        ("cupy", (ISOLATE,)),
+        ("jax", (ISOLATE, JAX_FRACTION.format(""))),
+        ("tensorflow", (ISOLATE, TF_FIRST)),
+        ("vllm", (ISOLATE, VLLM_FIRST)),
+    ],
+)
+def test_gpu_shared_actions_by_stack(framework: str, actions: tuple[str, ...]) -> None:
+    assert rec("gpu-shared", figures=SHARED, framework=framework).actions == actions
+
+
+def test_pytorch_capacity_actions() -> None:
+    assert rec("capacity", figures=CAPACITY).actions == (
+        "reduce peak memory: a smaller batch with gradient accumulation to keep the effective "
+        "batch",
+        "use mixed precision (torch.autocast(device_type='cuda', dtype=torch.bfloat16))",
+        "enable activation checkpointing "
+        "(torch.utils.checkpoint / model.gradient_checkpointing_enable())",
+        "for inference, run under torch.inference_mode() so no autograd graph is kept",
+        "shard the model (FSDP / DeepSpeed ZeRO) or use a GPU with more memory",
+    )
+
+
+def test_leak_actions_name_the_growth() -> None:
+    grew = Growth("samples", 12, 40 * G, 43 * G, 1.0)
+    actions = rec("leak", figures=CAPACITY, growth=grew).actions
+    assert actions[0] == (
+        "memory grew by 3.00 GiB over 12 points: something keeps tensors alive across steps"
+    )
+    assert actions[1:] == rec("leak", figures=CAPACITY).actions
+    assert actions[1].startswith("accumulate numbers, not tensors: total_loss += loss.item()")
+
+
+def test_non_pytorch_memory_actions_by_family() -> None:
+    def actions(family: str) -> tuple[str, ...]:
+        event = OomEvent(family, "pytorch", "m", CAPACITY)
+        verdict = Verdict("non-pytorch-memory", (), "", CAPACITY)
+        ctx = Context(event, verdict, TORCH_2_11, None, allocconf.NATIVE, None, None)
+        return recommend(ctx).actions
+
+    assert actions("nccl") == (
+        "leave NCCL headroom: create the process group (and run a first collective) before "
+        "loading the model, call torch.cuda.empty_cache() before collectives, or lower "
+        "NCCL_BUFFSIZE",
+        "cap PyTorch with torch.cuda.set_per_process_memory_fraction(0.9) so the cache leaves "
+        "room for NCCL",
+    )
+    assert actions("cuda-library") == (
+        "leave room for cuBLAS/cuDNN workspaces: torch.cuda.empty_cache() before the failing "
+        "call, a smaller batch, or CUBLAS_WORKSPACE_CONFIG=:4096:8",
+    )
+    assert actions("torch") == (
+        "find what else allocates in this process outside PyTorch (CuPy/JAX/TensorRT/custom CUDA "
+        "extensions, cuDNN benchmark workspaces) and free or limit it",
+    )
+
+
+def test_unknown_actions() -> None:
+    assert rec("unknown", figures=Figures()).actions == (
+        "the log has no usable memory figures: check what else holds the GPU "
+        "(nvidia-smi --query-compute-apps=pid,used_memory --format=csv, or the node agent's "
+        "GPUNodeReport)",
+        "if it fails at start-up (context creation, .cuda()), the GPU was already full: isolate "
+        "the GPU",
+    )
+    host = OomEvent("host-alloc", "pytorch", "m", Figures())
+    ctx = Context(host, Verdict("unknown", (), "", Figures()), TORCH_2_11, None, "native", None,
+                  None)  # fmt: skip
+    assert recommend(ctx).actions[0] == (
+        "raise the container's memory limit (and set the request equal to it)"
+    )
+
+
+def test_host_oom_actions_by_limit_and_request() -> None:
+    from gpu_auditor.diagnosis.recommend import host_recommendation
+
+    first = "raise the container's memory limit (and set the request equal to it)"
+    assert host_recommendation(None, None).actions[:2] == (
+        "the container has no memory limit: the node itself ran out; set requests and limits",
+        first,
+    )
+    assert host_recommendation(8 * G, 4 * G).actions[:2] == (
+        "the memory request (4.00 GiB) is below the limit (8.00 GiB): the node may be "
+        "overcommitted; set request = limit",
+        first,
+    )
+    assert host_recommendation(8 * G, 8 * G).actions[0] == first
+    assert host_recommendation(8 * G, None).actions[0] == first
+    assert len(host_recommendation(8 * G, 8 * G).actions) == 5
