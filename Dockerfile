@@ -18,10 +18,13 @@ RUN pip wheel --no-deps --wheel-dir /wheels .
 # ---- stage 2: the runtime image ----
 FROM ${PYTHON_IMAGE} AS runtime
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONUNBUFFERED=1
-# The wheel and its dependencies (binary wheels: grpcio, protobuf), byte-compiled at install
-# time so nothing is written at run time (the pods run with a read-only root filesystem).
+# The wheel with both services' extras (`pip install gpu-auditor` alone is the CLI and the
+# core, with no dependency) and their dependencies (binary wheels: grpcio, protobuf),
+# byte-compiled at install time so nothing is written at run time (the pods run with a
+# read-only root filesystem). `echo` expands the wheel's glob, which pip's `file[extras]`
+# form does not.
 COPY --from=build /wheels /tmp/wheels
-RUN pip install /tmp/wheels/*.whl \
+RUN pip install "$(echo /tmp/wheels/gpu_auditor-*.whl)[agent,operator]" \
  && rm -rf /tmp/wheels \
  && gpu-auditor-agent --help > /dev/null \
  && gpu-auditor-operator --help > /dev/null

@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test unit lint mutation control-plane tools manifest-checkers manifests bench clean
+.PHONY: demo test unit lint mutation control-plane tools manifest-checkers manifests bench clean image node e2e
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,13 +15,17 @@ $(STAMP): pyproject.toml
 ## demo: a local control plane with kwok GPU nodes, the agent on the fake node, the operator,
 ## and three failing pods; prints each pod's diagnosis, then cleans up.
 demo: $(STAMP) control-plane
-	$(PY) -m gpu_auditor.demo
+	$(PY) -m devtools.demo
 
-## test: lint, type checks, import contracts, then unit + integration tests (gpu tests skip
+## test: lint, type checks, import contracts, then unit + integration + e2e tests (gpu tests skip
 ## without a GPU, with the reason shown).
-test: $(STAMP) control-plane tools lint
-	GPU_AUDITOR_REQUIRE_CLUSTER=1 $(PY) -m pytest
+test: $(STAMP) control-plane node tools image lint
+	GPU_AUDITOR_REQUIRE_CLUSTER=1 GPU_AUDITOR_REQUIRE_E2E=1 $(PY) -m pytest
 	$(PY) scripts/mutation.py --changed-vs HEAD~1 --max-seconds 600 --fail-under 85 --out .mutation/ci
+
+## e2e: only the tests that run our image (tests/e2e, docs/real-node.md).
+e2e: $(STAMP) control-plane node image
+	GPU_AUDITOR_REQUIRE_E2E=1 $(PY) -m pytest -m e2e
 
 unit: $(STAMP)
 	$(PY) -m pytest -m unit
@@ -33,7 +37,7 @@ mutation: $(STAMP)
 	$(PY) scripts/mutation.py --fail-under 85
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check operator node_agent tests bench
+	$(VENV)/bin/ruff check operator node_agent devtools tests bench
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
@@ -42,6 +46,11 @@ lint: $(STAMP)
 control-plane:
 	scripts/build-control-plane.sh
 
+## node: kubelet, kube-proxy (same Kubernetes module), containerd, CoreDNS and pause for the e2e
+## group's real node, cached like control-plane; installs runc and CNI plugins from Debian.
+node:
+	scripts/build-node.sh
+
 ## tools: promtool and prometheus (Debian's package) for the alert-rule and scrape tests.
 tools: manifest-checkers
 	scripts/install-tools.sh
@@ -49,6 +58,11 @@ tools: manifest-checkers
 ## manifest-checkers: kube-score built from its Go module into ~/.cache/gpu-auditor/bin.
 manifest-checkers:
 	scripts/build-manifest-checkers.sh
+
+## image: the image from the Dockerfile, built by buildah on a local Debian base (no registry
+## needed); tagged localhost/gpu-auditor:dev (docs/real-node.md).
+image:
+	scripts/build-image.sh
 
 manifests:
 	scripts/render-manifests.sh

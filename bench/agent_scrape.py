@@ -307,16 +307,17 @@ def imports() -> dict[str, float]:
     tmp = tempfile.mkdtemp(prefix="agent-bench-sa-")
     Path(tmp, "token").write_text("x")
     Path(tmp, "ca.crt").write_bytes(ssl_ca_pem())
-    configure = ("from node_agent.apiclient import ApiClient, load_incluster; "
+    configure = ("from gpu_auditor.base.client import ApiClient; "
+                 "from gpu_auditor.base.kubeconfig import load_incluster; "
                  "from pathlib import Path; "
                  "ApiClient(load_incluster({'KUBERNETES_SERVICE_HOST': '10.0.0.1', "
-                 f"'KUBERNETES_SERVICE_PORT': '443'}}, Path({tmp!r})))")
+                 f"'KUBERNETES_SERVICE_PORT': '443'}}, Path({tmp!r})), user_agent='bench')")
     return {
         "agent, fake node (what the rows above run)": import_rss(
             ["node_agent.cli", "node_agent.http_server"]),
         "agent, real node (+ pynvml, grpc + pod-resources stubs)": import_rss(REAL_NODE),
-        "agent, real node with --report (+ node_agent.apiclient, configured in-cluster)":
-            import_rss([*REAL_NODE, "node_agent.apiclient"], configure),
+        "agent, real node with --report (+ gpu_auditor.base.client, configured in-cluster)":
+            import_rss([*REAL_NODE, "gpu_auditor.base.client", "node_agent.kube"], configure),
         "for comparison: real node + the kubernetes client (what --report imported before)":
             import_rss([*REAL_NODE, "kubernetes.client", "kubernetes.config"]),
     }
@@ -348,10 +349,12 @@ def ssl_ca_pem() -> bytes:
 def report_rss(scrapes: int, warmup: int) -> dict[str, Any] | None:
     """The agent daemon writing its GPUNodeReport to a local kube-apiserver; RSS after the
     report was written, ~20 passes and the scrapes. None without the control-plane binaries."""
-    sys.path.insert(0, str(REPO / "operator"))
-    from gpu_auditor.localcluster import LocalCluster, default_bin_dir, missing_binaries
-    from node_agent.apiclient import ApiClient, ApiError, load_kubeconfig
-    from node_agent.report import GROUP, PLURAL, VERSION
+    sys.path[:0] = [str(REPO / "operator"), str(REPO)]  # devtools is not installed
+    from devtools.localcluster import LocalCluster, default_bin_dir, missing_binaries
+    from gpu_auditor.base.client import ApiClient
+    from gpu_auditor.base.errors import APINotFoundError
+    from gpu_auditor.base.kubeconfig import load_kubeconfig
+    from node_agent.kube import AgentApi
 
     missing = missing_binaries(default_bin_dir())
     if missing:
@@ -364,7 +367,8 @@ def report_rss(scrapes: int, warmup: int) -> dict[str, Any] | None:
                          .read_text())
     rows = []
     with LocalCluster() as cluster:
-        api = ApiClient(load_kubeconfig(cluster.kubeconfig))
+        api = ApiClient(load_kubeconfig(cluster.kubeconfig), user_agent="bench")
+        reports = AgentApi(api)
         api.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=crd)
         cluster.wait_for_crd(crd["metadata"]["name"])
         # A node with a full node's worth of pods (kubelet default max-pods: 110) for ApiPods.
@@ -399,12 +403,10 @@ def report_rss(scrapes: int, warmup: int) -> dict[str, Any] | None:
                     deadline = time.monotonic() + 60
                     while True:
                         try:
-                            report = api.get_cluster_object(GROUP, VERSION, PLURAL, node,
-                                                            timeout=5)
+                            report = reports.read_report(node, timeout=5)
                             break
-                        except ApiError as err:
-                            if err.status != 404 or proc_.poll() is not None or \
-                                    time.monotonic() > deadline:
+                        except APINotFoundError as err:
+                            if proc_.poll() is not None or time.monotonic() > deadline:
                                 raise RuntimeError(proc_.stderr.read().decode()
                                                    if proc_.stderr else "died") from err
                             time.sleep(0.1)
@@ -431,7 +433,7 @@ def report_rss(scrapes: int, warmup: int) -> dict[str, Any] | None:
                     "p99_ms": round(times[min(len(times) - 1, int(len(times) * 0.99))], 3),
                 })
                 print(json.dumps(rows[-1]), flush=True)
-    return {"apiserver": "local etcd + kube-apiserver (gpu_auditor.localcluster), kubeconfig "
+    return {"apiserver": "local etcd + kube-apiserver (devtools.localcluster), kubeconfig "
                          "with a client certificate", "interval_s": 0.5, "rows": rows}
 
 
@@ -602,7 +604,8 @@ def markdown(result: dict[str, Any]) -> str:
             f"Command: `{report['command']}`; {report['apiserver']}; the agent samples every "
             f"{report['interval_s']} s, its GPUNodeReport is written before RSS is read (after "
             "~20 more passes and the scrapes). The agent talks to the API server with "
-            "`node_agent/apiclient.py` (standard library); `kubernetes` is not imported "
+            "the shared base's client (`gpu_auditor.base.client`, standard library); `kubernetes` "
+            "is not imported "
             "(tests/unit/node_agent/test_agent_cli.py checks that). NVML is the fake source in "
             "every row: a real node adds pynvml (~2 MiB imported) and libnvidia-ml once "
             "initialised; grpc (the kubelet client, last row) is ~20 MiB of it.", "",

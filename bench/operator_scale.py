@@ -22,7 +22,8 @@ per operator and N, in alternating order; latencies are pooled over the rounds. 
   burst (sampled every 100 ms) and VmHWM (peak since start, the listing included);
 - for ours, ``gpu_auditor_operator_api_requests_total{verb}`` over the burst divided by
   ``gpu_auditor_diagnoses_total`` (kopf's own LIST/WATCH are not in that counter), and the
-  ``gpu_auditor_diagnosis_latency_seconds`` histogram as a cross-check (it measures from the
+  ``gpu_auditor_operator_diagnosis_latency_seconds`` histogram as a cross-check (it measures
+  from the
   container's ``finishedAt``, which the API serves in whole seconds: it reads up to 1 s high);
 - for both, the API server's ``apiserver_request_total`` over the burst for pods and events,
   less this script's own B label patches (kwok's status patches are a subresource, kept apart);
@@ -33,6 +34,11 @@ per operator and N, in alternating order; latencies are pooled over the rounds. 
 
     .venv/bin/python bench/operator_scale.py            # N = 1,000 and 5,000; writes bench/results/
     .venv/bin/python bench/operator_scale.py --quick    # N = 200, 1 round each, prints only
+
+Two builds of the operator side by side (issue 12: before and after `kubernetes` left the
+operator's install): `--variants ours before`, with `--ours-python`/`--ours-tree` and
+`--before-python`/`--before-tree` naming the interpreter (its virtual environment decides what
+is installed) and the source tree each runs; `--out-name` keeps the default results file.
 """
 
 from __future__ import annotations
@@ -55,16 +61,16 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
-sys.path.insert(0, str(REPO / "operator"))
+sys.path[:0] = [str(REPO / "operator"), str(REPO)]  # gpu_auditor; devtools (not installed)
 
 from kubernetes import client  # noqa: E402
 from kubernetes.watch.watch import iter_resp_lines  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from gpu_auditor.localcluster import LocalCluster  # noqa: E402
-from gpu_auditor.localcluster.cluster import http_ok  # noqa: E402
-from gpu_auditor.localcluster.components import OperatorProcess, install_crds  # noqa: E402
-from gpu_auditor.localcluster.process import free_port  # noqa: E402
+from devtools.localcluster import LocalCluster  # noqa: E402
+from devtools.localcluster.cluster import http_ok  # noqa: E402
+from devtools.localcluster.components import OperatorProcess, install_crds  # noqa: E402
+from devtools.localcluster.process import free_port  # noqa: E402
 
 NAMESPACE = "bench"
 KEY = "gpu-auditor.io/diagnosis"
@@ -87,7 +93,7 @@ rules:
   resources: [{{group: "", resources: [pods, pods/status, events]}}]
 - level: None
 """
-LATENCY = "gpu_auditor_diagnosis_latency_seconds"
+LATENCY = "gpu_auditor_operator_diagnosis_latency_seconds"
 REQUESTS = "gpu_auditor_operator_api_requests_total"
 
 
@@ -202,13 +208,28 @@ class Fleet:
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
+LAUNCH: dict[str, tuple[str, Path]] = {}
+"""variant -> (python, source tree) for an operator run from another interpreter or tree."""
+
+
 class Operator:
     """Ours (OperatorProcess) or the baseline: a child process with a pid and, for ours, metrics."""
 
     def __init__(self, cluster: LocalCluster, variant: str, name: str) -> None:
         self.variant = variant
         self.ours: OperatorProcess | None = None
-        if variant == "ours":
+        self.metrics_url: str | None = None
+        if variant in LAUNCH:
+            python, tree = LAUNCH[variant]
+            metrics_port, self.liveness_port = free_port(), free_port()
+            self.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
+            # -P and -C: the tree's own packages, not the ones of the folder the bench runs in.
+            argv = ["env", "-C", str(tree), f"PYTHONPATH={tree / 'operator'}{os.pathsep}{tree}",
+                    python, "-P", "-m", "gpu_auditor.controller.main",
+                    f"--kubeconfig={cluster.kubeconfig}",
+                    f"--metrics-port={metrics_port}", f"--liveness-port={self.liveness_port}"]
+            self.component = cluster.add_component(name, argv, start=False)
+        elif variant == "ours":
             self.ours = OperatorProcess(cluster, name=name)
             self.component = self.ours.component
             self.liveness_port = self.ours.liveness_port
@@ -232,6 +253,11 @@ class Operator:
         return self.component.proc.pid
 
     def metrics(self) -> Samples:
+        if self.metrics_url is not None:
+            import urllib.request
+
+            with urllib.request.urlopen(self.metrics_url, timeout=5) as r:
+                return parse_metrics(r.read().decode())
         return parse_metrics(self.ours.metrics()) if self.ours is not None else {}
 
     def stop(self) -> None:
@@ -537,7 +563,7 @@ def run_round(cluster: AuditedCluster, fleet: Fleet, variant: str, n: int, rep: 
         "breakdown": breakdown(audit_requests(cluster.audit_log, audit_offset, set(names)),
                                watch.annotated_wall),
     }
-    if variant == "ours":
+    if variant in ("ours", "before"):
         row["api_requests_by_verb"] = delta(by_label(ours_after, REQUESTS, "verb"),
                                             by_label(ours_before, REQUESTS, "verb"))
         row["api_requests_during_listing"] = sum(by_label(ours_before, REQUESTS,
@@ -561,7 +587,7 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One line per (N, operator): latencies pooled over the rounds, RSS medians."""
     out = []
     for n in sorted({r["n"] for r in rows}):
-        for variant in ("ours", "baseline"):
+        for variant in ("ours", "before", "baseline"):
             mine = [r for r in rows if r["n"] == n and r["variant"] == variant]
             if not mine:
                 continue
@@ -591,7 +617,7 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 if annotated else None,
                 "apiserver_requests": writes,
             }
-            if variant == "ours":
+            if variant in ("ours", "before"):
                 verbs: dict[str, float] = {}
                 buckets: dict[str, float] = {}
                 for r in mine:
@@ -668,7 +694,7 @@ def steps(rows: list[dict[str, Any]]) -> str:
     """The audit-log breakdown of the last round of each (N, operator)."""
     out = []
     for n in sorted({r["n"] for r in rows}):
-        for variant in ("ours", "baseline"):
+        for variant in ("ours", "before", "baseline"):
             mine = [r for r in rows if r["n"] == n and r["variant"] == variant]
             if not mine or not mine[-1]["breakdown"]:
                 continue
@@ -708,7 +734,13 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=5, help="rounds per operator and N (default 5)")
     p.add_argument("--nodes", type=int, default=50, help="kwok nodes (default 50)")
     p.add_argument("--variants", nargs="+", default=["ours", "baseline"],
-                   choices=["ours", "baseline"])
+                   choices=["ours", "before", "baseline"])
+    for variant in ("ours", "before"):
+        p.add_argument(f"--{variant}-python", help=f"interpreter of the {variant!r} operator")
+        p.add_argument(f"--{variant}-tree", type=Path,
+                       help=f"source tree of the {variant!r} operator (default: this one)")
+    p.add_argument("--out-name", default="operator_scale",
+                   help="results file stem under bench/results/ (default operator_scale)")
     p.add_argument("--burst-timeout", type=float, default=180.0)
     p.add_argument("--quick", action="store_true",
                    help="N=200, burst 50, 1 round, 5 nodes; prints only")
@@ -719,6 +751,10 @@ def main() -> int:
         args.sizes, args.burst, args.repeat, args.nodes, args.no_save = [200], 50, 1, 5, True
     if sorted(args.sizes) != args.sizes:
         p.error("--sizes must be ascending")
+    for variant in ("ours", "before"):
+        python, tree = getattr(args, f"{variant}_python"), getattr(args, f"{variant}_tree")
+        if python or tree or variant == "before":
+            LAUNCH[variant] = (python or sys.executable, (tree or REPO).resolve())
 
     wall = time.monotonic()
     rows: list[dict[str, Any]] = []
@@ -752,9 +788,10 @@ def main() -> int:
     print(f"wall time {meta['wall_s']} s")
     if not args.no_save:
         RESULTS.mkdir(parents=True, exist_ok=True)
-        (RESULTS / "operator_scale.json").write_text(
+        meta["launch"] = {k: [v[0], str(v[1])] for k, v in LAUNCH.items()}
+        (RESULTS / f"{args.out_name}.json").write_text(
             json.dumps({"meta": meta, "summary": summary, "rounds": rows}, indent=1) + "\n")
-        (RESULTS / "operator_scale.md").write_text(markdown(meta, summary, rows))
+        (RESULTS / f"{args.out_name}.md").write_text(markdown(meta, summary, rows))
     return 0
 
 

@@ -9,12 +9,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
+try:
+    from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
+except ImportError as missing:  # the light install: the CLI and the core only
+    raise SystemExit(f"gpu-auditor-agent needs the agent extra ({missing.name} is not "
+                     "installed): pip install 'gpu-auditor[agent]'") from None
 
+from gpu_auditor.base.errors import ConfigError
 from node_agent.agent import Agent
 from node_agent.collector import AgentCollector
 from node_agent.config import Config, api_configured, node_name, parse
-from node_agent.errors import ConfigError
 from node_agent.exposition import Exposition
 from node_agent.fake_source import FakeNvmlSource
 from node_agent.history import History
@@ -24,7 +28,7 @@ from node_agent.publisher import ReportPublisher
 from node_agent.sampler import GpuSource, Sampler
 
 if TYPE_CHECKING:
-    from node_agent.apiclient import ApiClient
+    from node_agent.kube import AgentApi
 
 log = logging.getLogger("node_agent")
 
@@ -63,7 +67,7 @@ def build(cfg: Config) -> Agent:
     node = node_name(cfg, fake_pods.node.name if fake_pods else None)
 
     report = cfg.report if cfg.report is not None else (not cfg.once and api_configured(cfg))
-    api: ApiClient | None = None
+    api: AgentApi | None = None
     if report or (fake_pods is None and api_configured(cfg)):
         from node_agent.kube import api_client
 

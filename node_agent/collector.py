@@ -14,31 +14,37 @@ from dataclasses import dataclass, fields
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from gpu_auditor.base.contract import Subsystem, metric_name
 from node_agent.model import ERROR_SOURCES, PodRef, ProcessUsage, Snapshot
 from node_agent.series import (
     CAPPED_METRICS,
+    CONTAINER_METRIC,
     DEFAULT_MAX_SERIES_PER_GPU,
     FINDING_METRIC,
-    MEMORY_METRIC,
+    PROCESS_METRIC,
     finding_series,
     memory_series,
 )
 
 log = logging.getLogger(__name__)
 
-P = "gpu_auditor_"
-PROCESS_LABELS = ["node", "gpu", "uuid", "namespace", "pod", "container", "pod_uid", "allocated"]
+AGENT = Subsystem.AGENT
+CONTAINER_LABELS = ["node", "gpu", "uuid", "namespace", "pod", "container", "pod_uid",
+                    "allocated"]
+PROCESS_LABELS = [*CONTAINER_LABELS, "pid", "process"]
 GPU_LABELS = ["node", "gpu", "uuid", "model"]
-FINDING_LABELS = ["node", "gpu", "uuid", "namespace", "pod", "finding"]
+FINDING_LABELS = ["node", "gpu", "uuid", "namespace", "pod", "kind"]
 
 
-def _gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
-    return GaugeMetricFamily(P + name, doc, labels=labels)
+def _gauge(name: str, doc: str, labels: list[str],
+           subsystem: Subsystem | None = None) -> GaugeMetricFamily:
+    return GaugeMetricFamily(metric_name(name, subsystem), doc, labels=labels)
 
 
 @dataclass(frozen=True, slots=True)
 class _Families:
-    process: GaugeMetricFamily
+    container: GaugeMetricFamily
+    process: GaugeMetricFamily | None
     total: GaugeMetricFamily
     used: GaugeMetricFamily
     free: GaugeMetricFamily
@@ -53,12 +59,11 @@ class _Families:
 
     @classmethod
     def new(cls, process_labels: bool) -> _Families:
-        extra = ["pid", "process"] if process_labels else []
         return cls(
-            process=_gauge("process_gpu_memory_bytes", "GPU memory used by processes, summed "
-                           "per GPU, pod and container" + (" (one series per process)"
-                                                           if process_labels else ""),
-                           PROCESS_LABELS + extra),
+            container=_gauge("container_gpu_memory_bytes", "GPU memory used by a container's "
+                             "processes, summed per GPU, pod and container", CONTAINER_LABELS),
+            process=_gauge("process_gpu_memory_bytes", "GPU memory used by one process "
+                           "(--process-labels)", PROCESS_LABELS) if process_labels else None,
             total=_gauge("gpu_memory_total_bytes", "Total GPU memory", GPU_LABELS),
             used=_gauge("gpu_memory_used_bytes", "Used GPU memory (NVML memory v2: without "
                         "driver-reserved memory)", GPU_LABELS),
@@ -67,24 +72,25 @@ class _Families:
                             GPU_LABELS),
             pods=_gauge("gpu_pods", "Pods with a process on the GPU", ["node", "gpu", "uuid"]),
             finding=_gauge("sharing_finding", "1 per pod in a sharing finding", FINDING_LABELS),
-            nvml_up=_gauge("nvml_up", "1 when NVML answered in the last pass", ["node"]),
+            nvml_up=_gauge("nvml_up", "1 when NVML answered in the last pass", ["node"], AGENT),
             kubelet_up=_gauge("kubelet_up", "1 when the kubelet pod-resources API answered in "
-                              "the last pass", ["node"]),
-            duration=_gauge("agent_collect_duration_seconds", "Duration of the last sampling "
-                            "pass", ["node"]),
-            errors=CounterMetricFamily(P + "agent_errors", "Errors by source since the agent "
-                                       "started", labels=["node", "source"]),
-            dropped=CounterMetricFamily(P + "agent_series_dropped", "Series left out of a "
-                                        "metric by --max-series-per-gpu, summed over sampling "
-                                        "passes", labels=["node", "metric"]),
+                              "the last pass", ["node"], AGENT),
+            duration=_gauge("collect_duration_seconds", "Duration of the last sampling pass",
+                            ["node"], AGENT),
+            errors=CounterMetricFamily(metric_name("errors", AGENT), "Errors by source since "
+                                       "the agent started", labels=["node", "source"]),
+            dropped=CounterMetricFamily(metric_name("series_dropped", AGENT), "Series left out "
+                                        "of a metric by --max-series-per-gpu, summed over "
+                                        "sampling passes", labels=["node", "metric"]),
         )
 
     def all(self) -> list[Metric]:
-        return [getattr(self, f.name) for f in fields(self)]
+        found = (getattr(self, f.name) for f in fields(self))
+        return [family for family in found if family is not None]
 
 
 def _pod_order(pod: PodRef | None) -> list[str]:
-    """namespace, pod, container, pod_uid: the order of PROCESS_LABELS."""
+    """namespace, pod, container, pod_uid: the order of CONTAINER_LABELS."""
     if pod is None:
         return ["", "", "", ""]
     return [pod.namespace, pod.pod, pod.container, pod.pod_uid]
@@ -131,13 +137,20 @@ class AgentCollector(Collector):
             f.free.add_metric(gl, g.free_bytes)
             f.reserved.add_metric(gl, g.reserved_bytes)
             f.pods.add_metric([node, g.gpu, g.uuid], len(u.pod_keys))
-            shown, left_out = memory_series(u, self._process_labels, self._cap)
-            dropped[MEMORY_METRIC] += left_out
+            shown, left_out = memory_series(u, False, self._cap)
+            dropped[CONTAINER_METRIC] += left_out
             for item in shown:
-                labels = [node, g.gpu, g.uuid, *_pod_order(item.pod), item.allocated.value]
-                if isinstance(item, ProcessUsage):
-                    labels += [str(item.pid), item.comm]
-                f.process.add_metric(labels, item.used_bytes or 0)
+                f.container.add_metric(
+                    [node, g.gpu, g.uuid, *_pod_order(item.pod), item.allocated.value],
+                    item.used_bytes or 0)
+            if f.process is not None:
+                shown, left_out = memory_series(u, True, self._cap)
+                dropped[PROCESS_METRIC] += left_out
+                for item in shown:
+                    assert isinstance(item, ProcessUsage)
+                    f.process.add_metric(
+                        [node, g.gpu, g.uuid, *_pod_order(item.pod), item.allocated.value,
+                         str(item.pid), item.comm], item.used_bytes or 0)
             findings, left_out = finding_series(u, s.findings, self._cap)
             dropped[FINDING_METRIC] += left_out
             for fs in findings:

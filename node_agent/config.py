@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from node_agent.errors import ConfigError
+from gpu_auditor.base.errors import ConfigError
 from node_agent.kube import in_cluster
 from node_agent.podresources.client import DEFAULT_SOCKET
 from node_agent.series import DEFAULT_MAX_SERIES_PER_GPU

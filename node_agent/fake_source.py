@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from node_agent.errors import ConfigError
+from gpu_auditor.base.errors import ConfigError
 from node_agent.model import GpuSample, NvmlReading, ProcessSample
 from node_agent.names import is_gpu_uuid
 

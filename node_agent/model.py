@@ -11,16 +11,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from gpu_auditor.base.contract import Allocated, FindingKind, SharingStrategy
+
+__all__ = ["ERROR_SOURCES", "Allocated", "FindingKind", "SharingStrategy"]
+
 ERROR_SOURCES = ("nvml", "kubelet", "proc", "apiserver")
-
-
-class Allocated(StrEnum):
-    """Value of the ``allocated`` label: was the process's pod allocated this GPU?"""
-
-    TRUE = "true"
-    FALSE = "false"  # use without a request
-    UNKNOWN = "unknown"  # kubelet not reachable, or the pod could not be identified
-    HOST = "host"  # a process in no pod
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,15 +102,15 @@ class PodRef:
 
 
 @dataclass(frozen=True, slots=True)
-class SharingStrategy:
+class NodeSharing:
     """How the node shares GPUs, from its labels (or guessed from the allocations)."""
 
-    kind: str = "none"  # none | time-slicing | mps | mig
+    kind: SharingStrategy = SharingStrategy.NONE
     replicas: int = 1
 
     @property
     def allows_sharing(self) -> bool:
-        return self.kind in ("time-slicing", "mps")
+        return self.kind in (SharingStrategy.TIME_SLICING, SharingStrategy.MPS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +163,7 @@ class GpuUsage:
 
 @dataclass(frozen=True, slots=True)
 class Finding:
-    kind: str  # unintended-sharing | unrequested-gpu-use | intended-sharing
+    kind: FindingKind
     gpu: str
     gpu_uuid: str
     pods: tuple[str, ...]  # namespace/pod
@@ -184,7 +179,7 @@ class Snapshot:
     duration_seconds: float
     nvml_up: bool
     kubelet_up: bool
-    strategy: SharingStrategy
+    strategy: NodeSharing
     gpus: tuple[GpuUsage, ...]
     findings: tuple[Finding, ...]
     errors: Mapping[str, int]  # cumulative, by source

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from node_agent.errors import ConfigError
+from gpu_auditor.base.errors import ConfigError
 from node_agent.fake_source import load_yaml
-from node_agent.model import Allocated, Allocations, CgroupIdentity, PodRef, SharingStrategy
+from node_agent.model import Allocated, Allocations, CgroupIdentity, NodeSharing, PodRef
 from node_agent.names import (
     is_config_hash,
     is_container_id,
@@ -196,7 +196,7 @@ class PodView:
 
     index: Mapping[str, PodInfo]
     allocations: Allocations | None  # None: kubelet unreachable
-    strategy: SharingStrategy
+    strategy: NodeSharing
     errors: Mapping[str, int]  # errors during this pass, by source
 
     @property
@@ -319,7 +319,7 @@ class NoPods:
     """No pod data at all (no kubelet socket, no API server): every pod is known by UID only."""
 
     def view(self, wanted_uids: Iterable[str] = ()) -> PodView:
-        return PodView({}, None, SharingStrategy(), {})
+        return PodView({}, None, NodeSharing(), {})
 
 
 # ---- a real node --------------------------------------------------------------------------
@@ -330,7 +330,7 @@ class Kubelet(Protocol):
 
 
 class CoreApi(Protocol):
-    """The two core-API reads ApiPods makes (``node_agent.apiclient.ApiClient``; tests fake it).
+    """The two core-API reads ApiPods makes (``node_agent.kube.AgentApi``; tests fake it).
     Both return the response's JSON as is (no model objects: less memory and time)."""
 
     def list_pods(self, *, field_selector: str, timeout: float) -> Mapping[str, Any]: ...
@@ -376,9 +376,9 @@ class ApiPods:
             labels = _mapping(_mapping(node.get("metadata")).get("labels"))
             self.labels = {k: v for k, v in labels.items()
                            if isinstance(k, str) and isinstance(v, str)}
-        except Exception as err:  # ApiError, or a malformed answer: keep the last good data
+        except Exception as err:  # an APIError class, or a malformed answer: keep the last data
             log.warning("listing pods of node %s from the API server failed: %s", self._node,
-                        getattr(err, "reason", None) or err)
+                        err)
             return 1
         return 0
 

@@ -7,37 +7,30 @@ import time
 from collections.abc import Callable, MutableMapping
 from typing import Any, Protocol
 
+from gpu_auditor.base.errors import APIConflictError, APIError, APINotFoundError
+from gpu_auditor.base.nodereport import SpecBody
 from node_agent.model import Snapshot
-from node_agent.report import GROUP, PLURAL, VERSION, build_body, build_spec, material_change
+from node_agent.report import build_body, build_spec, material_change
 
 log = logging.getLogger(__name__)
 
 
-class ClusterObjects(Protocol):
-    """Cluster-scoped custom objects (``node_agent.apiclient.ApiClient``; tests fake it). A
-    failure raises an exception whose ``status`` is the HTTP status (``apiclient.ApiError``)."""
+class Reports(Protocol):
+    """The node's GPUNodeReport (``node_agent.kube.AgentApi``; tests fake it). A failure raises
+    a ``gpu_auditor.base.errors.APIError`` class."""
 
-    def get_cluster_object(self, group: str, version: str, plural: str, name: str, *,
-                           timeout: float) -> dict[str, Any]: ...
+    def read_report(self, name: str, *, timeout: float) -> Any: ...
 
-    def create_cluster_object(self, group: str, version: str, plural: str,
-                              body: dict[str, Any], *, timeout: float) -> dict[str, Any]: ...
+    def create_report(self, body: Any, *, timeout: float) -> Any: ...
 
-    def replace_cluster_object(self, group: str, version: str, plural: str, name: str,
-                               body: dict[str, Any], *, timeout: float) -> dict[str, Any]: ...
-
-
-def _status(err: Exception) -> int | None:
-    """The HTTP status of a failed request (None when there was no response)."""
-    status = getattr(err, "status", None)
-    return status if isinstance(status, int) else None
+    def replace_report(self, name: str, body: Any, *, timeout: float) -> Any: ...
 
 
 class ReportPublisher:
-    """``api`` writes the report (an ``apiclient.ApiClient``); ``errors`` is the agent's error
-    counter (``apiserver`` is incremented on each failed write)."""
+    """``api`` writes the report (a ``node_agent.kube.AgentApi``); ``errors`` is the agent's
+    error counter (``apiserver`` is incremented on each failed write)."""
 
-    def __init__(self, api: ClusterObjects, errors: MutableMapping[str, int], *,
+    def __init__(self, api: Reports, errors: MutableMapping[str, int], *,
                  min_interval: float = 30.0, timeout: float = 10.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._api = api
@@ -45,7 +38,7 @@ class ReportPublisher:
         self._min_interval = min_interval
         self._timeout = timeout
         self._clock = clock
-        self._last_spec: dict[str, Any] | None = None
+        self._last_spec: SpecBody | None = None
         self._last_write: float | None = None
         self._resource_version: str | None = None
         self.writes = 0
@@ -62,36 +55,35 @@ class ReportPublisher:
                 return False
         try:
             self._write(spec)
-        except Exception as err:  # ApiError (HTTP, connection, timeout), bad answers
+        except Exception as err:  # an APIError class (HTTP, connection, timeout), bad answers
             self._errors["apiserver"] = self._errors.get("apiserver", 0) + 1
-            log.warning("writing GPUNodeReport %s failed: %s", spec["nodeName"],
-                        getattr(err, "reason", None) or err)
+            log.warning("writing GPUNodeReport %s failed: %s", spec["nodeName"], err)
             return False
         self._last_spec, self._last_write = spec, now
         self.writes += 1
         return True
 
-    def _write(self, spec: dict[str, Any], retry: bool = True) -> None:
+    def _write(self, spec: SpecBody, retry: bool = True) -> None:
         name = spec["nodeName"]
         body = build_body(spec)
-        args = (GROUP, VERSION, PLURAL)
         if self._resource_version is None:
             try:
-                current = self._api.get_cluster_object(*args, name, timeout=self._timeout)
+                current = self._api.read_report(name, timeout=self._timeout)
                 self._resource_version = current["metadata"]["resourceVersion"]
-            except Exception as err:
-                if _status(err) != 404:
-                    raise
-                created = self._api.create_cluster_object(*args, body, timeout=self._timeout)
+            except APINotFoundError:
+                created = self._api.create_report(body, timeout=self._timeout)
                 self._resource_version = created["metadata"]["resourceVersion"]
                 return
-        body["metadata"]["resourceVersion"] = self._resource_version
+        body["metadata"]["resourceVersion"] = str(self._resource_version)
         try:
-            replaced = self._api.replace_cluster_object(*args, name, body, timeout=self._timeout)
-        except Exception as err:
-            self._resource_version = None  # someone else wrote or deleted it: re-read next time
-            if retry and _status(err) in (404, 409):
+            replaced = self._api.replace_report(name, body, timeout=self._timeout)
+        except (APINotFoundError, APIConflictError):
+            self._resource_version = None  # someone else wrote or deleted it: re-read
+            if retry:
                 self._write(spec, retry=False)
                 return
+            raise
+        except APIError:
+            self._resource_version = None
             raise
         self._resource_version = replaced["metadata"]["resourceVersion"]

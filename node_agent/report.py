@@ -1,6 +1,8 @@
-"""Pure building of the GPUNodeReport body, and the test for a material change.
+"""The node's GPUNodeReport from a Snapshot (pure), and the test for a material change.
 
-The shape is the one in docs/contracts.md (``spec`` only; the agent is its only writer).
+The report's names, shape and typed value are defined once in `gpu_auditor.base.nodereport`
+(the operator reads it with the same module); this builds that value from what one sampling
+pass saw and hands it to the shared writer.
 """
 
 from __future__ import annotations
@@ -9,82 +11,72 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from gpu_auditor.base.nodereport import (
+    MAX_PIDS,
+    Finding,
+    Gpu,
+    NodeReport,
+    PodEntry,
+    ReportBody,
+    SpecBody,
+    to_body,
+    to_spec,
+)
 from node_agent.model import Allocated, ContainerUsage, GpuUsage, Snapshot
-
-GROUP = "gpu-auditor.io"
-VERSION = "v1alpha1"
-PLURAL = "gpunodereports"
-KIND = "GPUNodeReport"
 
 # A pod's (or GPU's) bytes changed materially when it moved by more than both of these.
 MATERIAL_BYTES = 256 * 2**20
 MATERIAL_RATIO = 0.10
-# A container's pids in the report, lowest first: a tenant decides how many processes it runs.
-MAX_PIDS_PER_ENTRY = 64
-
-_ALLOCATED = {Allocated.TRUE: True, Allocated.FALSE: False}
+MAX_PIDS_PER_ENTRY = MAX_PIDS
+"""A container's pids in the report, lowest first: a tenant decides how many processes it runs."""
 
 
 def rfc3339(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
-def _pod_entry(c: ContainerUsage) -> dict[str, Any]:
+def _pod_entry(c: ContainerUsage) -> PodEntry:
     assert c.pod is not None
     growth = c.growth_bytes_per_second
-    return {
-        "namespace": c.pod.namespace,
-        "pod": c.pod.pod,
-        "podUID": c.pod.pod_uid,
-        "container": c.pod.container,
-        "allocated": _ALLOCATED.get(c.allocated),
-        "bytes": c.used_bytes,
-        "pids": list(c.pids[:MAX_PIDS_PER_ENTRY]),
-        "growthBytesPerSecond": round(growth, 3) if growth is not None else None,
-    }
+    return PodEntry(
+        namespace=c.pod.namespace, pod=c.pod.pod, uid=c.pod.pod_uid, container=c.pod.container,
+        allocated=c.allocated if c.allocated is not Allocated.HOST else Allocated.UNKNOWN,
+        bytes=c.used_bytes, pids=tuple(c.pids[:MAX_PIDS_PER_ENTRY]),
+        growth_bytes_per_second=round(growth, 3) if growth is not None else None,
+    )
 
 
-def _gpu_entry(u: GpuUsage) -> dict[str, Any]:
+def _gpu(u: GpuUsage) -> Gpu:
     g = u.gpu
-    pods = [_pod_entry(c) for c in u.containers if c.pod is not None]
-    pods.sort(key=lambda p: (p["namespace"], p["pod"], p["podUID"], p["container"]))
-    return {
-        "uuid": g.uuid,
-        "index": g.index,
-        "model": g.model,
-        "memoryTotalBytes": g.total_bytes,
-        "memoryUsedBytes": g.used_bytes,
-        "memoryFreeBytes": g.free_bytes,
-        "pods": pods,
-    }
+    pods = sorted((_pod_entry(c) for c in u.containers if c.pod is not None),
+                  key=lambda p: (p.namespace, p.pod, p.uid, p.container))
+    return Gpu(uuid=g.uuid, index=g.index, model=g.model, total_bytes=g.total_bytes,
+               used_bytes=g.used_bytes, free_bytes=g.free_bytes, pods=tuple(pods))
 
 
-def build_spec(s: Snapshot) -> dict[str, Any]:
-    """The ``spec`` of the node's GPUNodeReport. Host processes are not listed (no pod)."""
-    return {
-        "nodeName": s.node,
-        "generatedAt": rfc3339(s.taken_at),
-        "sharingStrategy": s.strategy.kind,
-        "replicas": s.strategy.replicas,
-        "nvmlUp": s.nvml_up,
-        "kubeletUp": s.kubelet_up,
-        "gpus": [_gpu_entry(u) for u in sorted(s.gpus, key=lambda u: (u.gpu.index, u.gpu.gpu))],
-        "findings": [
-            {"kind": f.kind, "gpuUUID": f.gpu_uuid, "pods": list(f.pods), "message": f.message}
-            for f in s.findings
-        ],
-    }
+def report_of(s: Snapshot) -> NodeReport:
+    """The node's report: host processes are not listed (no pod)."""
+    return NodeReport(
+        node=s.node,
+        generated_at=rfc3339(s.taken_at),
+        sharing_strategy=s.strategy.kind,
+        replicas=s.strategy.replicas,
+        nvml_up=s.nvml_up,
+        kubelet_up=s.kubelet_up,
+        gpus=tuple(_gpu(u) for u in sorted(s.gpus, key=lambda u: (u.gpu.index, u.gpu.gpu))),
+        findings=tuple(Finding(kind=f.kind, gpu_uuid=f.gpu_uuid, pods=f.pods, message=f.message)
+                       for f in s.findings),
+    )
 
 
-def build_body(spec: Mapping[str, Any]) -> dict[str, Any]:
+def build_spec(s: Snapshot) -> SpecBody:
+    """The `spec` of the node's GPUNodeReport."""
+    return to_spec(report_of(s))
+
+
+def build_body(spec: SpecBody) -> ReportBody:
     """A whole GPUNodeReport object named after the node."""
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": KIND,
-        "metadata": {"name": spec["nodeName"],
-                     "labels": {"app.kubernetes.io/managed-by": "gpu-auditor-agent"}},
-        "spec": dict(spec),
-    }
+    return to_body(spec)
 
 
 def _essence(spec: Mapping[str, Any]) -> Any:

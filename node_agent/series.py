@@ -1,9 +1,10 @@
 """Which per-pod series a scrape shows when a GPU has more than the cap (pure).
 
-Tenants decide how many processes and pods run on a GPU, so the two per-pod families
-(``gpu_auditor_process_gpu_memory_bytes`` and ``gpu_auditor_sharing_finding``) are capped per
-GPU at ``--max-series-per-gpu``: the series of the pods (or, with ``--process-labels``, the
-processes) holding the most memory on that GPU are kept, the rest left out and counted. What a
+Tenants decide how many processes and pods run on a GPU, so the per-pod families
+(``gpu_auditor_container_gpu_memory_bytes``, ``gpu_auditor_process_gpu_memory_bytes`` with
+``--process-labels``, and ``gpu_auditor_sharing_finding``) are capped per GPU at
+``--max-series-per-gpu``: the series of the containers (or processes) holding the most memory
+on that GPU are kept, the rest left out and counted. What a
 GPU's own series say is not capped: ``gpu_auditor_gpu_pods`` still counts every pod, and the
 memory figures come from NVML. The report (``GPUNodeReport``) is not capped here: the operator
 needs every pod in it, and the API server bounds the pods of a node.
@@ -14,13 +15,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from node_agent.model import ContainerUsage, Finding, GpuUsage, PodRef, ProcessUsage
+from gpu_auditor.base.contract import metric_name
+from node_agent.model import ContainerUsage, Finding, FindingKind, GpuUsage, PodRef, ProcessUsage
 
 DEFAULT_MAX_SERIES_PER_GPU = 256
-MEMORY_METRIC = "gpu_auditor_process_gpu_memory_bytes"
-FINDING_METRIC = "gpu_auditor_sharing_finding"
-CAPPED_METRICS = (MEMORY_METRIC, FINDING_METRIC)
-_KIND_ORDER = {"unrequested-gpu-use": 0, "unintended-sharing": 1, "intended-sharing": 2}
+CONTAINER_METRIC = metric_name("container_gpu_memory_bytes")
+PROCESS_METRIC = metric_name("process_gpu_memory_bytes")
+FINDING_METRIC = metric_name("sharing_finding")
+CAPPED_METRICS = (CONTAINER_METRIC, PROCESS_METRIC, FINDING_METRIC)
+_KIND_ORDER = {FindingKind.UNREQUESTED_GPU_USE: 0, FindingKind.UNINTENDED_SHARING: 1,
+               FindingKind.INTENDED_SHARING: 2}
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from node_agent.model import Allocated, Allocations, Finding, GpuUsage, SharingStrategy
+from node_agent.model import (
+    Allocated,
+    Allocations,
+    Finding,
+    FindingKind,
+    GpuUsage,
+    NodeSharing,
+    SharingStrategy,
+)
 
 STRATEGY_LABEL = "nvidia.com/gpu.sharing-strategy"
 REPLICAS_LABEL = "nvidia.com/gpu.replicas"
@@ -39,29 +47,29 @@ def _label(labels: Mapping[str, str], key: str, default: str) -> str:
     return value.strip().lower()[:64] if isinstance(value, str) else default
 
 
-def strategy_from(labels: Mapping[str, str], allocations: Allocations | None) -> SharingStrategy:
+def strategy_from(labels: Mapping[str, str], allocations: Allocations | None) -> NodeSharing:
     """The node's sharing strategy from GPU feature discovery labels; without labels, guessed
     from the kubelet's device IDs (``<UUID>::<n>`` replicas → time-slicing, MIG ids → mig)."""
     replicas = replicas_from(labels.get(REPLICAS_LABEL, "1"))
     kind = _label(labels, STRATEGY_LABEL, "")
-    if kind in ("time-slicing", "mps"):
-        return SharingStrategy(kind, replicas)
+    if kind in (SharingStrategy.TIME_SLICING, SharingStrategy.MPS):
+        return NodeSharing(SharingStrategy(kind), replicas)
     if _label(labels, MIG_STRATEGY_LABEL, "none") not in ("", "none"):
-        return SharingStrategy("mig", replicas)
-    if kind == "none":
-        return SharingStrategy("none", replicas)
+        return NodeSharing(SharingStrategy.MIG, replicas)
+    if kind == SharingStrategy.NONE:
+        return NodeSharing(SharingStrategy.NONE, replicas)
     if allocations is not None and allocations.replicated:
-        return SharingStrategy("time-slicing", replicas)
+        return NodeSharing(SharingStrategy.TIME_SLICING, replicas)
     if allocations is not None and allocations.mig:
-        return SharingStrategy("mig", replicas)
-    return SharingStrategy("none", replicas)
+        return NodeSharing(SharingStrategy.MIG, replicas)
+    return NodeSharing(SharingStrategy.NONE, replicas)
 
 
 def _gib(n: int) -> str:
     return f"{n / 2**30:.1f} GiB"
 
 
-def findings_for(usage: GpuUsage, strategy: SharingStrategy) -> list[Finding]:
+def findings_for(usage: GpuUsage, strategy: NodeSharing) -> list[Finding]:
     """Findings for one GPU from who uses it and what each pod was allocated."""
     gpu = usage.gpu
     bytes_by_pod: dict[str, int] = {}
@@ -76,7 +84,7 @@ def findings_for(usage: GpuUsage, strategy: SharingStrategy) -> list[Finding]:
     out: list[Finding] = []
     for key, used in sorted(unrequested.items()):
         out.append(Finding(
-            kind="unrequested-gpu-use", gpu=gpu.gpu, gpu_uuid=gpu.uuid, pods=(key,),
+            kind=FindingKind.UNREQUESTED_GPU_USE, gpu=gpu.gpu, gpu_uuid=gpu.uuid, pods=(key,),
             message=f"{key} uses {_gib(used)} on GPU {gpu.gpu} ({gpu.uuid}) "
                     f"that it was not allocated",
         ))
@@ -87,10 +95,10 @@ def findings_for(usage: GpuUsage, strategy: SharingStrategy) -> list[Finding]:
         if len(largest) > MESSAGE_PODS:
             shares += f" and {len(largest) - MESSAGE_PODS} more"
         if strategy.allows_sharing:
-            kind = "intended-sharing"
+            kind = FindingKind.INTENDED_SHARING
             why = f"shared by {strategy.kind} (replicas {strategy.replicas})"
         else:
-            kind = "unintended-sharing"
+            kind = FindingKind.UNINTENDED_SHARING
             why = f"node does not share GPUs (strategy {strategy.kind})"
         out.append(Finding(
             kind=kind, gpu=gpu.gpu, gpu_uuid=gpu.uuid, pods=pods,
@@ -99,5 +107,5 @@ def findings_for(usage: GpuUsage, strategy: SharingStrategy) -> list[Finding]:
     return out
 
 
-def findings(usages: Iterable[GpuUsage], strategy: SharingStrategy) -> tuple[Finding, ...]:
+def findings(usages: Iterable[GpuUsage], strategy: NodeSharing) -> tuple[Finding, ...]:
     return tuple(f for u in usages for f in findings_for(u, strategy))

@@ -5,25 +5,31 @@
     gpu-auditor check-alloc-conf VALUE [--torch-version X.Y] [--backend ...]
 
 Exit status: 0 after a diagnosis (whether or not the log holds an OOM); 1 when
-``check-alloc-conf`` finds problems; 2 for bad usage or unreadable input.
+``check-alloc-conf`` finds problems; 2 for bad usage or unreadable input (a missing file, a
+closed stdin); 3 when the report cannot be written (stdout closed, or a pipe whose reader has
+gone, as in ``gpu-auditor diagnose big.log | head -1``). Every error is one line on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import BinaryIO, TextIO
 
 from .diagnosis import Diagnosis, diagnose_stream, validate_alloc_conf
 from .diagnosis.allocconf import BACKENDS
+from .diagnosis.proberecord import MAX_RECORD_BYTES, ProbeRecord, find_record
 from .diagnosis.sizes import format_size
 from .diagnosis.torchversion import parse_torch_version
 
 EXIT_OK = 0
 EXIT_INVALID = 1
 EXIT_USAGE = 2
+EXIT_OUTPUT = 3
 
 
 def _torch_version(text: str) -> str:
@@ -43,6 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
     diag.add_argument("--torch-version", type=_torch_version, help="the job's torch release, X.Y")
     diag.add_argument("--alloc-conf", help="the job's current PYTORCH_CUDA_ALLOC_CONF")
     diag.add_argument("--backend", choices=BACKENDS, help="the job's allocator backend")
+    diag.add_argument(
+        "--probe-record",
+        metavar="FILE",
+        help="a file holding the OOM probe's record (e.g. the container's termination message: "
+        "kubectl get pod P -o jsonpath='{..lastState.terminated.message}')",
+    )
     check = sub.add_parser("check-alloc-conf", help="validate a PYTORCH_CUDA_ALLOC_CONF value")
     check.add_argument("value", help="the value, e.g. expandable_segments:True")
     check.add_argument("--torch-version", type=_torch_version, help="torch release, X.Y")
@@ -81,6 +93,13 @@ def render(d: Diagnosis, source: str) -> str:
         figures = _figures_line(d)
         if figures:
             lines.append(f"  figures: {figures}")
+        probe = dict(d.extra).get("probe")
+        if isinstance(probe, dict):
+            seen = "agrees" if not probe.get("disagrees") else "disagrees"
+            lines.append(
+                f"  probe record: {probe.get('status')}; the message alone would say "
+                f"{probe.get('inference_kind')} ({seen})"
+            )
     rec = d.recommendation
     if rec.alloc_conf:
         lines.append(f"  set: {rec.env}={rec.alloc_conf}")
@@ -92,14 +111,37 @@ def render(d: Diagnosis, source: str) -> str:
     return "\n".join(lines)
 
 
-def _open_input(path: str, stdin: BinaryIO) -> BinaryIO:
-    if path == "-":
-        return stdin
-    return open(path, "rb")
+def _open_input(path: str, stdin: BinaryIO | None) -> BinaryIO:
+    if path != "-":
+        return open(path, "rb")
+    if stdin is None:  # started with stdin closed (``<&-``): Python sets sys.stdin to None
+        raise OSError(0, "stdin is closed")
+    return stdin
 
 
-def _diagnose(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: BinaryIO) -> int:
+def _probe_record(path: str | None, err: TextIO) -> tuple[bool, ProbeRecord | None]:
+    """(ok, record): a file that holds no valid record is a usage error, said in one line."""
+    if path is None:
+        return True, None
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_RECORD_BYTES + 1)
+    except OSError as exc:
+        print(f"gpu-auditor: cannot read {path}: {exc.strerror or type(exc).__name__}", file=err)
+        return False, None
+    parsed = find_record(data)
+    if parsed is None or parsed.record is None:
+        why = parsed.reason if parsed is not None else "no gpu-auditor-probe-record line"
+        print(f"gpu-auditor: {path} holds no usable probe record: {why}", file=err)
+        return False, None
+    return True, parsed.record
+
+
+def _diagnose(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: BinaryIO | None) -> int:
     source = "stdin" if args.file == "-" else args.file
+    ok, record = _probe_record(args.probe_record, err)
+    if not ok:
+        return EXIT_USAGE
     try:
         stream = _open_input(args.file, stdin)
         try:
@@ -108,6 +150,7 @@ def _diagnose(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: BinaryI
                 torch_version=args.torch_version,
                 alloc_conf=args.alloc_conf,
                 backend=args.backend,
+                probe_record=record,
             )
         finally:
             if stream is not stdin:
@@ -137,6 +180,21 @@ def _check(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_INVALID
 
 
+def _system_stdin() -> BinaryIO | None:
+    return sys.stdin.buffer if sys.stdin is not None else None
+
+
+def _silence_stdout() -> None:
+    """After a failed write to the real stdout, point it at /dev/null: the interpreter flushes
+    stdout again at exit and would print its own traceback for the same broken pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, AttributeError, ValueError, io.UnsupportedOperation):
+        pass
+
+
 def main(
     argv: Sequence[str] | None = None,
     *,
@@ -144,12 +202,25 @@ def main(
     stderr: TextIO | None = None,
     stdin: BinaryIO | None = None,
 ) -> int:
-    out = stdout or sys.stdout
-    err = stderr or sys.stderr
+    err = stderr or sys.stderr or io.StringIO()  # stderr closed: errors have nowhere to go
     args = build_parser().parse_args(argv)
-    if args.command == "diagnose":
-        return _diagnose(args, out, err, stdin or sys.stdin.buffer)
-    return _check(args, out)
+    out = stdout or sys.stdout
+    if out is None:  # started with stdout closed (``>&-``)
+        print("gpu-auditor: cannot write the report: stdout is closed", file=err)
+        return EXIT_OUTPUT
+    try:
+        if args.command == "diagnose":
+            code = _diagnose(args, out, err, stdin if stdin is not None else _system_stdin())
+        else:
+            code = _check(args, out)
+        out.flush()
+    except OSError as exc:  # the input's errors are handled in _diagnose: this is the output's
+        if out is sys.stdout:
+            _silence_stdout()
+        reason = exc.strerror or exc.__class__.__name__
+        print(f"gpu-auditor: cannot write the report: {reason}", file=err)
+        return EXIT_OUTPUT
+    return code
 
 
 if __name__ == "__main__":

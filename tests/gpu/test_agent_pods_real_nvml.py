@@ -193,7 +193,7 @@ def agent(proc_root: Path, pods: Path) -> list[tuple[str, dict[str, str], float]
         (name, dict(re.findall(r'(\w+)="([^"]*)"', labels)), float(value))
         for name, labels, value in SERIES.findall(out.stdout)
     ]
-    assert ("gpu_auditor_nvml_up", {"node": "gpu-test"}, 1.0) in series, out.stdout[-4000:]
+    assert ("gpu_auditor_agent_nvml_up", {"node": "gpu-test"}, 1.0) in series, out.stdout[-4000:]
     return series
 
 
@@ -225,7 +225,7 @@ def test_each_process_is_named_with_its_pod_and_allocation(
 
 def findings(series: list[tuple[str, dict[str, str], float]], gpu: Gpu) -> set[tuple[str, str]]:
     return {
-        (f"{labels['namespace']}/{labels['pod']}", labels["finding"])
+        (f"{labels['namespace']}/{labels['pod']}", labels["kind"])
         for name, labels, value in series
         if name == "gpu_auditor_sharing_finding" and labels["uuid"] == gpu.uuid and value == 1
     }

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gpu_auditor.localcluster import LocalCluster, default_bin_dir, missing_binaries
+from devtools.localcluster import LocalCluster, default_bin_dir, missing_binaries
 
 
 @pytest.fixture(scope="session")

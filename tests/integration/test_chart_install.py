@@ -37,8 +37,8 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from gpu_auditor.localcluster import LocalCluster, cri
-from gpu_auditor.localcluster.components import OperatorProcess
+from devtools.localcluster import LocalCluster, cri
+from devtools.localcluster.components import OperatorProcess
 from tests.unit.chart.apicalls import (
     Expected,
     Triple,
@@ -852,7 +852,8 @@ def test_the_operator_does_all_its_work_with_only_the_charts_grants(
                 (chosen.namespace, f"outsider-{tag}")}
         entries = [{"namespace": where, "pod": name, "container": "main",
                     "podUID": _running_pod(chosen, where, name, node), "bytes": 40 * GIB,
-                    "allocated": name.startswith("trainer"), "pids": [11 + i]}
+                    "allocated": "true" if name.startswith("trainer") else "false",
+                    "pids": [11 + i]}
                    for i, (where, name) in enumerate(sorted(pods))]
         report = _report(node)
         report["spec"]["gpus"] = [{"uuid": "GPU-chart", "index": 0, "memoryTotalBytes": 140 * GIB,
@@ -868,7 +869,7 @@ def test_the_operator_does_all_its_work_with_only_the_charts_grants(
         outsider = f"pods/outsider-{tag}"
         if chosen.values["operator"]["namespaces"]:
             cluster.wait(lambda: _metric_sum(operator.metrics(),
-                                             "gpu_auditor_report_items_ignored_total",
+                                             "gpu_auditor_operator_report_items_ignored_total",
                                              reason="not-watched") >= 1, 30, "not-watched")
             assert not [k for k in _annotations(chosen, chosen.namespace, outsider)
                         if k.startswith(PREFIX)]

@@ -27,8 +27,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gpu_auditor.localcluster.cluster import http_ok
-from gpu_auditor.localcluster.process import free_port
+from devtools.localcluster.cluster import http_ok
+from devtools.localcluster.process import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -42,8 +42,8 @@ FAKE_NODE = ROOT / "examples" / "fake-node"
 GRAFANA_VARIABLES = {"$__rate_interval": "1m", "$__interval": "1m", "$__range": "1h",
                      "$node": ".*", "$uuid": ".*", "$namespace": ".*"}
 OPERATOR_METRICS = {"gpu_auditor_diagnoses_total", "gpu_auditor_sharing_findings_total",
-                    "gpu_auditor_log_fetch_failures_total",
-                    "gpu_auditor_diagnosis_latency_seconds_bucket"}
+                    "gpu_auditor_operator_log_fetch_failures_total",
+                    "gpu_auditor_operator_diagnosis_latency_seconds_bucket"}
 
 
 @dataclass

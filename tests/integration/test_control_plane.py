@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from gpu_auditor.localcluster import LocalCluster, cri
+from devtools.localcluster import LocalCluster, cri
 
 pytestmark = pytest.mark.integration
 

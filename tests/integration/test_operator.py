@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from gpu_auditor.localcluster import LocalCluster, cri
-from gpu_auditor.localcluster.components import OperatorProcess, install_crds
+from devtools.localcluster import LocalCluster, cri
+from devtools.localcluster.components import OperatorProcess, install_crds
 
 pytestmark = pytest.mark.integration
 
@@ -119,7 +119,7 @@ def test_an_oomkilled_container_is_diagnosed_as_host_oom_with_its_memory_limit(
         "resources": {"limits": {"memory": "2Gi"}, "requests": {"memory": "1Gi"}}})
     notes = wait_annotated(env, ns, "etl")
     assert notes[f"{PREFIX}diagnosis"] == "host-oom-killed"
-    assert "2.00 GiB" in notes[f"{PREFIX}reason"] or "2 GiB" in notes[f"{PREFIX}reason"]
+    assert "2.00 GiB" in notes[f"{PREFIX}summary"] or "2 GiB" in notes[f"{PREFIX}summary"]
     assert f"{PREFIX}recommended-alloc-conf" not in notes
     evidence = json.loads(notes[f"{PREFIX}evidence"])
     assert (evidence["container"], evidence["exitCode"]) == ("main", 137)
@@ -229,10 +229,10 @@ def test_unintended_sharing_in_a_node_report_is_written_on_both_pods(
     notebook_uid = _running_pod(env, ns, "notebook", gpu=False)
     _report(env, {"gpus": [_gpu("GPU-share",
                                 {"namespace": ns, "pod": "trainer", "container": "main",
-                                 "podUID": trainer_uid, "bytes": 60 * GIB, "allocated": True,
+                                 "podUID": trainer_uid, "bytes": 60 * GIB, "allocated": "true",
                                  "pids": [11]},
                                 {"namespace": ns, "pod": "notebook", "container": "main",
-                                 "podUID": notebook_uid, "bytes": 70 * GIB, "allocated": False,
+                                 "podUID": notebook_uid, "bytes": 70 * GIB, "allocated": "false",
                                  "pids": [12]})],
                   "findings": [{"kind": "unintended-sharing", "gpuUUID": "GPU-share",
                                 "pods": [f"{ns}/trainer", f"{ns}/notebook"],
@@ -253,9 +253,9 @@ def test_a_raw_cuda_error_becomes_gpu_shared_when_the_node_report_names_the_othe
     # The agent saw the trainer on GPU-full before it died; the hog still holds the GPU.
     _report(env, {"gpus": [_gpu("GPU-full",
                                 {"namespace": ns, "pod": "victim", "container": "main",
-                                 "bytes": 600 * 2**20, "allocated": True, "pids": [21]},
+                                 "bytes": 600 * 2**20, "allocated": "true", "pids": [21]},
                                 {"namespace": ns, "pod": "hog", "container": "main",
-                                 "bytes": 139 * GIB, "allocated": False, "pids": [22]},
+                                 "bytes": 139 * GIB, "allocated": "false", "pids": [22]},
                                 free=64 * 2**20)]})
     env["cluster"].wait(lambda: True, 1, "report seen")
     log = write_log(tmp_path, "ctx.log", cri(corpus_log("context_oom_gpu_full.log")))
@@ -362,7 +362,7 @@ def test_a_forbidden_log_read_is_counted_and_other_diagnoses_go_on(
         failing_pod(env, ns, "secret-log")
         logs_object(env, ns, "secret-log", current=log)
         cluster.wait(lambda: re.search(
-            r'gpu_auditor_log_fetch_failures_total\{reason="forbidden"\} [1-9]',
+            r'gpu_auditor_operator_log_fetch_failures_total\{reason="forbidden"\} [1-9]',
             restricted.metrics()), 60, "forbidden log read counted")
         failing_pod(env, ns, "killed", reason="OOMKilled", exit_code=137)
         assert wait_annotated(env, ns, "killed")[f"{PREFIX}diagnosis"] == "host-oom-killed"

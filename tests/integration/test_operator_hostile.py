@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from gpu_auditor.localcluster import LocalCluster, cri
-from gpu_auditor.localcluster.components import OperatorProcess, install_crds
+from devtools.localcluster import LocalCluster, cri
+from devtools.localcluster.components import OperatorProcess, install_crds
 
 pytestmark = pytest.mark.integration
 
@@ -240,14 +240,15 @@ def test_a_forged_owner_reference_leaves_the_owner_unchanged(
     env: dict[str, Any], ns: str, owner_name: str, forged_uid: bool, reason: str
 ) -> None:
     job = _settled_job(env, ns, "victim")
-    before = metric(env, "gpu_auditor_owner_writes_refused_total", reason=reason)
+    before = metric(env, "gpu_auditor_operator_owner_writes_refused_total", reason=reason)
     uid = str(uuid.uuid4()) if forged_uid else job.metadata.uid
     owners = [{"apiVersion": "batch/v1", "kind": "Job", "name": owner_name.replace("NS", ns),
                "uid": uid, "controller": True}, _anchor(env, ns)]
     with garbage_collector_paused(env["cluster"]):
         failing_pod(env, ns, "forger", reason="OOMKilled", exit_code=137, owners=owners)
         assert wait_annotated(env, ns, "forger")[f"{PREFIX}diagnosis"] == "host-oom-killed"
-        wait_metric(env, "gpu_auditor_owner_writes_refused_total", before + 1, reason=reason)
+        wait_metric(env, "gpu_auditor_operator_owner_writes_refused_total", before + 1,
+                    reason=reason)
         after = client.BatchV1Api(_api(env)).read_namespaced_job("victim", ns)
     assert after.metadata.resource_version == job.metadata.resource_version
     assert after.metadata.annotations == {"team": "ml"}
@@ -277,7 +278,7 @@ def _report(env: dict[str, Any], node: str, spec: dict[str, Any]) -> None:
 
 def _entry(ns: str, pod: str, uid: str) -> dict[str, Any]:
     return {"namespace": ns, "pod": pod, "podUID": uid, "container": "main",
-            "bytes": 60 * GIB, "allocated": False, "pids": [11]}
+            "bytes": 60 * GIB, "allocated": "false", "pids": [11]}
 
 
 def test_a_report_naming_a_pod_on_another_node_changes_nothing_there(
@@ -287,7 +288,7 @@ def test_a_report_naming_a_pod_on_another_node_changes_nothing_there(
     _core(env).create_namespace({"metadata": {"name": system}})
     elsewhere_uid = running_pod(env, system, "coredns", env["other_node"])
     local_uid = running_pod(env, ns, "local", env["node"])
-    before = {r: metric(env, "gpu_auditor_report_items_ignored_total", reason=r)
+    before = {r: metric(env, "gpu_auditor_operator_report_items_ignored_total", reason=r)
               for r in ("other-node", "malformed-pod-ref")}
     bare_uid = str(uuid.uuid4())
     _report(env, env["node"], {
@@ -300,9 +301,10 @@ def test_a_report_naming_a_pod_on_another_node_changes_nothing_there(
                       "message": "2 pods on GPU-h1"}]})
     assert wait_annotated(env, ns, "local", "gpu-shared-with")[f"{PREFIX}gpu-shared-with"] == (
         f"{system}/coredns")
-    wait_metric(env, "gpu_auditor_report_items_ignored_total", before["other-node"] + 1,
+    wait_metric(env, "gpu_auditor_operator_report_items_ignored_total", before["other-node"] + 1,
                 reason="other-node")
-    wait_metric(env, "gpu_auditor_report_items_ignored_total", before["malformed-pod-ref"] + 2,
+    wait_metric(env, "gpu_auditor_operator_report_items_ignored_total",
+                before["malformed-pod-ref"] + 2,
                 reason="malformed-pod-ref")
     coredns = _core(env).read_namespaced_pod("coredns", system)
     assert ours(coredns.metadata.annotations) == {}
@@ -311,7 +313,7 @@ def test_a_report_naming_a_pod_on_another_node_changes_nothing_there(
 
 def test_a_report_whose_name_is_not_its_node_is_ignored(env: dict[str, Any], ns: str) -> None:
     local_uid = running_pod(env, ns, "decoy", env["node"])
-    before = metric(env, "gpu_auditor_report_items_ignored_total", reason="name-mismatch")
+    before = metric(env, "gpu_auditor_operator_report_items_ignored_total", reason="name-mismatch")
     api = client.CustomObjectsApi(_api(env))
     api.create_cluster_custom_object("gpu-auditor.io", "v1alpha1", "gpunodereports", {
         "apiVersion": "gpu-auditor.io/v1alpha1", "kind": "GPUNodeReport",
@@ -322,7 +324,8 @@ def test_a_report_whose_name_is_not_its_node_is_ignored(env: dict[str, Any], ns:
                                     _entry(ns, "other", str(uuid.uuid4()))]}],
                  "findings": [{"kind": "unintended-sharing", "gpuUUID": "GPU-h2",
                                "pods": [f"{ns}/decoy", f"{ns}/other"]}]}})
-    wait_metric(env, "gpu_auditor_report_items_ignored_total", before + 1, reason="name-mismatch")
+    wait_metric(env, "gpu_auditor_operator_report_items_ignored_total", before + 1,
+                reason="name-mismatch")
     assert ours(_core(env).read_namespaced_pod("decoy", ns).metadata.annotations) == {}
 
 
@@ -363,7 +366,7 @@ def test_a_diagnosis_that_raises_or_overruns_is_recorded_once_and_not_retried_ho
     env: dict[str, Any], ns: str, tmp_path: Path, marker: str, reason: str, said: str
 ) -> None:
     marker_line = f"{marker} {uuid.uuid4().hex}"
-    before = metric(env, "gpu_auditor_diagnosis_failures_total", reason=reason)
+    before = metric(env, "gpu_auditor_operator_diagnosis_failures_total", reason=reason)
     failing_pod(env, ns, "doomed", log=f"step 1\n{marker_line}\n", tmp_path=tmp_path)
     notes = wait_annotated(env, ns, "doomed", "diagnosis-failed")
     assert notes[f"{PREFIX}diagnosis-failed"] == said
@@ -376,7 +379,7 @@ def test_a_diagnosis_that_raises_or_overruns_is_recorded_once_and_not_retried_ho
         core.patch_namespaced_pod("doomed", ns, {"metadata": {"labels": {"poke": str(i)}}})
     failing_pod(env, ns, "marker", reason="OOMKilled", exit_code=137)
     wait_annotated(env, ns, "marker")
-    assert metric(env, "gpu_auditor_diagnosis_failures_total", reason=reason) == before + 1
+    assert metric(env, "gpu_auditor_operator_diagnosis_failures_total", reason=reason) == before + 1
     assert _seam_calls(env, marker_line) == 1
     assert env["operator"].component.running
 
@@ -391,4 +394,4 @@ def test_after_a_restart_a_failed_diagnosis_is_not_started_again(
     failing_pod(env, ns, "marker", reason="OOMKilled", exit_code=137)
     wait_annotated(env, ns, "marker")
     assert _seam_calls(env, marker_line) == 1
-    assert metric(env, "gpu_auditor_diagnosis_failures_total", reason="error") == 0
+    assert metric(env, "gpu_auditor_operator_diagnosis_failures_total", reason="error") == 0

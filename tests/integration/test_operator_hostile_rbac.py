@@ -18,8 +18,8 @@ import pytest
 import yaml
 from kubernetes import client
 
-from gpu_auditor.localcluster import LocalCluster
-from gpu_auditor.localcluster.components import OperatorProcess, install_crds
+from devtools.localcluster import LocalCluster
+from devtools.localcluster.components import OperatorProcess, install_crds
 
 pytestmark = pytest.mark.integration
 
@@ -111,7 +111,7 @@ def test_a_403_in_the_middle_of_a_report_does_not_stop_the_rest(
     first, forbidden, last = restricted["namespaces"]
     refs = [f"{n}/trainer" for n in (first, forbidden, last)]
     entries = [{"namespace": n, "pod": "trainer", "podUID": _running(core, n, env["node"]),
-                "container": "main", "bytes": 40 * GIB, "allocated": True, "pids": [i]}
+                "container": "main", "bytes": 40 * GIB, "allocated": "true", "pids": [i]}
                for i, n in enumerate((first, forbidden, last))]
     client.CustomObjectsApi(cluster.api_client()).create_cluster_custom_object(
         "gpu-auditor.io", "v1alpha1", "gpunodereports", {

@@ -1,72 +1,77 @@
-"""The annotations and Events the operator writes: pure builders, no API calls.
+"""The annotations and Events the operator writes: pure builders from typed values, no API
+calls.
 
 Every value has a byte limit (`LIMITS`) and the sum of all of them, keys included, stays under
 `BUDGET` (16 KiB; the API server allows 256 KiB for all of an object's annotations, most of
-them the owner's). JSON values are cut at whole items and still parse.
+them the owner's). JSON values are cut at whole items and still parse. The evidence is built
+from the typed `Diagnosis` and `Termination`, in camelCase like every field of the Kubernetes
+API (the CLI's `--json` keeps its snake_case keys: a contract that only grows).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpu_auditor.controller import bounded, names
-from gpu_auditor.controller.nodereport import Finding
-from gpu_auditor.controller.podview import AllocConf, Termination
-from gpu_auditor.diagnosis import Diagnosis, NodeEvidence
+from gpu_auditor.base import names
+from gpu_auditor.base.contract import (
+    DEFAULT_ANNOTATION_PREFIX,
+    PROBLEM_FINDINGS,
+    Annotation,
+    EventReason,
+)
+from gpu_auditor.base.nodereport import Finding
+from gpu_auditor.controller import bounded
+from gpu_auditor.controller.pod import AllocConf, Pod, Termination
+from gpu_auditor.diagnosis import ALLOC_CONF_ENV, Diagnosis, DiagnosisKind, Figures, NodeEvidence
 
-DEFAULT_PREFIX = "gpu-auditor.io/"
+DEFAULT_PREFIX = DEFAULT_ANNOTATION_PREFIX
 MAX_PREFIX = 64
 """Characters of `--annotation-prefix` at most (keys count against the budget too)."""
 KEYS_KEPT = 16
 """How many diagnosed termination keys a pod remembers (a crash-looping pod keeps restarting)."""
 BUDGET = 16 * 1024
 """Bytes all of the operator's annotations on one object take at most, keys included."""
-LIMITS = {
-    "diagnosis": 64,
-    "reason": 1024,
-    "recommended-alloc-conf": 1024,
-    "actions": 4096,
-    "evidence": 5120,
-    "diagnosed-at": 32,
-    "diagnosed-key": 1280,
-    "diagnosis-failed": 512,
-    "diagnosed-pod": 320,
-    "gpu-shared-with": 1024,
-    "sharing-finding": 128,
-    "sharing-gpu": 512,
+LIMITS: dict[Annotation, int] = {
+    Annotation.DIAGNOSIS: 64,
+    Annotation.SUMMARY: 1024,
+    Annotation.RECOMMENDED_ALLOC_CONF: 1024,
+    Annotation.ACTIONS: 4096,
+    Annotation.EVIDENCE: 5120,
+    Annotation.DIAGNOSED_AT: 32,
+    Annotation.DIAGNOSED_KEY: 1280,
+    Annotation.DIAGNOSIS_FAILED: 512,
+    Annotation.DIAGNOSED_POD: 320,
+    Annotation.GPU_SHARED_WITH: 1024,
+    Annotation.SHARING_FINDING: 128,
+    Annotation.SHARING_GPU: 512,
 }
-"""Bytes per value. Their sum (15,136) plus the twelve keys (915 bytes with a 64-character prefix)
-stays under BUDGET."""
+"""Bytes per value. Their sum (15,136) plus the twelve keys (914 bytes with a 64-character
+prefix) stays under BUDGET."""
 ITEM_LIMIT = 1024
 """Bytes of one action or one string in the evidence."""
 EVIDENCE_LIST_LIMIT = 1536
 """Bytes of one list in the evidence (other pods on the GPU, problems of the current setting)."""
 EVENT_MESSAGE_LIMIT = 1024
-_KEY = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?/[0-9]{1,10}")
+OWNER_KEEPS = (Annotation.DIAGNOSIS, Annotation.SUMMARY, Annotation.RECOMMENDED_ALLOC_CONF,
+               Annotation.ACTIONS, Annotation.DIAGNOSED_AT)
+"""What the owning workload gets of a pod's diagnosis (plus `diagnosed-pod`)."""
+CLEARED = (Annotation.RECOMMENDED_ALLOC_CONF, Annotation.DIAGNOSIS_FAILED)
+"""Annotations of an earlier diagnosis that a new one removes when it has none."""
 
 
 @dataclass(frozen=True)
 class Written:
     """A diagnosis ready to write: the annotation patch and the Event."""
 
-    annotations: dict[str, str]
-    event_reason: str
+    annotations: dict[str, str | None]
+    event_reason: EventReason
     event_message: str
     event_name: str
-
-
-def diagnosed_keys(annotations: Mapping[str, str] | None, prefix: str) -> list[str]:
-    """Termination keys a pod's annotation says were diagnosed (only well-formed ones: the
-    annotation is on the tenant's object, and it is copied into our next write)."""
-    raw = (annotations or {}).get(f"{prefix}diagnosed-key", "")
-    if not isinstance(raw, str):
-        return []
-    return [key for key in raw[: 4 * LIMITS["diagnosed-key"]].split(",") if _KEY.fullmatch(key)]
+    owner_annotations: dict[str, str]
 
 
 def event_name(pod_name: str, *parts: str) -> str:
@@ -77,32 +82,50 @@ def event_name(pod_name: str, *parts: str) -> str:
     return f"{stem or 'pod'}.gpu-auditor.{digest}"
 
 
-def event_reason(diagnosis: Diagnosis) -> str:
-    return "OOMKilled" if diagnosis.kind == "host-oom-killed" else "CUDAOutOfMemory"
+def event_reason(diagnosis: Diagnosis) -> EventReason:
+    if diagnosis.kind == DiagnosisKind.HOST_OOM_KILLED:
+        return EventReason.OOM_KILLED
+    return EventReason.CUDA_OUT_OF_MEMORY
 
 
-def value(name: str, text: str) -> str:
+def value(name: Annotation, text: str) -> str:
     """`text` cut to the limit of annotation `name`."""
     return bounded.clip(text, LIMITS[name])
+
+
+def figures_evidence(f: Figures) -> dict[str, Any]:
+    """The figures of a diagnosis, in bytes, camelCase."""
+    return {
+        "requestedBytes": f.requested_bytes,
+        "totalBytes": f.total_bytes,
+        "freeBytes": f.free_bytes,
+        "processBytes": f.process_bytes,
+        "allocatedBytes": f.allocated_bytes,
+        "reservedUnallocatedBytes": f.reserved_unallocated_bytes,
+        "allowedBytes": f.allowed_bytes,
+        "otherProcesses": [
+            {"pid": p.pid, "bytes": p.bytes, "namespace": p.namespace, "pod": p.pod}
+            for p in f.other_processes
+        ],
+    }
 
 
 def diagnosis_annotations(
     diagnosis: Diagnosis,
     termination: Termination,
+    pod: Pod,
     *,
-    pod_uid: str,
-    pod_name: str,
     prefix: str,
-    previous_keys: list[str],
+    previous_keys: Sequence[str],
     source: str,
     now: dt.datetime,
     node: NodeEvidence | None = None,
     alloc_conf: AllocConf | None = None,
-    current_alloc_conf_problems: Sequence[str] = (),
 ) -> Written:
-    """The annotation patch and Event for one diagnosed termination."""
-    result = diagnosis.to_json_dict()
-    recommendation = result.get("recommendation") or {}
+    """The annotation patch, the owner's annotations and the Event for one diagnosed
+    termination, from the typed diagnosis. The problems of the job's current setting are the
+    core's (checked against the release and backend the core settled on)."""
+    recommendation = diagnosis.recommendation
     other_pods = [f"{p.namespace}/{p.pod}" for p in (node.other_pods if node else ()) if p.pod]
     fields: list[tuple[str, Any]] = [
         ("container", termination.container),
@@ -110,84 +133,74 @@ def diagnosis_annotations(
         ("exitCode", termination.exit_code),
         ("terminationReason", termination.reason),
         ("source", source),
-        ("figures", result.get("figures")),
-        ("framework", result.get("framework")),
-        ("torchVersionHint", result.get("torch_version_hint")),
-        ("ooms", result.get("oom_count")),
-        ("contributing", result.get("contributing")),
+        ("figures", figures_evidence(diagnosis.figures)),
+        ("framework", diagnosis.framework),
+        ("torchVersionHint", diagnosis.torch_version_hint),
+        ("oomCount", diagnosis.oom_count),
+        ("contributing", list(diagnosis.contributing)),
         ("otherPodsOnGPU", other_pods),
     ]
     if alloc_conf is not None and alloc_conf.ignored:
         fields.append(("currentAllocConf", alloc_conf.ignored))
-    if current_alloc_conf_problems:
-        fields.append(("currentAllocConfProblems", list(current_alloc_conf_problems)))
-    recommended = str(recommendation.get("alloc_conf") or "")
-    if bounded.size(recommended) > LIMITS["recommended-alloc-conf"]:
+    if diagnosis.alloc_conf_problems:
+        fields.append(("currentAllocConfProblems", list(diagnosis.alloc_conf_problems)))
+    recommended = recommendation.alloc_conf or ""
+    limit = LIMITS[Annotation.RECOMMENDED_ALLOC_CONF]
+    if bounded.size(recommended) > limit:
         fields.append(("recommendedAllocConf", f"left out: {len(recommended)} characters, over "
-                       f"the {LIMITS['recommended-alloc-conf']}-byte limit"))
+                       f"the {limit}-byte limit"))
         recommended = ""
-    keys = _keys([*previous_keys, termination.key])
-    annotations = {
-        f"{prefix}diagnosis": value("diagnosis", diagnosis.kind),
-        f"{prefix}reason": value("reason", diagnosis.summary),
-        f"{prefix}actions": bounded.json_list(
-            list(recommendation.get("actions") or []), LIMITS["actions"],
-            item_limit=ITEM_LIMIT, what="actions"),
-        f"{prefix}evidence": bounded.json_object(
-            fields, LIMITS["evidence"], string_limit=ITEM_LIMIT,
+    written: dict[Annotation, str] = {
+        Annotation.DIAGNOSIS: value(Annotation.DIAGNOSIS, diagnosis.kind),
+        Annotation.SUMMARY: value(Annotation.SUMMARY, diagnosis.summary),
+        Annotation.ACTIONS: bounded.json_list(
+            list(recommendation.actions), LIMITS[Annotation.ACTIONS], item_limit=ITEM_LIMIT,
+            what="actions"),
+        Annotation.EVIDENCE: bounded.json_object(
+            fields, LIMITS[Annotation.EVIDENCE], string_limit=ITEM_LIMIT,
             list_limit=EVIDENCE_LIST_LIMIT),
-        f"{prefix}diagnosed-at": _timestamp(now),
-        f"{prefix}diagnosed-key": keys,
+        Annotation.DIAGNOSED_AT: _timestamp(now),
+        Annotation.DIAGNOSED_KEY: _keys([*previous_keys, termination.key]),
     }
     if recommended:
-        annotations[f"{prefix}recommended-alloc-conf"] = recommended
+        written[Annotation.RECOMMENDED_ALLOC_CONF] = recommended
     reason = event_reason(diagnosis)
     message = f"[{termination.container}] {diagnosis.summary}"
     if recommended:
-        env = recommendation.get("env") or "PYTORCH_CUDA_ALLOC_CONF"
-        message += f" Recommended: {env}={recommended}"
+        message += f" Recommended: {recommendation.env or ALLOC_CONF_ENV}={recommended}"
+    owner = {f"{prefix}{k}": v for k, v in written.items() if k in OWNER_KEEPS}
+    owner[f"{prefix}{Annotation.DIAGNOSED_POD}"] = value(Annotation.DIAGNOSED_POD, pod.ref)
     return Written(
-        annotations=annotations,
+        annotations=_patch(written, pod, prefix),
         event_reason=reason,
         event_message=bounded.clip(message, EVENT_MESSAGE_LIMIT),
-        event_name=event_name(pod_name, pod_uid, termination.key, reason),
+        event_name=event_name(pod.name, pod.uid, termination.key, reason),
+        owner_annotations=owner,
     )
 
 
+def _patch(written: dict[Annotation, str], pod: Pod, prefix: str) -> dict[str, str | None]:
+    """A merge patch of `written` that also clears an older `recommended-alloc-conf` or
+    `diagnosis-failed` the new diagnosis does not carry."""
+    out: dict[str, str | None] = {f"{prefix}{k}": v for k, v in written.items()}
+    for name in CLEARED:
+        if name not in written and name in pod.our_annotations:
+            out[f"{prefix}{name}"] = None
+    return out
+
+
 def failure_annotations(
-    termination: Termination, *, prefix: str, previous_keys: list[str], reason: str,
+    termination: Termination, *, prefix: str, previous_keys: Sequence[str], reason: str,
     detail: str, now: dt.datetime,
 ) -> dict[str, str]:
     """A diagnosis that failed (raised, ran over its budget): said once on the pod, and the
     termination recorded as done so that no later event starts it again."""
     return {
-        f"{prefix}diagnosis-failed": value(
-            "diagnosis-failed", f"{termination.key}: {reason}: {detail}"),
-        f"{prefix}diagnosed-at": _timestamp(now),
-        f"{prefix}diagnosed-key": _keys([*previous_keys, termination.key]),
+        f"{prefix}{Annotation.DIAGNOSIS_FAILED}": value(
+            Annotation.DIAGNOSIS_FAILED, f"{termination.key}: {reason}: {detail}"),
+        f"{prefix}{Annotation.DIAGNOSED_AT}": _timestamp(now),
+        f"{prefix}{Annotation.DIAGNOSED_KEY}": _keys([*previous_keys, termination.key]),
     }
-
-
-def clear_stale(
-    existing: Mapping[str, str] | None, patch: Mapping[str, str], prefix: str
-) -> dict[str, str | None]:
-    """A merge patch that also clears an older `recommended-alloc-conf` or `diagnosis-failed`
-    that the new diagnosis does not carry."""
-    out: dict[str, str | None] = dict(patch)
-    for name in ("recommended-alloc-conf", "diagnosis-failed"):
-        key = f"{prefix}{name}"
-        if key not in patch and key in (existing or {}):
-            out[key] = None
-    return out
-
-
-def owner_annotations(written: Written, prefix: str, pod_ref: str) -> dict[str, str]:
-    """The same summary on the owning workload, so it survives the pod."""
-    keep = ("diagnosis", "reason", "recommended-alloc-conf", "actions", "diagnosed-at")
-    result = {k: v for k, v in written.annotations.items()
-              if k.removeprefix(prefix) in keep}
-    result[f"{prefix}diagnosed-pod"] = value("diagnosed-pod", pod_ref)
-    return result
 
 
 def sharing_annotations(prefix: str, findings: Sequence[Finding], ref: str) -> dict[str, str]:
@@ -195,30 +208,36 @@ def sharing_annotations(prefix: str, findings: Sequence[Finding], ref: str) -> d
     shared with another pod, has two): each value lists them sorted, so it is stable."""
     others = sorted({p for f in findings for p in f.pods if p != ref})
     return {
-        f"{prefix}gpu-shared-with": _joined(others, "gpu-shared-with") or "(host processes)",
-        f"{prefix}sharing-finding": _joined(sorted({f.kind for f in findings}),
-                                            "sharing-finding"),
-        f"{prefix}sharing-gpu": _joined(sorted({f.gpu_uuid for f in findings}), "sharing-gpu"),
+        f"{prefix}{Annotation.GPU_SHARED_WITH}":
+            _joined(others, Annotation.GPU_SHARED_WITH) or "(host processes)",
+        f"{prefix}{Annotation.SHARING_FINDING}":
+            _joined(sorted({f.kind.value for f in findings}), Annotation.SHARING_FINDING),
+        f"{prefix}{Annotation.SHARING_GPU}":
+            _joined(sorted({f.gpu_uuid for f in findings}), Annotation.SHARING_GPU),
     }
+
+
+def sharing_event_reason(finding: Finding) -> EventReason:
+    return PROBLEM_FINDINGS[finding.kind]
 
 
 def sharing_message(finding: Finding, ref: str) -> str:
     others = sorted(p for p in finding.pods if p != ref)
-    text = finding.message or finding.kind
+    text = finding.message or finding.kind.value
     if others:
         text += f" (shared with {', '.join(others)})"
     return bounded.clip(text, EVENT_MESSAGE_LIMIT)
 
 
-def _keys(keys: list[str]) -> str:
+def _keys(keys: Sequence[str]) -> str:
     """The last KEYS_KEPT distinct keys, comma-separated, within the limit (oldest dropped)."""
     kept = list(dict.fromkeys(keys))[-KEYS_KEPT:]
-    while len(",".join(kept)) > LIMITS["diagnosed-key"] and len(kept) > 1:
+    while len(",".join(kept)) > LIMITS[Annotation.DIAGNOSED_KEY] and len(kept) > 1:
         kept.pop(0)
     return ",".join(kept)
 
 
-def _joined(items: list[str], name: str) -> str:
+def _joined(items: list[str], name: Annotation) -> str:
     """Comma-separated whole items within the limit of `name`; "(+N more)" when some are cut."""
     limit = LIMITS[name]
     whole = ",".join(items)

@@ -14,9 +14,10 @@ from typing import Any
 
 import kopf
 
+from gpu_auditor.base.contract import IGNORE_LABEL
+from gpu_auditor.base.nodereport import GROUP, PLURAL, VERSION, InvalidReport, parse_report
 from gpu_auditor.controller import metrics
-from gpu_auditor.controller.nodereport import GROUP, PLURAL, VERSION, InvalidReport, parse_report
-from gpu_auditor.controller.service import IGNORE_LABEL, Services
+from gpu_auditor.controller.service import Services
 
 log = logging.getLogger("gpu_auditor.operator")
 
@@ -64,10 +65,12 @@ def stop_workers(memo: Any, **_: Any) -> None:
 
 
 @kopf.on.login()
-def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-    """kopf's own minimal logins: the pod's service account, else $KUBECONFIG. Declaring one
-    keeps kopf from its default, which imports the kubernetes package (20-30 MiB of RSS)."""
-    return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+def login(memo: Any, **_: Any) -> kopf.ConnectionInfo:
+    """The operator's own config and credentials (`login.Login`): kubeconfig files merged,
+    exec plugins, the service account. Declaring a login keeps kopf from its default, which
+    imports the kubernetes package when it is installed."""
+    connection: kopf.ConnectionInfo = memo.login()
+    return connection
 
 
 @kopf.on.event("v1", "pods", when=has_failed_container)

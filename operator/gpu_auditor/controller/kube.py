@@ -1,8 +1,8 @@
-"""Thin calls to the Kubernetes API, with the errors the operator acts on mapped to classes once.
+"""The operator's calls to the Kubernetes API over the shared client, nothing else.
 
-Built on the standard-library client the node agent uses (`node_agent.apiclient`), not on the
-`kubernetes` package: importing that package's models costs the operator 20-30 MiB of RSS
-(bench/results/operator_scale.md), for a handful of kinds of request.
+The transport, config, credentials and error classes are the base's (`gpu_auditor.base`):
+failures arrive as one `APIError` class per status; here each request is counted, and a failed
+one counted by its class's `reason` (`gpu_auditor_operator_api_errors_total`).
 
 Every name in a request path is validated (`names`) and escaped segment by segment before any
 request; every write to an object names the UID the operator means (`metadata.uid` in the merge
@@ -16,57 +16,25 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from gpu_auditor.controller import metrics, names
-from gpu_auditor.controller.nodereport import GROUP, PLURAL, VERSION
-from node_agent.apiclient import ApiClient, ApiError
+from gpu_auditor.base import names
+from gpu_auditor.base.client import ApiClient
+from gpu_auditor.base.contract import EVENT_COMPONENT
+from gpu_auditor.base.errors import (
+    TRANSIENT,
+    APIBadRequestError,
+    APIConflictError,
+    APIError,
+    APIForbiddenError,
+    APINotFoundError,
+)
+from gpu_auditor.base.nodereport import GROUP, PLURAL, VERSION
+from gpu_auditor.controller import metrics
 
 T = TypeVar("T")
 
 MERGE_PATCH = "application/merge-patch+json"
 TIMEOUT = 30.0
 LOG_TIMEOUT = 60.0
-
-
-class KubeError(Exception):
-    """A request the API server refused, or that got no answer."""
-
-    reason = "error"
-
-
-class Gone(KubeError):
-    """The object no longer exists (404): nothing to do."""
-
-    reason = "not-found"
-
-
-class Forbidden(KubeError):
-    """403: the operator's RBAC does not allow it."""
-
-    reason = "forbidden"
-
-
-class Conflict(KubeError):
-    """409: the object exists already, or a precondition (its UID) did not hold."""
-
-    reason = "conflict"
-
-
-class Rejected(KubeError):
-    """400 / 422: the API server refused the request's content."""
-
-    reason = "invalid"
-
-
-class Retry(KubeError):
-    """A transient API failure (5xx, 429, no response): try again later."""
-
-    reason = "unavailable"
-
-
-_BY_STATUS: dict[int | None, type[KubeError]] = {
-    None: Retry, 429: Retry, 404: Gone, 403: Forbidden, 409: Conflict, 400: Rejected,
-    422: Rejected,
-}
 
 
 class LogUnavailable(Exception):
@@ -77,20 +45,24 @@ class LogUnavailable(Exception):
         self.reason = reason
 
 
-def _error(verb: str, exc: ApiError) -> KubeError:
-    status = exc.status
-    cls = _BY_STATUS.get(status) or (Retry if status is not None and status >= 500 else KubeError)
-    return cls(f"{verb}: {exc}")
-
-
 def _call(verb: str, fn: Callable[[], T]) -> T:
     metrics.API_REQUESTS.labels(verb).inc()
     try:
         return fn()
-    except ApiError as exc:
-        error = _error(verb, exc)
-        metrics.API_ERRORS.labels(verb, error.reason).inc()
-        raise error from exc
+    except APIError as exc:
+        metrics.API_ERRORS.labels(verb, exc.reason).inc()
+        raise
+
+
+@dataclass(frozen=True)
+class ObjectRef:
+    """The object an Event is about."""
+
+    namespace: str
+    name: str
+    uid: str
+    kind: str = "Pod"
+    api_version: str = "v1"
 
 
 def _ns(namespace: str, *parts: str) -> str:
@@ -157,15 +129,15 @@ class KubeApi:
         try:
             data = _call("get_log", lambda: self.api.request_bytes(
                 "GET", path, query=query, timeout=LOG_TIMEOUT))
-        except Gone:
+        except APINotFoundError:
             raise
-        except Retry as exc:
+        except TRANSIENT as exc:
             raise LogUnavailable("unavailable", str(exc)) from exc
-        except Forbidden as exc:
+        except APIForbiddenError as exc:
             raise LogUnavailable("forbidden", str(exc)) from exc
-        except Rejected as exc:
+        except APIBadRequestError as exc:
             raise LogUnavailable("bad-request", str(exc)) from exc
-        except KubeError as exc:
+        except APIError as exc:
             raise LogUnavailable("error", str(exc)) from exc
         return data[:limit_bytes]
 
@@ -180,27 +152,26 @@ class KubeApi:
             "PATCH", path, body=body, content_type=MERGE_PATCH, timeout=TIMEOUT))
 
     def post_event(
-        self, pod: Mapping[str, Any], *, name: str, reason: str, message: str,
+        self, about: ObjectRef, *, name: str, reason: str, message: str,
         event_type: str = "Warning",
     ) -> bool:
         """Create the Event; False when an Event of that name exists already (posted before)."""
-        meta = pod.get("metadata") or {}
-        namespace = names.namespace(meta.get("namespace"))
+        namespace = names.namespace(about.namespace)
         now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         body = {
             "apiVersion": "v1", "kind": "Event",
             "metadata": {"name": names.object_name(name), "namespace": namespace},
-            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": meta.get("name"),
-                               "namespace": namespace, "uid": meta.get("uid")},
+            "involvedObject": {"apiVersion": about.api_version, "kind": about.kind,
+                               "name": about.name, "namespace": namespace, "uid": about.uid},
             "reason": reason, "message": message, "type": event_type, "count": 1,
             "firstTimestamp": now, "lastTimestamp": now,
-            "source": {"component": "gpu-auditor"},
+            "source": {"component": EVENT_COMPONENT},
             "reportingComponent": "gpu-auditor.io/operator", "reportingInstance": "gpu-auditor",
         }
         try:
             _call("create_event", lambda: self.api.request(
                 "POST", _ns(namespace, "events"), body=body, timeout=TIMEOUT))
-        except Conflict:
+        except APIConflictError:
             return False
         return True
 
@@ -210,7 +181,7 @@ class KubeApi:
         try:
             obj: dict[str, Any] = _call("get_report", lambda: self.api.request(
                 "GET", path, timeout=TIMEOUT))
-        except (Gone, Forbidden):
+        except (APINotFoundError, APIForbiddenError):
             return None
         return obj
 

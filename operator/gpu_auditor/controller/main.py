@@ -9,12 +9,20 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
-import kopf
-from prometheus_client import start_http_server
+try:
+    import kopf
+    from prometheus_client import start_http_server
+except ImportError as missing:  # the light install: the CLI and the core only
+    raise SystemExit(f"gpu-auditor-operator needs the operator extra ({missing.name} is not "
+                     "installed): pip install 'gpu-auditor[operator]'") from None
 
+from gpu_auditor.base.client import ApiClient
+from gpu_auditor.base.errors import APIError, APINotFoundError, ConfigError
+from gpu_auditor.base.kubeconfig import load_config
+from gpu_auditor.base.names import is_label, is_subdomain
+from gpu_auditor.base.nodereport import GROUP, PLURAL, VERSION
 from gpu_auditor.controller import (
     handlers,  # noqa: F401  (registers the handlers)
     memory,
@@ -23,17 +31,10 @@ from gpu_auditor.controller import (
 from gpu_auditor.controller.annotations import DEFAULT_PREFIX, MAX_PREFIX
 from gpu_auditor.controller.diagnoser import DEFAULT_BUDGET, DEFAULT_WORKERS, DiagnosisPool
 from gpu_auditor.controller.kube import KubeApi
-from gpu_auditor.controller.names import is_label, is_subdomain
-from gpu_auditor.controller.nodereport import GROUP, PLURAL, VERSION
+from gpu_auditor.controller.login import Login
 from gpu_auditor.controller.service import OperatorConfig, Services
-from node_agent.apiclient import (
-    SERVICE_ACCOUNT_DIR,
-    ApiClient,
-    ApiError,
-    load_incluster,
-    load_kubeconfig,
-)
-from node_agent.errors import ConfigError
+
+USER_AGENT = "gpu-auditor-operator"
 
 log = logging.getLogger("gpu_auditor.operator")
 
@@ -64,7 +65,10 @@ def parse_args(argv: Sequence[str] | None = None) -> OperatorConfig:
                         help="diagnosis worker processes at most (default %(default)s)")
     parser.add_argument("--no-owner-annotations", action="store_true",
                         help="do not copy the diagnosis onto the owning Job/Deployment/...")
-    parser.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
+    parser.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"),
+                        help="kubeconfig file, or several separated by the path separator "
+                             "(merged as kubectl merges them); default $KUBECONFIG, else the "
+                             "service account, else ~/.kube/config")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
     prefix = args.annotation_prefix
@@ -127,10 +131,11 @@ def wait_for_reports(
             api.request("GET", f"/apis/{GROUP}/{VERSION}/{PLURAL}", query={"limit": "1"},
                         timeout=10.0)
             return True
-        except ApiError as exc:
-            if exc.status != 404:
-                log.warning("cannot tell whether GPUNodeReports are served: %s", exc)
-                return True
+        except APINotFoundError:
+            pass
+        except APIError as exc:
+            log.warning("cannot tell whether GPUNodeReports are served: %s", exc)
+            return True
         if clock() >= deadline:
             return False
         log.warning("GPUNodeReports are not served yet (is the CRD %s.%s installed?); "
@@ -139,18 +144,15 @@ def wait_for_reports(
 
 
 def use_kubeconfig(path: str) -> None:
-    """Point kopf's login (which reads $KUBECONFIG when it runs) and ours at `path`."""
+    """Read the kubeconfig(s) at `path` (a `KUBECONFIG`-style list) for every request."""
     os.environ["KUBECONFIG"] = path
 
 
 def api_client() -> ApiClient:
-    """In-cluster (the pod's service account) when there is one, else the kubeconfig."""
-    if os.environ.get("KUBERNETES_SERVICE_HOST") and (SERVICE_ACCOUNT_DIR / "token").is_file():
-        config = load_incluster()
-    else:
-        path = os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
-        config = load_kubeconfig(path.split(os.pathsep)[0])
-    return ApiClient(config, user_agent="gpu-auditor-operator")
+    """`$KUBECONFIG` (one file or several), else the pod's service account, else
+    ~/.kube/config; an exec plugin runs now, so a config that cannot authenticate fails at
+    start. Raises ConfigError."""
+    return ApiClient(load_config(), user_agent=USER_AGENT)
 
 
 def main(argv: Sequence[str] | None = None, *,
@@ -181,7 +183,7 @@ def main(argv: Sequence[str] | None = None, *,
         liveness_endpoint=(
             f"http://0.0.0.0:{cfg.liveness_port}/healthz" if cfg.liveness_port else None
         ),
-        memo=kopf.Memo(services=services),
+        memo=kopf.Memo(services=services, login=Login(api)),
     )
     return 0
 

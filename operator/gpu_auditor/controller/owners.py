@@ -14,8 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from gpu_auditor.controller import names
+from gpu_auditor.base import names
 from gpu_auditor.controller.kube import WORKLOADS
+from gpu_auditor.controller.pod import OwnerReference, controller_reference
 
 POD_OWNERS = ("Job", "ReplicaSet", "StatefulSet", "DaemonSet")
 """Controllers that own pods directly (a Deployment owns its pods through a ReplicaSet)."""
@@ -40,19 +41,15 @@ class Workloads(Protocol):
     def read_workload(self, kind: str, namespace: str, name: str) -> dict[str, Any]: ...
 
 
-def controller_ref(references: object, kinds: Sequence[str]) -> Owner | None:
-    """The controller reference among `references` when it is of one of `kinds` (in the group
-    that kind has in Kubernetes); raises OwnerRefused when its name or UID is not valid."""
-    if not isinstance(references, list):
-        return None
-    ref = next((r for r in references if isinstance(r, Mapping) and r.get("controller") is True),
-               None)
+def controller_ref(ref: OwnerReference | None, kinds: Sequence[str]) -> Owner | None:
+    """The controller reference when it is of one of `kinds` (in the group that kind has in
+    Kubernetes); raises OwnerRefused when its name or UID is not valid."""
     if ref is None:
         return None
-    kind = ref.get("kind")
-    if kind not in kinds or ref.get("apiVersion") != WORKLOADS[str(kind)].api_version:
+    kind = ref.kind
+    if kind not in kinds or ref.api_version != WORKLOADS[str(kind)].api_version:
         return None  # another kind (a CRD of the same name, say): not ours to annotate
-    name, uid = ref.get("name"), ref.get("uid")
+    name, uid = ref.name, ref.uid
     if not names.is_subdomain(name):
         raise OwnerRefused("invalid-reference", f"{kind} name {names.shown(name)}")
     if not names.is_uid(uid):
@@ -60,17 +57,18 @@ def controller_ref(references: object, kinds: Sequence[str]) -> Owner | None:
     return Owner(kind=str(kind), name=str(name), uid=str(uid))
 
 
-def verified_owner(kube: Workloads, namespace: str, references: object) -> Owner | None:
-    """The workload to annotate for a pod with these owner references, every link verified;
-    None when the pod has no such owner. Raises OwnerRefused, or the API's errors (Gone)."""
-    owner = controller_ref(references, POD_OWNERS)
+def verified_owner(kube: Workloads, namespace: str, ref: OwnerReference | None) -> Owner | None:
+    """The workload to annotate for a pod with this controller reference, every link verified;
+    None when the pod has no such owner. Raises OwnerRefused, or the API's errors."""
+    owner = controller_ref(ref, POD_OWNERS)
     if owner is None:
         return None
     replica_set = _verified(kube, namespace, owner)
     if owner.kind != "ReplicaSet":
         return owner
-    metadata = replica_set.get("metadata") or {}
-    deployment = controller_ref(metadata.get("ownerReferences"), ("Deployment",))
+    metadata = replica_set.get("metadata")  # the ReplicaSet as read: parsed here, its edge
+    references = metadata.get("ownerReferences") if isinstance(metadata, Mapping) else None
+    deployment = controller_ref(controller_reference(references), ("Deployment",))
     if deployment is None:
         return None
     _verified(kube, namespace, deployment)
@@ -79,7 +77,8 @@ def verified_owner(kube: Workloads, namespace: str, references: object) -> Owner
 
 def _verified(kube: Workloads, namespace: str, owner: Owner) -> dict[str, Any]:
     obj = kube.read_workload(owner.kind, namespace, owner.name)
-    actual = (obj.get("metadata") or {}).get("uid")
+    metadata = obj.get("metadata")
+    actual = metadata.get("uid") if isinstance(metadata, Mapping) else None
     if actual != owner.uid:
         raise OwnerRefused("uid-mismatch", f"{owner.kind} {namespace}/{owner.name} has UID "
                                            f"{names.shown(actual)}, the reference says "

@@ -115,7 +115,8 @@ class _Facts:
     def cap_headroom(self) -> int | None:
         if self.f.allowed_bytes is None:
             return None
-        return self.f.allowed_bytes - (self.f.reserved_bytes or 0)
+        # reserved above the cap (set after the cache grew) leaves no room, not negative room
+        return max(0, self.f.allowed_bytes - (self.f.reserved_bytes or 0))
 
     @property
     def unallocated(self) -> int:
@@ -289,7 +290,7 @@ def _primary(x: _Facts) -> str:
     ):
         return "unknown"
     if x.f.requested_bytes is None:
-        return "capacity" if x.family in (formats.VLLM,) else "unknown"
+        return "capacity" if x.family in (formats.VLLM, formats.RETRY_EXHAUSTED) else "unknown"
     if x.fits():
         return "unknown"
     return "capacity"
@@ -425,10 +426,20 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
                     f"{fs(x.slack)} would have to be reclaimed: more than an allocator setting was "
                     "measured to recover"
                 )
+            if event.family == formats.RETRY_EXHAUSTED:
+                tail += (
+                    "; the job's retry loop halved the batch down to zero (figures of the last "
+                    "OOM it caught, from the probe record)"
+                )
             return f"capacity: the {fs(r)} request exceeds the {fs(free)} free{gpu}{tail}"
         if r is not None:
             return (
                 f"capacity: {event.framework or 'the job'} could not get the {fs(r)} it requested"
+            )
+        if event.family == formats.RETRY_EXHAUSTED:
+            return (
+                "capacity: the job's retry loop (find_executable_batch_size) halved the batch "
+                "down to zero and every size ran out of GPU memory"
             )
         return f"capacity: {event.framework or 'the job'} ran out of GPU memory ({event.family})"
     unseen = x.unseen_outside()

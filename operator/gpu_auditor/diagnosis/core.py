@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import BinaryIO, Final
 
-from . import allocconf
+from . import allocconf, formats
 from .classify import classify
 from .leak import growth_from_log, growth_from_rate, growth_from_samples
 from .logtext import ScanResult, scan_bytes, scan_stream
@@ -128,6 +129,9 @@ def diagnose_scan(
         else None
     )
     record = probe_record if probe_record is not None else _record_before(hit.precontext)
+    if event.family == formats.RETRY_EXHAUSTED and record is not None:
+        # the loop caught every OOM; the probe's last record is the last of them
+        event = replace(event, figures=_record_figures(record))
     if record is not None and not _same_request(record, event.figures.requested_bytes):
         record = None
     phase = phase_of(event, hit.precontext)
@@ -222,3 +226,19 @@ def _same_request(record: ProbeRecord, requested: int | None) -> bool:
     if record.request_bytes is None:
         return False
     return abs(record.request_bytes - requested) <= _REQUEST_TOLERANCE * max(requested, 1024)
+
+
+def _record_figures(record: ProbeRecord) -> Figures:
+    """The figures of the failure a probe record describes, as an OOM message would give them."""
+    unallocated = None
+    if record.reserved_bytes is not None and record.allocated_bytes is not None:
+        unallocated = record.reserved_bytes - record.allocated_bytes
+    return Figures(
+        requested_bytes=record.request_bytes,
+        total_bytes=record.device_total_bytes,
+        free_bytes=record.device_free_bytes,
+        allocated_bytes=record.allocated_bytes,
+        reserved_unallocated_bytes=unallocated,
+        allowed_bytes=record.allowed_bytes,
+        gpu_index=record.device,
+    )

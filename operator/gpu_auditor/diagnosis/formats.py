@@ -13,7 +13,8 @@ line represents the event.
 from __future__ import annotations
 
 import re
-from typing import Final
+import sys
+from typing import Final, Protocol
 
 TORCH = "torch"  # CUDA/HIP out of memory. Tried to allocate ... (1.x and 2.x wording)
 TORCH_ASYNC = "torch-async"  # backend:cudaMallocAsync: would exceed allowed memory
@@ -26,6 +27,7 @@ CUDA_LIBRARY = "cuda-library"  # CUBLAS_STATUS_ALLOC_FAILED, CUDNN_STATUS_ALLOC_
 VLLM = "vllm"  # KV cache does not fit
 DRIVER = "cuda-driver"  # CUDA_ERROR_OUT_OF_MEMORY / cudaErrorMemoryAllocation in an error
 HOST_ALLOC = "host-alloc"  # DefaultCPUAllocator: can't allocate memory (host RAM)
+RETRY_EXHAUSTED = "retry-exhausted"  # Accelerate's find_executable_batch_size reached zero
 
 PRIORITY: Final[dict[str, int]] = {
     TORCH: 10,
@@ -39,6 +41,7 @@ PRIORITY: Final[dict[str, int]] = {
     DRIVER: 4,
     TORCH_RAW: 3,
     HOST_ALLOC: 2,
+    RETRY_EXHAUSTED: 2,
 }
 
 KEYWORDS: Final[tuple[bytes, ...]] = (
@@ -53,6 +56,7 @@ KEYWORDS: Final[tuple[bytes, ...]] = (
     b"can't allocate memory",
     b"cudaErrorMemoryAllocation",
     b"hipErrorOutOfMemory",
+    b"No executable batch size found",
 )
 """Byte strings at least one of which every family's failure line contains (second filter)."""
 
@@ -62,16 +66,70 @@ ANCHORS: Final[tuple[bytes, ...]] = (
     b"OOM when",
     b"ALLOC_FAILED",
     b"in KV cache",
+    b"executable batch",
 )
 """Fewer, shorter strings, one inside every keyword: the scan searches the whole input only for
 these (each search is one C pass over the chunk), then checks the hit's line for a keyword."""
 
-_FAMILIES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
+
+class _Searcher(Protocol):
+    """What ``find_failure`` needs of a family's pattern (a compiled regex has it)."""
+
+    @property
+    def pattern(self) -> str: ...
+
+    def search(
+        self, string: str, pos: int = 0, endpos: int = sys.maxsize
+    ) -> re.Match[str] | None: ...
+
+
+class _WordBeforeCode:
+    """DRIVER's pattern, ``(?:Error|ERROR|INTERNAL|Exception)\\b.{0,200}?(?:<code>)``, searched code
+    first: the regex tries up to 200 characters after every ``Error`` of a line (a line of
+    ``Error`` words costs some 200 steps a character); here each code looks back once, over at
+    most ``_REACH`` characters. It finds the same leftmost match start as the regex."""
+
+    pattern: Final = (
+        r"(?:Error|ERROR|INTERNAL|Exception)\b.{0,200}?"
+        r"(?:CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|hipErrorOutOfMemory)"
+    )
+    _code: Final = re.compile(
+        r"CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|hipErrorOutOfMemory"
+    )
+    _word: Final = re.compile(r"(?:Error|ERROR|INTERNAL|Exception)\b")
+    _GAP: Final = 200
+    _REACH: Final = _GAP + len("Exception")
+
+    def search(self, string: str, pos: int = 0, endpos: int = sys.maxsize) -> re.Match[str] | None:
+        line, end = string, min(len(string), endpos)
+        seen = pos  # words starting before this were looked at for an earlier code: none fit
+        for code in self._code.finditer(line, pos, end):
+            at = code.start()
+            start = max(seen, at - self._REACH)
+            seen = max(pos, at + 1 - len("Exception"))
+            # one character past ``at`` so that ``\b`` sees what follows the word
+            while (word := self._word.search(line, start, min(at + 1, end))) is not None:
+                fits = word.end() <= at and at - word.end() <= self._GAP
+                if fits and line.find("\n", word.end(), at) < 0:
+                    return word
+                start = word.start() + 1
+        return None
+
+
+KEY_CHARS: Final = 300
+"""Characters of a failure line, from its wording on, that identify one failure message."""
+
+MAX_MATCH_CHARS: Final = 256
+"""The longest text any family's pattern matches (DRIVER's: a 9-letter word, up to 200
+characters, a 25-letter code). Every pattern here is bounded: a long line cannot make one
+attempt expensive."""
+
+_FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
     (
         TORCH,
         re.compile(
             r"\b(?:CUDA|HIP) out of memory\. (?:Tried to allocate|GPU \d)|"
-            r"\b(?:CUDA|HIP) out of memory\.\s*$|OutOfMemoryError: (?:CUDA|HIP) out of memory"
+            r"\b(?:CUDA|HIP) out of memory\.\s{0,64}$|OutOfMemoryError: (?:CUDA|HIP) out of memory"
         ),
     ),
     (TORCH_ASYNC, re.compile(r"would exceed allowed memory\.? \(out of memory\)")),
@@ -83,8 +141,8 @@ _FAMILIES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
             r"CUDA_ERROR_OUT_OF_MEMORY)"
         ),
     ),
-    (CUPY, re.compile(r"OutOfMemoryError: Out of memory allocating [\d,]+ bytes")),
-    (NCCL, re.compile(r"Cuda failure (?:\d+ )?'?out of memory'?")),
+    (CUPY, re.compile(r"OutOfMemoryError: Out of memory allocating \d")),
+    (NCCL, re.compile(r"Cuda failure (?:\d{1,4} )?'?out of memory'?")),
     (CUDA_LIBRARY, re.compile(r"\b(?:CUBLAS|CUDNN|CUSOLVER|CUFFT|CUSPARSE)_STATUS_ALLOC_FAILED\b")),
     (
         VLLM,
@@ -94,15 +152,12 @@ _FAMILIES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
             r"larger than the maximum number of tokens that can be stored in KV cache"
         ),
     ),
-    (
-        DRIVER,
-        re.compile(
-            r"(?:Error|ERROR|INTERNAL|Exception)\b.{0,200}?"
-            r"(?:CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|hipErrorOutOfMemory)"
-        ),
-    ),
+    (DRIVER, _WordBeforeCode()),
     (TORCH_RAW, re.compile(r"\b(?:CUDA|HIP) error: out of memory\b")),
     (HOST_ALLOC, re.compile(r"DefaultCPUAllocator: can't allocate memory")),
+    # Accelerate catches each OOM, halves the batch and retries; at zero it raises this, and the
+    # caught OOMs may never reach the log (the probe's records do, one per OOM)
+    (RETRY_EXHAUSTED, re.compile(r"No executable batch size found, reached zero")),
 )
 
 
@@ -115,10 +170,25 @@ def match_line(line: str) -> str | None:
 def match_failure(line: str) -> tuple[str, str] | None:
     """``(family, key)``: the key is the line from the match on (the message with its figures),
     equal when the same failure is printed twice."""
+    found = find_failure(line)
+    if found is None:
+        return None
+    family, start, _ = found
+    return family, line[start : start + KEY_CHARS]
+
+
+def find_failure(
+    line: str, pos: int = 0, endpos: int | None = None, *, before: int | None = None
+) -> tuple[str, int, int] | None:
+    """``(family, start, end)``: the first family (in ``_FAMILIES`` order) whose wording occurs
+    in ``line[pos:endpos]`` starting before ``before``, and where that wording is. Characters
+    before ``pos`` are still seen by the patterns' ``\\b``."""
+    end = len(line) if endpos is None else endpos
+    limit = end if before is None else before
     for family, pattern in _FAMILIES:
-        match = pattern.search(line)
-        if match is not None:
-            return family, line[match.start() : match.start() + 300]
+        match = pattern.search(line, pos, end)
+        if match is not None and match.start() < limit:
+            return family, match.start(), match.end()
     return None
 
 
@@ -143,6 +213,7 @@ _FAMILY_FRAMEWORK: Final[dict[str, str | None]] = {
     VLLM: "vllm",
     DRIVER: None,
     HOST_ALLOC: "pytorch",
+    RETRY_EXHAUSTED: "pytorch",
 }
 
 

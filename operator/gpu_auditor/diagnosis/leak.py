@@ -90,7 +90,13 @@ _UNIT_WORDS: Final = {
     "mib": "MiB", "gb": "GB", "gib": "GiB", "tb": "TB", "tib": "TiB",
 }
 _ALLOCATED_WORDS: Final = frozenset({"alloc", "allocated", "malloc", "memalloc"})
-_NOT_PROGRESS: Final = ("out of memory", "Tried to allocate", "Out of memory", "OOM ")
+_NOT_PROGRESS: Final = (
+    "out of memory",
+    "Tried to allocate",
+    "Out of memory",
+    "OOM ",
+    "gpu-auditor-probe-record",  # the probe's record: allocator state at a failure, not progress
+)
 
 
 def detect_growth(points: Sequence[tuple[float, int]], source: str) -> Growth | None:

@@ -4,15 +4,25 @@ The scan never parses every line. It searches each chunk for five byte strings
 (``formats.ANCHORS``, each a C-speed ``bytes.find``), checks the lines they hit for a keyword
 (``formats.KEYWORDS``), confirms only those lines with the family regexes, and keeps a bounded
 window of text around the last failure. Memory stays bounded whatever the input: at most
-``PRECONTEXT_BYTES`` + one chunk + ``MAX_LINE_BYTES`` of log, one window, ``HEAD_BYTES`` of the
-log's start and ``MAX_OPEN_RANKS`` offsets.
+``PRECONTEXT_BYTES`` + one chunk + ``MAX_LINE_BYTES`` + ``LOOKAROUND_BYTES`` of log, one window,
+``HEAD_BYTES`` of the log's start and ``MAX_OPEN_RANKS`` offsets.
+
+A line ends at ``\\n`` or at ``\\r``: progress bars (tqdm) redraw themselves with carriage
+returns, so a whole training run can be one "line" of megabytes, and the failure printed after
+the last redraw must still be found. Every byte is read, however long its line: a line longer
+than ``MAX_LINE_BYTES`` is read in blocks of that size, each with ``LOOKAROUND_BYTES`` of the
+next block, so a message across a block edge is seen whole; a failure is reported by the block
+its wording starts in, so once. Each step is linear in the bytes it reads: no search goes back
+over text it has already read, whatever the input.
 
 Constants:
 
 - ``CHUNK_BYTES`` (4 MiB): read size for files and slices of in-memory input; big chunks keep the
   per-chunk overhead (one ``find`` per keyword) small against the C search itself.
-- ``MAX_LINE_BYTES`` (64 KiB): a "line" with no newline for this long is cut, so binary input or a
-  single huge line cannot grow the buffer. Container runtimes split lines at 16 KiB anyway.
+- ``MAX_LINE_BYTES`` (64 KiB): the longest line confirmed whole (decoded, unwrapped, matched);
+  a longer one is read in blocks. Container runtimes split lines at 16 KiB anyway.
+- ``LOOKAROUND_BYTES`` (1 KiB): read past a block's end, more than the longest text a family's
+  pattern matches (``formats.MAX_MATCH_CHARS`` characters of up to 4 bytes).
 - ``PRECONTEXT_BYTES`` (256 KiB): text kept before the reported failure, read for the release the
   job printed and for the memory figures it printed while running (the ``leak`` series).
 - ``WINDOW_BEFORE_LINES`` (40) / ``WINDOW_AFTER_BYTES`` (8 KiB) and ``WINDOW_AFTER_LINES`` (16):
@@ -38,6 +48,7 @@ from . import formats
 
 CHUNK_BYTES: Final = 4 * 1024 * 1024
 MAX_LINE_BYTES: Final = 64 * 1024
+LOOKAROUND_BYTES: Final = 1024
 PRECONTEXT_BYTES: Final = 256 * 1024
 WINDOW_BEFORE_LINES: Final = 40
 WINDOW_AFTER_BYTES: Final = 8 * 1024
@@ -46,12 +57,21 @@ DEDUPE_WINDOW_BYTES: Final = 16 * 1024
 HEAD_BYTES: Final = 64 * 1024
 MAX_OPEN_RANKS: Final = 1024
 _TRIM_SLACK: Final = 1024 * 1024
+_PREFIX_BYTES: Final = 256  # a line's start read for its container and rank prefixes
+_CONTEXT_BYTES: Final = 16  # read before a block, for the patterns' look-behinds (``\\b``)
+_WORD_BACK_BYTES: Final = 128  # how far a failure's start goes back over its exception's name
+_NEWLINE: Final = ord("\n")
+_WORD_BYTES: Final = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.")
 
 _KEYWORD_RE: Final = re.compile(b"|".join(re.escape(k) for k in formats.KEYWORDS))
 _CRI_RE: Final = re.compile(r"^\d{4}-\d\d-\d\dT\S+ (?:stdout|stderr) ([FP]) ?(.*)$")
+_DOCKER_JSON_RE: Final = re.compile(r'\{"log":\s{0,8}"((?:[^"\\]++|\\.)*+)"')
+"""docker's json-file record (``{"log":"...\\n","stream":...}``): only its leading ``log`` string
+is read, by a linear pattern and a decode of that one string literal, never a parse of the whole
+record (nested input could recurse without bound)."""
 _RANK_RES: Final = (
-    re.compile(r"^\[(?:rank|default)(\d+)\]:\s?"),  # torchrun --tee / elastic agent
-    re.compile(r"^\[1,(\d+)\]<std(?:out|err)>:\s?"),  # mpirun --tag-output
+    re.compile(r"^\[(?:rank|default)(\d{1,6})\]:\s?"),  # torchrun --tee / elastic agent
+    re.compile(r"^\[1,(\d{1,6})\]<std(?:out|err)>:\s?"),  # mpirun --tag-output
     re.compile(r"^\[pod/[^\]]*/([^\]/]+)\]\s"),  # kubectl logs --prefix (container name)
     re.compile(r"^(\d{1,5}): (?=\S)"),  # srun --label
 )
@@ -70,14 +90,13 @@ def _unwrap(raw: str) -> tuple[str, bool]:
     match = _CRI_RE.match(raw)
     if match is not None:
         return match.group(2), match.group(1) == "P"
-    if raw.startswith('{"log":'):
+    record = _DOCKER_JSON_RE.match(raw) if raw.startswith('{"log":') else None
+    if record is not None:
         try:
-            record = json.loads(raw)
+            log = json.loads(f'"{record.group(1)}"')
         except ValueError:
             return raw, False
-        if isinstance(record, dict) and isinstance(record.get("log"), str):
-            log = record["log"]
-            return log.rstrip("\n"), not log.endswith("\n")
+        return log.rstrip("\n"), not log.endswith("\n")
     return raw, False
 
 
@@ -139,21 +158,53 @@ class ScanResult:
 
 @dataclass
 class _Event:
-    start: int  # absolute offset of the failure line
+    start: int  # absolute offset of the failure line (in a long line: of the failure's wording)
     family: str
     priority: int
     rank: str | None
-    precontext: bytes
+    line: Line | None = None  # the failure line as read, when ``after`` cannot hold it whole
+    after_from: int | None = None  # where ``after`` starts when ``line`` is given
+    precontext: bytes | None = None  # copied only when the buffer is cut, or at the end
     after: bytes | None = None
 
 
+@dataclass
+class _LongLine:
+    """A line longer than ``MAX_LINE_BYTES`` that the scan is inside of, read in blocks."""
+
+    start: int  # absolute offset of its first byte (blocks are counted from here)
+    rank: str | None
+    resume: int = 0  # absolute offset where the last failure's wording ended: look after it
+
+
+def _text(data: bytes | bytearray) -> str:
+    """Bytes to text keeping every byte (``surrogateescape``), so offsets map back exactly."""
+    return bytes(data).decode("utf-8", errors="surrogateescape")
+
+
+def _byte_len(text: str) -> int:
+    return len(text.encode("utf-8", errors="surrogateescape"))
+
+
+def _last_break(buf: bytearray, start: int, end: int) -> int:
+    """Offset of the last ``\\n`` or ``\\r`` in ``buf[start:end]``, or -1."""
+    return max(buf.rfind(b"\n", start, end), buf.rfind(b"\r", start, end))
+
+
 class LogScanner:
-    """Feed bytes in any pieces, then ``finish()``: counts failures, keeps the last one's window."""
+    """Feed bytes in any pieces, then ``finish()``: counts failures, keeps the last one's window.
+
+    A line after a carriage return takes its rank from the start of its newline-ended line when
+    that is at most ``PRECONTEXT_BYTES`` before it (always in the buffer: see ``_trim``), so the
+    result is the same however the input is split."""
 
     def __init__(self) -> None:
         self._buf = bytearray()
         self._base = 0  # absolute offset of _buf[0]
-        self._pos = 0  # absolute offset scanned up to (a line start)
+        self._pos = 0  # absolute offset scanned up to (a line start, or a block of _long)
+        self._long: _LongLine | None = None  # the over-long line _pos is inside of
+        # (absolute line start looked up last, the absolute start of its newline-ended line)
+        self._physical_seen: tuple[int, int | None] = (0, 0)
         self._head = bytearray()
         self._count = 0
         # per rank: (end offset, family, key) of its last failure line
@@ -165,7 +216,10 @@ class LogScanner:
     def retained_bytes(self) -> int:
         """Bytes of log held right now (bounded; see the module docstring)."""
         event = self._event
-        held = len(event.precontext) + len(event.after or b"") if event else 0
+        held = 0
+        if event is not None:
+            held = len(event.precontext or b"") + len(event.after or b"")
+            held += len(event.line.text) if event.line is not None else 0
         return len(self._buf) + len(self._head) + held
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
@@ -173,17 +227,14 @@ class LogScanner:
             raise ValueError("feed() after finish()")
         if len(self._head) < HEAD_BYTES:
             self._head += bytes(data[: HEAD_BYTES - len(self._head)])
+        fresh = len(self._buf)
         self._buf += data
         start = self._pos - self._base
-        newline = self._buf.rfind(b"\n", start)
-        if newline >= 0:
-            end = newline + 1
-        elif len(self._buf) - start > MAX_LINE_BYTES:
-            end = len(self._buf)
-        else:
-            return
+        # bytes before ``fresh`` are the unfinished line of the last feed: no break in them
+        last = _last_break(self._buf, max(start, fresh), len(self._buf))
+        end = last + 1 if last >= 0 else start
         self._scan(start, end)
-        self._pos = self._base + end
+        self._read_tail(end)
         self._capture_after(final=False)
         self._trim()
 
@@ -193,6 +244,7 @@ class LogScanner:
             self._scan(start, len(self._buf))
             self._pos = self._base + len(self._buf)
             self._capture_after(final=True)
+            self._keep_precontext()
             self._finished = ScanResult(
                 self._count, self._hit(), decode(self._head), self._base + len(self._buf)
             )
@@ -200,33 +252,164 @@ class LogScanner:
         return self._finished
 
     def _scan(self, start: int, end: int) -> None:
+        """Read ``buf[start:end]``, whose last line is complete."""
+        if start >= end:
+            return
+        if self._long is not None:  # the rest of the long line the last feed stopped inside
+            newline = self._buf.find(b"\n", start, end)
+            stop = self._buf.find(b"\r", start, newline if newline >= 0 else end)
+            stop = stop if stop >= 0 else (newline if newline >= 0 else end)
+            self._read_long(self._long, start, stop, complete=True)
+            self._long = None
+            start = stop + 1
+        if start < end:
+            self._scan_lines(start, end)
+
+    def _read_tail(self, end: int) -> None:
+        """The unfinished line after ``end``: left for the next feed, or read in blocks when it is
+        already longer than ``MAX_LINE_BYTES`` (so the buffer stays bounded)."""
         buf = self._buf
-        starts: set[int] = set()
+        if self._long is None:
+            if len(buf) - end <= MAX_LINE_BYTES:
+                self._pos = self._base + end
+                return
+            self._long = self._long_line(end, len(buf))
+        self._pos = self._base + self._read_long(self._long, end, len(buf), complete=False)
+
+    def _scan_lines(self, start: int, end: int) -> None:
+        buf = self._buf
+        carriage = buf.find(b"\r", start, end) >= 0  # most logs have none: skip those searches
+        lines: dict[int, int] = {}  # start -> end of each line with a keyword
         for anchor in formats.ANCHORS:
+            floor = start  # just after the last line end seen: no search goes back past it
+            newline = -1  # the next newline at or after the current hit (``end`` when none)
             i = buf.find(anchor, start, end)
             while i >= 0:
-                line_start = buf.rfind(b"\n", start, i) + 1 or start
-                line_end = buf.find(b"\n", i, end)
-                if line_end < 0:
-                    line_end = end
-                if _KEYWORD_RE.search(buf, line_start, line_end) is not None:
-                    starts.add(line_start)
-                i = buf.find(anchor, line_end, end)
-        for line_start in sorted(starts):
-            line_end = buf.find(b"\n", line_start, end)
-            if line_end < 0:
-                line_end = end
-            raw = decode(buf[line_start : min(line_end, line_start + MAX_LINE_BYTES)])
-            lines = normalize_lines([raw])
-            line = lines[0] if lines else Line("")
-            found = formats.match_failure(line.text)
-            if found is not None:
-                family, key = found
-                self._on_failure(
-                    self._base + line_start, self._base + line_end, family, key, line.rank
-                )
+                line_start = buf.rfind(b"\n", floor, i) + 1 or floor
+                if newline < i:
+                    newline = buf.find(b"\n", i, end)
+                    if newline < 0:
+                        newline = end
+                line_end = newline
+                if carriage:
+                    line_start = buf.rfind(b"\r", line_start, i) + 1 or line_start
+                    line_end = buf.find(b"\r", i, newline)
+                    if line_end < 0:
+                        line_end = newline
+                if line_start not in lines and _KEYWORD_RE.search(buf, line_start, line_end):
+                    lines[line_start] = line_end
+                floor = line_end + 1
+                i = buf.find(anchor, floor, end) if floor < end else -1
+        for line_start in sorted(lines):
+            line_end = lines[line_start]
+            if line_end - line_start > MAX_LINE_BYTES:
+                long = self._long_line(line_start, line_end)
+                self._read_long(long, line_start, line_end, complete=True)
+            else:
+                self._confirm_line(line_start, line_end)
 
-    def _on_failure(self, start: int, end: int, family: str, key: str, rank: str | None) -> None:
+    def _physical(self, start: int) -> int | None:
+        """Where the newline-ended line around the line at ``start`` begins (``start`` itself
+        after a newline), if at most ``PRECONTEXT_BYTES`` before; else None. Searches only
+        bytes not searched for an earlier line, so a line of many carriage returns stays
+        linear."""
+        buf, base = self._buf, self._base
+        low = max(0, start - PRECONTEXT_BYTES)
+        seen, known = self._physical_seen
+        low_searched = max(low, seen - base)
+        newline = buf.rfind(b"\n", low_searched, start)
+        found: int | None = None
+        if newline >= 0:
+            found = base + newline + 1
+        elif low_searched > low and known is not None:
+            found = known  # no newline since the last line looked up: the same line
+        if found is None and base + low == 0:
+            found = 0
+        if found is not None and base + start - found > PRECONTEXT_BYTES:
+            found = None
+        self._physical_seen = (base + start, found)
+        return None if found is None else found - base
+
+    def _rank_at(self, start: int, end: int) -> str | None:
+        """The rank prefix of the newline-ended line that the line at ``start`` is part of."""
+        physical = self._physical(start)
+        if physical is None:
+            return None
+        raw = decode(self._buf[physical : min(max(end, start), physical + _PREFIX_BYTES)])
+        return split_rank(_unwrap(raw)[0]).rank
+
+    def _long_line(self, start: int, end: int) -> _LongLine:
+        base = self._base
+        return _LongLine(base + start, self._rank_at(start, end), base + start)
+
+    def _confirm_line(self, start: int, end: int) -> None:
+        lines = normalize_lines([decode(self._buf[start:end])])
+        line = lines[0] if lines else Line("")
+        found = formats.match_failure(line.text)
+        if found is None:
+            return
+        rank = line.rank
+        if rank is None and start > 0 and self._buf[start - 1] != _NEWLINE:
+            rank = self._rank_at(start, end)  # after a carriage return: its line's prefix
+        family, key = found
+        base = self._base
+        if end - start < WINDOW_AFTER_BYTES:  # ``after`` holds the line: read it from there
+            self._on_failure(base + start, base + end, family, key, rank)
+        else:
+            kept = Line(line.text, rank)
+            self._on_failure(base + start, base + end, family, key, rank, kept, base + end + 1)
+
+    def _read_long(self, long: _LongLine, begin: int, stop: int, *, complete: bool) -> int:
+        """Read the blocks of ``long`` from ``begin`` (a block start) up to ``stop``; with
+        ``complete=False`` only blocks whose look-around is in the buffer. Returns where the next
+        block starts."""
+        block = begin
+        while block < stop:
+            if not complete and block + MAX_LINE_BYTES + LOOKAROUND_BYTES > stop:
+                break
+            block_end = min(block + MAX_LINE_BYTES, stop)
+            look = min(block_end + LOOKAROUND_BYTES, stop)
+            if _KEYWORD_RE.search(self._buf, block, look) is not None:
+                self._confirm_block(long, block, block_end, look, cut=look < stop or not complete)
+            block = block_end
+        return block
+
+    def _confirm_block(
+        self, long: _LongLine, block: int, end: int, look: int, *, cut: bool
+    ) -> None:
+        """The failure whose wording starts in ``buf[block:end]`` (read up to ``look``), after
+        the wording of the last one found on this line."""
+        buf, base = self._buf, self._base
+        begin = max(block, long.resume - base)
+        if begin >= end:
+            return
+        floor = max(0, long.start - base)
+        context = max(floor, begin - _CONTEXT_BYTES)
+        before, own = _text(buf[context:begin]), _text(buf[begin:end])
+        # a sentinel where the line goes on, so that ``$`` cannot match at a block's edge
+        text = before + own + _text(buf[end:look]) + ("\x00" if cut else "")
+        found = formats.find_failure(text, len(before), before=len(before) + len(own))
+        if found is None:
+            return
+        family, at, stop = found
+        key = text[at : at + formats.KEY_CHARS]
+        wording = begin + _byte_len(text[len(before) : at])
+        long.resume = base + wording + _byte_len(text[at:stop])
+        first = wording
+        while first > max(floor, wording - _WORD_BACK_BYTES) and buf[first - 1] in _WORD_BYTES:
+            first -= 1  # back over the exception's name: ``torch.OutOfMemoryError``
+        self._on_failure(base + first, base + wording + _byte_len(key), family, key, long.rank)
+
+    def _on_failure(
+        self,
+        start: int,
+        end: int,
+        family: str,
+        key: str,
+        rank: str | None,
+        line: Line | None = None,
+        after_from: int | None = None,
+    ) -> None:
         priority = formats.PRIORITY[family]
         previous = self._open.pop(rank, None)
         self._open[rank] = (end, family, key)
@@ -240,20 +423,24 @@ class LogScanner:
         event = self._event
         if same_failure and event is not None:
             if event.rank == rank and priority > event.priority:
-                self._event = _Event(start, family, priority, rank, self._precontext(start))
+                self._event = _Event(start, family, priority, rank, line, after_from)
             return
         self._count += 1
-        self._event = _Event(start, family, priority, rank, self._precontext(start))
+        self._event = _Event(start, family, priority, rank, line, after_from)
 
-    def _precontext(self, start: int) -> bytes:
-        rel = start - self._base
-        return bytes(self._buf[max(0, rel - PRECONTEXT_BYTES) : rel])
+    def _keep_precontext(self) -> None:
+        """Copy the text before the reported failure, once, before the buffer loses it (a copy
+        per failure would make a log of many failures quadratic)."""
+        event = self._event
+        if event is not None and event.precontext is None:
+            rel = event.start - self._base
+            event.precontext = bytes(self._buf[max(0, rel - PRECONTEXT_BYTES) : rel])
 
     def _capture_after(self, *, final: bool) -> None:
         event = self._event
         if event is None or event.after is not None:
             return
-        rel = event.start - self._base
+        rel = (event.after_from if event.after_from is not None else event.start) - self._base
         if final or len(self._buf) - rel >= WINDOW_AFTER_BYTES:
             event.after = bytes(self._buf[rel : rel + WINDOW_AFTER_BYTES])
 
@@ -264,6 +451,7 @@ class LogScanner:
             keep_from = min(keep_from, event.start)
         cut = keep_from - self._base
         if cut > _TRIM_SLACK:
+            self._keep_precontext()
             del self._buf[:cut]
             self._base += cut
 
@@ -272,11 +460,14 @@ class LogScanner:
         if event is None:
             return None
         after_lines = normalize_text(decode(event.after or b""))
-        if not after_lines:
+        if event.line is not None:
+            line = event.line
+        elif after_lines:
+            line = Line(after_lines.pop(0).text, event.rank)
+        else:
             return None
-        line = after_lines[0]
-        same_rank = [x for x in after_lines[1:] if line.rank is None or x.rank == line.rank]
-        precontext = decode(event.precontext)
+        same_rank = [x for x in after_lines if line.rank is None or x.rank == line.rank]
+        precontext = decode(event.precontext or b"")
         before = normalize_text(precontext)
         if before and before[-1].text == "":
             before.pop()

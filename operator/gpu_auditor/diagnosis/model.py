@@ -3,19 +3,26 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Final
 
-KINDS: Final = (
-    "fragmentation",
-    "gpu-shared",
-    "capacity",
-    "memory-fraction-cap",
-    "leak",
-    "non-pytorch-memory",
-    "host-oom-killed",
-    "unknown",
-)
-"""Diagnosis kinds, as in ``docs/contracts.md``."""
+
+class DiagnosisKind(StrEnum):
+    """What a diagnosis says caused the failure (docs/contracts.md). A member is its string, so
+    code that still compares with the literal keeps working."""
+
+    FRAGMENTATION = "fragmentation"
+    GPU_SHARED = "gpu-shared"
+    CAPACITY = "capacity"
+    MEMORY_FRACTION_CAP = "memory-fraction-cap"
+    LEAK = "leak"
+    NON_PYTORCH_MEMORY = "non-pytorch-memory"
+    HOST_OOM_KILLED = "host-oom-killed"
+    UNKNOWN = "unknown"
+
+
+KINDS: Final = tuple(DiagnosisKind)
+"""Every diagnosis kind, for membership tests (`kind in KINDS`)."""
 
 ALLOC_CONF_ENV: Final = "PYTORCH_CUDA_ALLOC_CONF"
 """The variable to set: read by every release (2.10+ also read ``PYTORCH_ALLOC_CONF``, and the

@@ -12,11 +12,14 @@ PyTorch 1.x: ``Tried to allocate X (GPU N; T total capacity; A already allocated
 block of ``Name : value`` lines. In a container torch may not recognise its own process and
 print it as ``Process <hostpid> has ...`` with no "this process" segment; then the process whose
 memory is the closest above what PyTorch reserved is taken as the job's own (``_own_process``).
+
+Every pattern here starts on a word, never on a number, and every number in it is bounded
+(``sizes.NUMBER_PATTERN``, ``_INT``): a search is linear in the message whatever its digits. A
+figure that does not fit (more than 20 digits, above 2^64 bytes) is absent, never an error.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
 from typing import Final
@@ -24,13 +27,21 @@ from typing import Final
 from . import formats
 from .logtext import Hit, Line
 from .model import Figures, OomEvent, OtherProcess
-from .sizes import SIZE_PATTERN, is_no_limit, to_bytes
+from .sizes import MAX_DIGITS, MAX_SIZE_BYTES, SIZE_PATTERN, is_no_limit, to_bytes, to_count
 
 MESSAGE_MAX_LINES: Final = 8
 """Lines after the failure line that may still belong to its message (wrapped or multi-line)."""
 
 MESSAGE_MAX_CHARS: Final = 4000
 """The failure message kept in a diagnosis (the operator writes it into an annotation)."""
+
+MESSAGE_LEAD_CHARS: Final = 512
+"""Text kept before the failure's own wording on its line (``[rank0]: RuntimeError: ``, the
+exception's module path): more is progress output that would push the figures past
+``MESSAGE_MAX_CHARS``."""
+
+_INT: Final = rf"(?<![\d.,])\d{{1,{MAX_DIGITS}}}(?![\d.,])"
+"""A bounded integer (a pid, a device index, a byte count) not inside a longer run of digits."""
 
 _S: Final = SIZE_PATTERN.replace("?P<num>", "").replace("?P<unit>", "")
 
@@ -71,8 +82,8 @@ _TORCH_FIELDS: Final = {
     "unallocated": _size_re(r"and {S} is reserved by PyTorch but unallocated|; {S} cached\)"),
     "reserved_total": _size_re(r"{S} reserved in total by PyTorch"),
 }
-_GPU_INDEX: Final = re.compile(r"GPU (\d+)[;, ]")
-_PROCESS: Final = re.compile(rf"(?<!this )Process (\d+) has ({_S}) memory in use")
+_GPU_INDEX: Final = re.compile(r"GPU (\d{1,5})[;, ]")
+_PROCESS: Final = re.compile(rf"(?<!this )Process ({_INT}) has ({_S}) memory in use")
 _ASYNC_FIELDS: Final = {
     "allocated": _size_re(r"Currently allocated\s*:\s*{S}"),
     "requested": _size_re(r"Requested\s*:\s*{S}"),
@@ -80,12 +91,14 @@ _ASYNC_FIELDS: Final = {
     "free": _size_re(r"Free \(according to CUDA\)\s*:\s*{S}"),
     "allowed": _size_re(r"PyTorch limit \(set by user-supplied memory fraction\)\s*:\s*{S}"),
 }
-_ASYNC_DEVICE: Final = re.compile(r"Allocation on device (\d+)")
+_ASYNC_DEVICE: Final = re.compile(r"Allocation on device (\d{1,5})\b")
 _MESSAGE_END: Final = re.compile(
     r"Memory Management|reserved in total by PyTorch\)|but unallocated\.|\bcached\)"
 )
+_DIM: Final = rf"\d{{1,{MAX_DIGITS}}}"
 _TF_SHAPE: Final = re.compile(
-    r"OOM when allocating tensor with shape\s*\[([\d,\s]*)\] and type (\w+)"
+    r"OOM when allocating tensor with shape\s{0,8}"
+    rf"\[((?:{_DIM},\s{{0,2}}){{0,31}}{_DIM})?\] and type (\w{{1,16}})\b"
 )
 _TF_DTYPE_BYTES: Final[dict[str, int]] = {
     "float": 4,
@@ -107,21 +120,33 @@ _TF_DTYPE_BYTES: Final[dict[str, int]] = {
     "complex64": 8,
     "complex128": 16,
 }
-_BFC_LIMIT: Final = re.compile(r"^\s*Limit:\s+(\d+)\s*$")
-_BFC_IN_USE: Final = re.compile(r"^\s*InUse:\s+(\d+)\s*$")
+_BFC_LIMIT: Final = re.compile(rf"^\s*Limit:\s+({_INT})\s*$")
+_BFC_IN_USE: Final = re.compile(rf"^\s*InUse:\s+({_INT})\s*$")
 _XLA_REQUEST: Final = _size_re(r"(?:trying to allocate|allocating) {S}")
 _CUPY: Final = re.compile(
-    r"Out of memory allocating ([\d,]+) bytes \(allocated so far: ([\d,]+) bytes\)"
+    r"Out of memory allocating ([\d,]{1,32}) bytes \(allocated so far: ([\d,]{1,32}) bytes\)"
 )
 _VLLM_NEEDED: Final = _size_re(r"\({S} KV cache is needed")
 _VLLM_AVAILABLE: Final = _size_re(r"available KV cache memory \({S}\)")
-_BYTES_REQUEST: Final = re.compile(r"(?:allocate|calloc|malloc|alloc)\w*\s+([\d,]+) bytes")
-_DRIVER_REQUEST: Final = re.compile(r"failed to allocate [^(]*\((\d+) bytes\)")
+_BYTES_REQUEST: Final = re.compile(
+    r"(?:allocate|calloc|malloc|alloc)\w{0,24}\s{1,8}([\d,]{1,32}) bytes"
+)
+_DRIVER_REQUEST: Final = re.compile(r"failed to allocate [^(\n]{0,200}\((\d{1,32}) bytes\)")
+
+
+def _from_failure(text: str) -> str:
+    """``text`` from where its failure's wording begins, less any progress output before it: the
+    part after the last carriage return, at most ``MESSAGE_LEAD_CHARS`` before the wording."""
+    found = formats.find_failure(text)
+    if found is None:
+        return text
+    begin = max(text.rfind("\r", 0, found[1]) + 1, found[1] - MESSAGE_LEAD_CHARS)
+    return text[begin:]
 
 
 def message_text(hit: Hit) -> str:
     """The failure line plus the lines that continue its message."""
-    parts = [hit.line.text]
+    parts = [_from_failure(hit.line.text)]
     if hit.family in (formats.TORCH_ASYNC,):
         parts += [x.text for x in hit.after[:MESSAGE_MAX_LINES]]
     elif hit.family == formats.TORCH and not _MESSAGE_END.search(hit.line.text):
@@ -153,8 +178,9 @@ def _torch_figures(message: str) -> Figures:
     if unallocated is None and found["reserved_total"] is not None and allocated is not None:
         unallocated = max(0, found["reserved_total"] - allocated)
     processes = [
-        OtherProcess(int(m.group(1)), _bytes_of(m.group(2)) or 0)
+        OtherProcess(pid, size)
         for m in _PROCESS.finditer(message)
+        if (pid := to_count(m.group(1))) is not None and (size := _bytes_of(m.group(2))) is not None
     ]
     process = found["process"]
     if process is None and processes:
@@ -195,26 +221,38 @@ def _bfc_stats(lines: Sequence[Line]) -> tuple[int | None, int | None]:
     limit = in_use = None
     for line in lines:
         if (m := _BFC_LIMIT.match(line.text)) is not None:
-            limit = int(m.group(1))
+            limit = _plain_bytes(m.group(1))
         elif (m := _BFC_IN_USE.match(line.text)) is not None:
-            in_use = int(m.group(1))
+            in_use = _plain_bytes(m.group(1))
     return limit, in_use
 
 
+def _tensor_bytes(shape: str, dtype: str) -> int | None:
+    """Bytes of a tensor ``shape`` (``"64,512,8192"``) of ``dtype``; None when any dimension is
+    not a number or the product is above ``MAX_SIZE_BYTES``."""
+    item = _TF_DTYPE_BYTES.get(dtype)
+    dims = [to_count(d) for d in shape.replace(" ", "").split(",") if d]
+    if item is None or not dims:
+        return None
+    total = item
+    for dim in dims:
+        if dim is None:
+            return None
+        total *= dim
+        if total > MAX_SIZE_BYTES:
+            return None
+    return total
+
+
 def _tensorflow_figures(message: str, hit: Hit) -> Figures:
-    requested = None
     shape = _TF_SHAPE.search(message)
-    if shape is not None:
-        dims = [int(d) for d in shape.group(1).replace(" ", "").split(",") if d]
-        dtype = _TF_DTYPE_BYTES.get(shape.group(2))
-        if dims and dtype is not None:
-            requested = math.prod(dims) * dtype
+    requested = _tensor_bytes(shape.group(1) or "", shape.group(2)) if shape is not None else None
     limit, in_use = _bfc_stats(hit.before)
     return Figures(requested_bytes=requested, allowed_bytes=limit, allocated_bytes=in_use)
 
 
-def _plain_number(text: str) -> int:
-    return int(text.replace(",", ""))
+def _plain_bytes(text: str) -> int | None:
+    return to_bytes(text, "bytes")
 
 
 def parse_hit(hit: Hit) -> OomEvent:
@@ -236,7 +274,7 @@ def parse_hit(hit: Hit) -> OomEvent:
         match = _CUPY.search(message)
         if match is not None:
             figures = Figures(
-                _plain_number(match.group(1)), allocated_bytes=_plain_number(match.group(2))
+                _plain_bytes(match.group(1)), allocated_bytes=_plain_bytes(match.group(2))
             )
     elif family == formats.VLLM:
         figures = Figures(_find(_VLLM_NEEDED, message), free_bytes=_find(_VLLM_AVAILABLE, message))
@@ -245,7 +283,7 @@ def parse_hit(hit: Hit) -> OomEvent:
         for text in nearby:
             match = _BYTES_REQUEST.search(text) or _DRIVER_REQUEST.search(text)
             if match is not None:
-                figures = Figures(_plain_number(match.group(1)))
+                figures = Figures(_plain_bytes(match.group(1)))
                 break
     rocm = "HIP out of memory" in message or "HIP error" in message or "hipError" in message
     return OomEvent(

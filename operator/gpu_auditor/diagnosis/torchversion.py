@@ -22,7 +22,8 @@ Release = tuple[int, int]
 
 _VERSION_RE: Final = re.compile(r"^\s*v?(\d{1,2})\.(\d{1,3})(?:[.\w+-]*)?\s*$")
 _BANNER_RE: Final = re.compile(
-    r"\b(?:torch|pytorch|PyTorch|Torch)(?:\s+version)?(?:==|\s*[:=]\s*|\s+v?|-)(\d{1,2})\.(\d{1,3})(?:\.\d+)?"
+    r"\b(?:torch|pytorch|PyTorch|Torch)(?:\s{1,8}version)?(?:==|\s{0,8}[:=]\s{0,8}|\s{1,8}v?|-)"
+    r"(\d{1,2})\.(\d{1,3})\b"
 )
 
 
@@ -86,13 +87,31 @@ class TorchRange:
 
 UNKNOWN: Final = TorchRange()
 
-_CLUES: Final[tuple[tuple[re.Pattern[str], TorchRange], ...]] = (
-    (re.compile(r"total capacity; .*\bcached\)"), TorchRange(None, (1, 3))),
+
+class _Then:
+    """``first.*then`` (or, with ``absent``, ``first(?!.*then)``) on one line, in linear time:
+    the regex form re-reads the rest of the line after every occurrence of ``first``."""
+
+    def __init__(self, first: str, then: str, *, absent: bool = False) -> None:
+        self._first, self._then, self._absent = first, re.compile(then), absent
+
+    def search(self, text: str) -> bool:
+        # ``.`` stops at a newline: look from the first occurrence of each line
+        for line in text.split("\n"):
+            # "some occurrence has no ``then`` after it": the last one; "has one": the first one
+            at = line.rfind(self._first) if self._absent else line.find(self._first)
+            if at >= 0 and (self._then.search(line, at + len(self._first)) is None) == self._absent:
+                return True
+        return False
+
+
+_CLUES: Final[tuple[tuple[re.Pattern[str] | _Then, TorchRange], ...]] = (
+    (_Then("total capacity; ", r"\bcached\)"), TorchRange(None, (1, 3))),
     (
-        re.compile(r"reserved in total by PyTorch\)(?!.*max_split_size_mb)"),
+        _Then("reserved in total by PyTorch)", "max_split_size_mb", absent=True),
         TorchRange(None, (1, 9)),
     ),
-    (re.compile(r"reserved in total by PyTorch\).*max_split_size_mb"), TorchRange((1, 10), (2, 0))),
+    (_Then("reserved in total by PyTorch)", "max_split_size_mb"), TorchRange((1, 10), (2, 0))),
     (re.compile(r"total capacty of"), TorchRange.exact((2, 1))),
     (re.compile(r"total capacity of"), TorchRange((2, 2), None)),
     (re.compile(r"\btorch\.cuda\.OutOfMemoryError\b"), TorchRange((1, 13), None)),

@@ -29,7 +29,7 @@ from apicalls import ROOT
 
 # The transport: it sends whatever method its callers name. Its other methods that send a
 # request (list_pods, ...) are attributed to the component whose code calls them.
-TRANSPORT_MODULE = "node_agent.apiclient"
+TRANSPORT_MODULE = "gpu_auditor.base.client"
 TRANSPORT = {f"{TRANSPORT_MODULE}.ApiClient.{name}" for name in ("request", "request_bytes",
                                                                   "_send")}
 SENDING_METHODS = ("request", "request_bytes")

@@ -64,13 +64,13 @@ def test_every_runbook_link_has_a_section_in_the_install_doc() -> None:
 
 @pytest.mark.parametrize("topic, pattern", [
     ("GPU memory nearly full", r"gpu_memory_used_bytes"),
-    ("unintended GPU sharing", r'finding="unintended-sharing"'),
+    ("unintended GPU sharing", r'kind="unintended-sharing"'),
     ("GPU used without a request", r'allocated="false"'),
     ("CUDA OOM diagnosed, with the kind", r"increase\(gpu_auditor_diagnoses_total"),
-    ("suspected GPU memory leak", r"predict_linear\(gpu_auditor_process_gpu_memory_bytes"),
+    ("suspected GPU memory leak", r"predict_linear\(gpu_auditor_container_gpu_memory_bytes"),
     ("agent down", r'up\{job="gpu-auditor-agent"\} == 0'),
     ("agent absent", r'absent\(up\{job="gpu-auditor-agent"\}\)'),
-    ("NVML down", r"gpu_auditor_nvml_up == 0"),
+    ("NVML down", r"gpu_auditor_agent_nvml_up == 0"),
 ])
 def test_the_alerts_the_issue_asks_for_exist(topic: str, pattern: str) -> None:
     assert any(re.search(pattern, a["expr"]) for a in alerts()), topic

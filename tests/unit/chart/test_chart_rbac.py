@@ -46,11 +46,12 @@ from codecalls import (
     scan,
 )
 
+from gpu_auditor.base.client import ApiClient
 from gpu_auditor.controller import main as operator_main
 from gpu_auditor.controller import owners
-from gpu_auditor.controller.kube import WORKLOADS, KubeApi
-from node_agent import report
-from node_agent.apiclient import ApiClient
+from gpu_auditor.controller.kube import WORKLOADS, KubeApi, ObjectRef
+from gpu_auditor.controller.pod import controller_reference
+from node_agent.kube import AgentApi
 
 pytestmark = pytest.mark.unit
 
@@ -244,7 +245,7 @@ def entries() -> dict[str, Entry]:
 @pytest.fixture(scope="module")
 def code(entries: dict[str, Entry]) -> dict[str, ComponentCode]:
     """Each component's code: its own folder, and every first-party module its entry point
-    loads (the operator's run the transport of node_agent.apiclient and the diagnosis core)."""
+    loads (both run the transport of gpu_auditor.base.client; the operator the diagnosis core)."""
     return {component: component_code([*folder_modules(folder), *entries[component].modules])
             for component, (_, folder) in COMPONENTS.items()}
 
@@ -284,7 +285,7 @@ def test_only_the_transport_opens_connections(
     code: dict[str, ComponentCode], component: str,
 ) -> None:
     assert code[component].clients == {}, (
-        "a module that opens HTTP connections of its own: send through node_agent.apiclient "
+        "a module that opens HTTP connections of its own: send through gpu_auditor.base.client "
         "(whose requests this test reads), or say in codecalls.OTHER_CONNECTIONS why it is not "
         "the API server")
 
@@ -457,9 +458,9 @@ def test_the_finder_reads_every_request_and_reports_what_it_cannot_judge(written
     # The transport's own request methods count where a component calls them.
     scan("class ApiClient:\n    def list_pods(self):\n        return self.request('GET', '/p')\n"
          "    def get_node(self):\n        return self.request('GET', '/n')\n",
-         "node_agent.apiclient", transport)
-    assert transport.sites == {"node_agent.apiclient.ApiClient.list_pods": {"GET"},
-                               "node_agent.apiclient.ApiClient.get_node": {"GET"}}
+         "gpu_auditor.base.client", transport)
+    assert transport.sites == {"gpu_auditor.base.client.ApiClient.list_pods": {"GET"},
+                               "gpu_auditor.base.client.ApiClient.get_node": {"GET"}}
     assert "list_pods" in sites.called and "get_node" not in sites.called
 
 
@@ -521,7 +522,7 @@ def _owner_kinds() -> tuple[set[str], set[str]]:
     for kind, workload in WORKLOADS.items():
         refs = [{"controller": True, "kind": kind, "apiVersion": workload.api_version,
                  "name": "w", "uid": f"uid-{kind}"}]
-        owner = owners.verified_owner(Workloads(), "ml", refs)
+        owner = owners.verified_owner(Workloads(), "ml", controller_reference(refs))
         if owner is not None:
             returned.add(owner.kind)
     return read, returned
@@ -530,7 +531,7 @@ def _owner_kinds() -> tuple[set[str], set[str]]:
 def _sent_by_operator() -> dict[str, set[Triple]]:
     read_kinds, patched_kinds = _owner_kinds()
     assert read_kinds and patched_kinds
-    pod = {"metadata": {"namespace": "ml", "name": "p", "uid": "u"}}
+    pod = ObjectRef(namespace="ml", name="p", uid="u")
     runs: dict[str, Any] = {
         "read_pod": lambda api: api.read_pod("ml", "p"),
         "read_log": lambda api: api.read_log("ml", "p", "c", previous=True, tail_lines=1,
@@ -555,19 +556,18 @@ def _sent_by_operator() -> dict[str, set[Triple]]:
 
 
 def _sent_by_agent() -> dict[str, set[Triple]]:
-    args = (report.GROUP, report.VERSION, report.PLURAL)
     runs: dict[str, Any] = {
         "list_pods": lambda api: api.list_pods(field_selector="spec.nodeName=n"),
         "get_node": lambda api: api.get_node("n"),
-        "get_cluster_object": lambda api: api.get_cluster_object(*args, "n"),
-        "create_cluster_object": lambda api: api.create_cluster_object(*args, {}),
-        "replace_cluster_object": lambda api: api.replace_cluster_object(*args, "n", {}),
+        "read_report": lambda api: api.read_report("n"),
+        "create_report": lambda api: api.create_report({}),
+        "replace_report": lambda api: api.replace_report("n", {}),
     }
     out = {}
     for name, run in runs.items():
         recorder = Recorder()
-        run(recorder)
-        out[f"node_agent.apiclient.ApiClient.{name}"] = {triple(*s) for s in recorder.sent}
+        run(AgentApi(recorder))
+        out[f"node_agent.kube.AgentApi.{name}"] = {triple(*s) for s in recorder.sent}
     return out
 
 

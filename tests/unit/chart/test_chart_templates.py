@@ -167,6 +167,21 @@ def test_an_empty_runtime_class_leaves_the_field_out(render: Render) -> None:
     assert "runtimeClassName" not in agent_pod(render("agent.runtimeClassName="))
 
 
+def test_extra_volumes_are_added_to_the_agent_pod_and_mounted_as_given(render: Render) -> None:
+    pod = agent_pod(render(values=["ci/extra-volumes-values.yaml"]))
+    c = container(pod)
+    assert pod["volumes"][-1] == {"name": "fake-nvml",
+                                  "configMap": {"name": "gpu-auditor-fake-nvml"}}
+    assert c["volumeMounts"][-1] == {"name": "fake-nvml", "mountPath": "/fake",
+                                     "readOnly": True}
+    assert "--nvml-fake=/fake/nvml.yaml" in c["args"]
+    # The chart's own volumes stay, in their place.
+    assert [v["name"] for v in pod["volumes"]] == ["pod-resources", "tmp", "fake-nvml"]
+    default = agent_pod(render())
+    assert [v["name"] for v in default["volumes"]] == ["pod-resources", "tmp"]
+    assert [m["name"] for m in container(default)["volumeMounts"]] == ["pod-resources", "tmp"]
+
+
 def test_disabling_the_agent_removes_its_daemonset_rbac_and_service(render: Render) -> None:
     names = {(o["kind"], o["metadata"]["name"]) for o in render("agent.enabled=false")}
     assert not any(name.endswith("-agent") for _, name in names)
@@ -354,6 +369,8 @@ def test_long_release_names_still_fit_in_63_characters(render: Render) -> None:
     "agent.hostPID=maybe",
     "networkPolicy.apiServer.cidrs={not-a-cidr}",
     "agent.metricsProxy.typo=1",
+    "agent.extraVolumes[0].emptyDir.medium=Memory",  # a volume without a name
+    "agent.extraVolumeMounts[0].name=x",  # a mount without a mountPath
 ])
 def test_the_schema_rejects_unknown_or_invalid_values(helm: Any, bad: str) -> None:
     result = run_helm(helm, "template", "rel", str(CHART), "--kube-version", "v1.36.3",

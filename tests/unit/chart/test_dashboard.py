@@ -104,11 +104,11 @@ def test_every_dashboard_expression_parses(promtool: Path, tmp_path: Path) -> No
 
 @pytest.mark.parametrize("what, pattern", [
     ("GPU memory by node and GPU", r"^gpu_auditor_gpu_memory_used_bytes\{"),
-    ("per pod, by namespace/pod", r"sum by \(namespace, pod, allocated\) \(gpu_auditor_process"),
+    ("per pod, by namespace/pod", r"sum by \(namespace, pod, allocated\) \(gpu_auditor_container"),
     ("unrequested use", r'allocated="false"'),
     ("diagnoses over time by kind", r"sum by \(kind\) \(increase\(gpu_auditor_diagnoses_total"),
-    ("agent health: NVML", r"gpu_auditor_nvml_up"),
-    ("agent health: kubelet", r"gpu_auditor_kubelet_up"),
+    ("agent health: NVML", r"gpu_auditor_agent_nvml_up"),
+    ("agent health: kubelet", r"gpu_auditor_agent_kubelet_up"),
     ("agent health: collect duration", r"gpu_auditor_agent_collect_duration_seconds"),
     ("agent health: errors", r"rate\(gpu_auditor_agent_errors_total"),
 ])

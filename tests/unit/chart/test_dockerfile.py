@@ -97,7 +97,14 @@ def test_the_runtime_stage_installs_the_wheel_with_its_dependencies() -> None:
     runtime = stages()[1]
     assert ("COPY", "--from=build /wheels /tmp/wheels") in runtime
     (install,) = [a for i, a in runtime if i == "RUN" and "pip install" in a]
-    assert "pip install /tmp/wheels/*.whl" in install and "--no-deps" not in install
+    assert "/tmp/wheels/gpu_auditor-*.whl" in install and "--no-deps" not in install
+
+
+def test_the_runtime_stage_installs_both_services_extras() -> None:
+    """`pip install gpu-auditor` alone has neither service's dependencies (issue 12)."""
+    runtime = stages()[1]
+    (install,) = [a for i, a in runtime if i == "RUN" and "pip install" in a]
+    assert "[agent,operator]" in install
 
 
 def test_the_image_runs_as_the_numeric_non_root_user_65532() -> None:

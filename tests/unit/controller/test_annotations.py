@@ -7,11 +7,19 @@ import json
 
 import pytest
 
+from gpu_auditor.base.contract import FindingKind
+from gpu_auditor.base.nodereport import Finding
 from gpu_auditor.controller import annotations as notes
 from gpu_auditor.controller import bounded
-from gpu_auditor.controller.nodereport import Finding
-from gpu_auditor.controller.podview import AllocConf, Termination
-from gpu_auditor.diagnosis import Diagnosis, Figures, NodeEvidence, OtherPod, Recommendation
+from gpu_auditor.controller.pod import AllocConf, Pod, Termination, diagnosed_keys, parse_pod
+from gpu_auditor.diagnosis import (
+    Diagnosis,
+    Figures,
+    NodeEvidence,
+    OtherPod,
+    OtherProcess,
+    Recommendation,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -21,21 +29,28 @@ TERMINATION = Termination(container="main", restart_count=3, reason="Error", exi
                           message="", finished_at=None, previous=False)
 
 
+def _pod(annotations: dict[str, str] | None = None) -> Pod:
+    return parse_pod({"metadata": {"namespace": "ml", "name": "train-x", "uid": "uid-1",
+                                   "annotations": annotations or {}}}, PREFIX)
+
+
 def _diagnosis(actions: tuple[str, ...] = (), alloc_conf: str | None = None,
-               summary: str = "fragmentation: 2.0 GiB reserved but unallocated") -> Diagnosis:
+               summary: str = "fragmentation: 2.0 GiB reserved but unallocated",
+               problems: tuple[str, ...] = ()) -> Diagnosis:
     return Diagnosis(
         detected=True, framework="pytorch", kind="fragmentation", contributing=(),
         figures=Figures(requested_bytes=2**30), torch_version_hint="2.11",
         recommendation=Recommendation("PYTORCH_CUDA_ALLOC_CONF" if alloc_conf else None,
                                       alloc_conf, actions),
-        summary=summary, oom_count=1,
+        summary=summary, oom_count=1, alloc_conf_problems=problems,
     )
 
 
-def _written(diagnosis: Diagnosis, **kw: object) -> dict[str, str]:
+def _written(diagnosis: Diagnosis, pod: Pod | None = None,
+             **kw: object) -> dict[str, str | None]:
     return notes.diagnosis_annotations(
-        diagnosis, TERMINATION, pod_uid="uid-1", pod_name="train-x", prefix=PREFIX,
-        previous_keys=[], source="log", now=NOW, **kw).annotations  # type: ignore[arg-type]
+        diagnosis, TERMINATION, pod or _pod(), prefix=PREFIX, previous_keys=[], source="log",
+        now=NOW, **kw).annotations  # type: ignore[arg-type]
 
 
 def test_the_budget_of_all_annotations_is_16_kib_with_the_longest_prefix() -> None:
@@ -43,27 +58,27 @@ def test_the_budget_of_all_annotations_is_16_kib_with_the_longest_prefix() -> No
     assert sum(notes.LIMITS.values()) == 15136
     prefix = "p" * 63 + "/"  # 64 characters, the most --annotation-prefix allows
     worst = sum(len(prefix) + len(name) + limit for name, limit in notes.LIMITS.items())
-    assert worst == 16051 and worst <= 16384  # and 256 KiB is the API server's limit
+    assert worst == 16052 and worst <= 16384  # and 256 KiB is the API server's limit
 
 
 def test_actions_are_cut_at_whole_items_and_say_how_many_were_left_out() -> None:
     written = _written(_diagnosis(actions=tuple(f"{i}" + "x" * 999 for i in range(10))))
-    actions = json.loads(written[f"{PREFIX}actions"])
-    assert len(written[f"{PREFIX}actions"]) == 4041
+    actions = json.loads(str(written[f"{PREFIX}actions"]))
+    assert len(str(written[f"{PREFIX}actions"])) == 4041
     assert actions[:4] == [f"{i}" + "x" * 999 for i in range(4)]
     assert actions[4] == "(6 more actions left out)"
 
 
 def test_one_action_longer_than_1024_bytes_is_cut_inside_the_string_and_still_parses() -> None:
     written = _written(_diagnosis(actions=('say "' + "\\" * 5000 + '"',)))
-    (action,) = json.loads(written[f"{PREFIX}actions"])
+    (action,) = json.loads(str(written[f"{PREFIX}actions"]))
     assert action.endswith("…") and len(action.encode()) == 1024
 
 
 def test_a_long_list_in_the_evidence_keeps_whole_items_and_counts_the_rest() -> None:
     node = NodeEvidence(gpu_uuid="GPU-a", other_pods=tuple(
         OtherPod(namespace=f"ns-{i:03d}", pod=f"pod-{i:03d}", bytes=1) for i in range(200)))
-    evidence = json.loads(_written(_diagnosis(), node=node)[f"{PREFIX}evidence"])
+    evidence = json.loads(str(_written(_diagnosis(), node=node)[f"{PREFIX}evidence"]))
     assert evidence["otherPodsOnGPU"][:2] == ["ns-000/pod-000", "ns-001/pod-001"]
     assert len(evidence["otherPodsOnGPU"]) == 90
     assert evidence["leftOut"] == {"otherPodsOnGPU": 110}
@@ -88,40 +103,43 @@ def test_numbers_json_cannot_carry_become_null() -> None:
 @pytest.mark.parametrize("text", ['"' * 20000, "\\" * 20000, "é" * 20000, "\ud800" * 20000,
                                   "\x00\n" * 20000])
 def test_hostile_strings_never_make_invalid_json_or_exceed_the_limits(text: str) -> None:
-    written = _written(_diagnosis(actions=(text, text, text), summary=text),
-                       alloc_conf=AllocConf(None, text), current_alloc_conf_problems=[text] * 50)
-    json.loads(written[f"{PREFIX}actions"])
-    json.loads(written[f"{PREFIX}evidence"])
+    written = _written(_diagnosis(actions=(text, text, text), summary=text,
+                                  problems=(text,) * 50),
+                       alloc_conf=AllocConf(None, text))
+    json.loads(str(written[f"{PREFIX}actions"]))
+    json.loads(str(written[f"{PREFIX}evidence"]))
     for key, value in written.items():
+        assert value is not None
         assert len(value.encode("utf-8", "replace")) <= notes.LIMITS[key.removeprefix(PREFIX)]
-    assert sum(len(k) + len(v.encode("utf-8", "replace")) for k, v in written.items()) <= 16384
+    assert sum(len(k) + len(str(v).encode("utf-8", "replace"))
+               for k, v in written.items()) <= 16384
 
 
 def test_a_recommended_alloc_conf_over_1024_bytes_is_not_written_and_the_evidence_says_so(
 ) -> None:
     written = _written(_diagnosis(alloc_conf="expandable_segments:True," + "a:" * 600))
     assert f"{PREFIX}recommended-alloc-conf" not in written
-    evidence = json.loads(written[f"{PREFIX}evidence"])
+    evidence = json.loads(str(written[f"{PREFIX}evidence"]))
     assert evidence["recommendedAllocConf"] == (
         "left out: 1225 characters, over the 1024-byte limit")
 
 
 def test_an_ignored_current_setting_is_said_in_the_evidence() -> None:
     why = "PYTORCH_CUDA_ALLOC_CONF not read: 300000 characters, over the 1024-character limit"
-    evidence = json.loads(_written(_diagnosis(), alloc_conf=AllocConf(None, why))
-                          [f"{PREFIX}evidence"])
+    evidence = json.loads(str(_written(_diagnosis(), alloc_conf=AllocConf(None, why))
+                              [f"{PREFIX}evidence"]))
     assert evidence["currentAllocConf"] == why
 
 
 def test_diagnosed_keys_keep_16_and_ignore_keys_a_tenant_forged() -> None:
     forged = ",".join(["main/1", "../x/2", "a" * 70 + "/1", "main/" + "9" * 11, "side/2"])
-    assert notes.diagnosed_keys({f"{PREFIX}diagnosed-key": forged}, PREFIX) == [
-        "main/1", "side/2"]
+    assert diagnosed_keys(forged) == ["main/1", "side/2"]
+    assert _pod({f"{PREFIX}diagnosed-key": forged}).diagnosed_keys == ("main/1", "side/2")
     previous = [f"side/{i}" for i in range(40)]
     keys = notes.diagnosis_annotations(
-        _diagnosis(), TERMINATION, pod_uid="u", pod_name="p", prefix=PREFIX,
-        previous_keys=previous, source="log", now=NOW).annotations[f"{PREFIX}diagnosed-key"]
-    assert keys.split(",") == [*(f"side/{i}" for i in range(25, 40)), "main/3"]
+        _diagnosis(), TERMINATION, _pod(), prefix=PREFIX, previous_keys=previous,
+        source="log", now=NOW).annotations[f"{PREFIX}diagnosed-key"]
+    assert str(keys).split(",") == [*(f"side/{i}" for i in range(25, 40)), "main/3"]
 
 
 def test_a_failure_is_one_short_annotation_and_records_the_key() -> None:
@@ -133,16 +151,47 @@ def test_a_failure_is_one_short_annotation_and_records_the_key() -> None:
 
 
 def test_a_later_diagnosis_clears_a_stale_failure_and_recommendation() -> None:
-    existing = {f"{PREFIX}diagnosis-failed": "main/0: timeout", f"{PREFIX}recommended-alloc-conf":
-                "expandable_segments:True", "team": "ml"}
-    patch = notes.clear_stale(existing, {f"{PREFIX}diagnosis": "capacity"}, PREFIX)
-    assert patch == {f"{PREFIX}diagnosis": "capacity", f"{PREFIX}diagnosis-failed": None,
-                     f"{PREFIX}recommended-alloc-conf": None}
+    pod = _pod({f"{PREFIX}diagnosis-failed": "main/0: timeout",
+                f"{PREFIX}recommended-alloc-conf": "expandable_segments:True", "team": "ml"})
+    patch = _written(_diagnosis(), pod)
+    assert patch[f"{PREFIX}diagnosis"] == "fragmentation"
+    assert patch[f"{PREFIX}diagnosis-failed"] is None
+    assert patch[f"{PREFIX}recommended-alloc-conf"] is None
+    assert "team" not in patch
+    kept = _written(_diagnosis(alloc_conf="expandable_segments:True"), pod)
+    assert kept[f"{PREFIX}recommended-alloc-conf"] == "expandable_segments:True"
+
+
+def test_the_evidence_is_built_from_the_typed_diagnosis_in_camel_case() -> None:
+    diagnosis = _diagnosis(problems=("max_split_size_mb: must be > 20",))
+    diagnosis = Diagnosis(**{**diagnosis.__dict__, "figures": Figures(
+        requested_bytes=2**30, total_bytes=8 * 2**30, free_bytes=0, allocated_bytes=5,
+        reserved_unallocated_bytes=3, other_processes=(OtherProcess(pid=7, bytes=9),))})
+    evidence = json.loads(str(_written(diagnosis)[f"{PREFIX}evidence"]))
+    assert evidence["figures"] == {
+        "requestedBytes": 2**30, "totalBytes": 8 * 2**30, "freeBytes": 0, "processBytes": None,
+        "allocatedBytes": 5, "reservedUnallocatedBytes": 3, "allowedBytes": None,
+        "otherProcesses": [{"pid": 7, "bytes": 9, "namespace": None, "pod": None}]}
+    assert (evidence["oomCount"], evidence["torchVersionHint"]) == (1, "2.11")
+    assert evidence["currentAllocConfProblems"] == ["max_split_size_mb: must be > 20"]
+    snake = [k for k in evidence if "_" in k] + [k for k in evidence["figures"] if "_" in k]
+    assert snake == []
+
+
+def test_the_owner_gets_the_summary_and_the_pod_it_came_from() -> None:
+    written = notes.diagnosis_annotations(
+        _diagnosis(alloc_conf="expandable_segments:True"), TERMINATION, _pod(), prefix=PREFIX,
+        previous_keys=[], source="log", now=NOW)
+    assert set(written.owner_annotations) == {
+        f"{PREFIX}{name}" for name in ("diagnosis", "summary", "recommended-alloc-conf",
+                                       "actions", "diagnosed-at", "diagnosed-pod")}
+    assert written.owner_annotations[f"{PREFIX}diagnosed-pod"] == "ml/train-x"
 
 
 def test_sharing_annotations_list_whole_pod_refs_within_1024_bytes() -> None:
     pods = tuple(f"ns/{'p' * 60}-{i:03d}" for i in range(40))
-    finding = Finding(kind="unintended-sharing", gpu_uuid="GPU-a", pods=pods, message="m")
+    finding = Finding(kind=FindingKind.UNINTENDED_SHARING, gpu_uuid="GPU-a", pods=pods,
+                      message="m")
     shared = notes.sharing_annotations(PREFIX, [finding], pods[0])[f"{PREFIX}gpu-shared-with"]
     items = shared.split(",")
     assert len(shared) <= 1024

@@ -1,5 +1,6 @@
 """Request paths and error classes: what reaches the API server for a given name, and what the
-operator catches for a given status (with a recording stand-in for the HTTP client)."""
+operator catches for a given status (with a recording stand-in for the HTTP transport, which
+raises the base's class for each status as the real client does)."""
 
 from __future__ import annotations
 
@@ -8,18 +9,21 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from gpu_auditor.controller import names
-from gpu_auditor.controller.kube import (
-    Conflict,
-    Forbidden,
-    Gone,
-    KubeApi,
-    KubeError,
-    LogUnavailable,
-    Rejected,
-    Retry,
+from gpu_auditor.base import names
+from gpu_auditor.base.errors import (
+    APIBadRequestError,
+    APIClientError,
+    APIConflictError,
+    APIConnectionError,
+    APIError,
+    APIForbiddenError,
+    APINotFoundError,
+    APIServerError,
+    APITooManyRequestsError,
+    APIUnauthorizedError,
+    from_status,
 )
-from node_agent.apiclient import ApiError
+from gpu_auditor.controller.kube import KubeApi, LogUnavailable, ObjectRef
 
 pytestmark = pytest.mark.unit
 
@@ -31,8 +35,10 @@ class Recorder:
 
     def request(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
         self.requests.append((method, path, kw.get("body")))
+        if self.status is None:
+            raise APIConnectionError("no answer")
         if self.status != 0:
-            raise ApiError(self.status, "refused")
+            raise from_status(self.status, "refused")
         return {"metadata": {"uid": "u"}}
 
     request_bytes = request
@@ -80,14 +86,18 @@ def test_workload_paths_and_the_uid_precondition_in_every_write() -> None:
     ]
 
 
-@pytest.mark.parametrize(("status", "error"), [
-    (404, Gone), (403, Forbidden), (409, Conflict), (400, Rejected), (422, Rejected),
-    (429, Retry), (500, Retry), (503, Retry), (None, Retry), (401, KubeError),
+@pytest.mark.parametrize(("status", "error", "reason"), [
+    (404, APINotFoundError, "not-found"), (403, APIForbiddenError, "forbidden"),
+    (409, APIConflictError, "conflict"), (400, APIBadRequestError, "invalid"),
+    (422, APIBadRequestError, "invalid"), (429, APITooManyRequestsError, "unavailable"),
+    (500, APIServerError, "unavailable"), (503, APIServerError, "unavailable"),
+    (None, APIConnectionError, "unavailable"), (401, APIUnauthorizedError, "error"),
+    (418, APIClientError, "error"),
 ])
-def test_each_status_is_one_error_class_and_counted(status: int | None,
-                                                    error: type[KubeError]) -> None:
+def test_each_status_is_one_error_class_and_counted(status: int | None, error: type[APIError],
+                                                    reason: str) -> None:
     api = KubeApi(Recorder(status))  # type: ignore[arg-type]
-    labels = {"verb": "patch_pod", "reason": error.reason}
+    labels = {"verb": "patch_pod", "reason": reason}
     before = REGISTRY.get_sample_value("gpu_auditor_operator_api_errors_total", labels) or 0
     with pytest.raises(error) as caught:
         api.patch_pod_annotations("ml", "p", {})
@@ -98,7 +108,7 @@ def test_each_status_is_one_error_class_and_counted(status: int | None,
 
 def test_an_event_that_exists_already_is_not_an_error() -> None:
     api = KubeApi(Recorder(409))  # type: ignore[arg-type]
-    pod = {"metadata": {"namespace": "ml", "name": "p", "uid": "u"}}
+    pod = ObjectRef("ml", "p", "u")
     assert api.post_event(pod, name="p.gpu-auditor.0123", reason="R", message="m") is False
 
 

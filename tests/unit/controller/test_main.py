@@ -8,8 +8,8 @@ from typing import Any
 import kopf
 import pytest
 
+from gpu_auditor.base.errors import APIConnectionError, from_status
 from gpu_auditor.controller import main
-from node_agent.apiclient import ApiError
 
 pytestmark = pytest.mark.unit
 
@@ -46,7 +46,7 @@ def test_startup_switches_kopfs_cluster_discovery_off() -> None:
 
 class Answers:
     """An API client double that answers each request with the next of `answers`: a body, or
-    the status of an ApiError to raise (None: no answer at all)."""
+    the HTTP status of the error to raise (None: no answer at all)."""
 
     def __init__(self, *answers: int | dict[str, Any] | None) -> None:
         self.answers = list(answers)
@@ -58,7 +58,9 @@ class Answers:
         answer = self.answers.pop(0)
         if isinstance(answer, dict):
             return answer
-        raise ApiError(answer, f"status {answer}")
+        if answer is None:
+            raise APIConnectionError("connection refused")
+        raise from_status(answer, f"status {answer}")
 
 
 class Clock:

@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
+from gpu_auditor.base.errors import APIForbiddenError, APINotFoundError, APIServerError
+from gpu_auditor.base.nodereport import parse_report
 from gpu_auditor.controller.diagnoser import DiagnosisFailed
-from gpu_auditor.controller.kube import Forbidden, Gone, LogUnavailable, Retry
-from gpu_auditor.controller.nodereport import parse_report
+from gpu_auditor.controller.kube import LogUnavailable
 from gpu_auditor.controller.service import OperatorConfig, Services
 from gpu_auditor.diagnosis import Diagnosis, diagnose
 
@@ -55,13 +56,13 @@ class FakeKube:
         self.reads.append((namespace, name))
         pod = self._pods().get(name)
         if pod is None or pod["metadata"]["namespace"] != namespace:
-            raise Gone("gone")
+            raise APINotFoundError("gone", status=404)
         return copy.deepcopy(pod)
 
     def read_log(self, *_: Any, **__: Any) -> bytes:
         self.log_reads += 1
         if self.pod is None:
-            raise Gone("gone")
+            raise APINotFoundError("gone", status=404)
         if self.log_error:
             raise LogUnavailable(self.log_error)
         return self.log
@@ -81,7 +82,7 @@ class FakeKube:
             else:
                 notes[key] = value
 
-    def post_event(self, pod: Any, *, name: str, reason: str, message: str,
+    def post_event(self, about: Any, *, name: str, reason: str, message: str,
                    event_type: str = "Warning") -> bool:
         self.event_creates += 1
         if name in self.events:
@@ -95,7 +96,7 @@ class FakeKube:
     def read_workload(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
         self.workload_reads.append((kind, name))
         if (kind, name) not in self.workloads:
-            raise Gone("gone")
+            raise APINotFoundError("gone", status=404)
         return copy.deepcopy(self.workloads[(kind, name)])
 
     def patch_workload(self, kind: str, namespace: str, name: str, uid: str,
@@ -213,7 +214,7 @@ def test_an_oom_kill_names_the_memory_limit_and_reads_no_log() -> None:
     _services(kube).handle_pod(kube.pod)
     notes = kube.pod["metadata"]["annotations"]
     assert notes[f"{PREFIX}diagnosis"] == "host-oom-killed"
-    assert "4.00 GiB" in notes[f"{PREFIX}reason"]
+    assert "4.00 GiB" in notes[f"{PREFIX}summary"]
     assert kube.log_reads == 0
     assert [reason for reason, _ in kube.events.values()] == ["OOMKilled"]
 
@@ -228,8 +229,9 @@ def test_a_failure_without_an_oom_writes_nothing_and_is_not_read_again() -> None
 
 def _due(services: Services, key: tuple[str, str], seconds: float) -> None:
     """Move a failed attempt `seconds` into the past (its retry's time has come)."""
-    at, attempts = services.checked.get(key)
-    services.checked.add(key, (at - seconds, attempts))
+    memory = services.oom.attempts.memory
+    at, attempts = memory.get(key)
+    memory.add(key, (at - seconds, attempts))
 
 
 def test_a_transient_log_failure_schedules_its_own_retry_and_then_succeeds() -> None:
@@ -319,7 +321,7 @@ def test_a_failed_diagnosis_is_recorded_once_and_not_retried_hot(reason: str) ->
     kube = FakeKube(_pod(ERROR), log=b"anything")
     diagnoser = Inline(fail=DiagnosisFailed(reason, "over the 10 s budget"))
     services = _services(kube, diagnoser)
-    before = metric("gpu_auditor_diagnosis_failures_total", reason=reason)
+    before = metric("gpu_auditor_operator_diagnosis_failures_total", reason=reason)
     for _ in range(5):
         services.handle_pod(kube.pod)
     _services(kube, diagnoser).handle_pod(kube.pod)  # a restarted operator sees the annotation
@@ -328,7 +330,7 @@ def test_a_failed_diagnosis_is_recorded_once_and_not_retried_hot(reason: str) ->
     assert notes[f"{PREFIX}diagnosed-key"] == "main/0"
     assert f"{PREFIX}diagnosis" not in notes and kube.events == {}
     assert (diagnoser.calls, kube.log_reads, len(kube.patches)) == (1, 1, 1)
-    assert metric("gpu_auditor_diagnosis_failures_total", reason=reason) - before == 1
+    assert metric("gpu_auditor_operator_diagnosis_failures_total", reason=reason) - before == 1
     assert services.pending(kube.pod) == []  # kopf's filter lets no later event through
 
 
@@ -337,8 +339,8 @@ def test_a_failure_whose_write_fails_is_written_later_without_diagnosing_again()
     diagnoser = Inline(fail=DiagnosisFailed("timeout", "no answer within the 10 s budget"))
     scheduled = Scheduled()
     services = _services(kube, diagnoser, scheduled)
-    before = metric("gpu_auditor_diagnosis_failures_total", reason="timeout")
-    kube.fail_patch["train-x"] = Retry("patch_pod: 503")
+    before = metric("gpu_auditor_operator_diagnosis_failures_total", reason="timeout")
+    kube.fail_patch["train-x"] = APIServerError("patch_pod: 503", status=503)
     services.handle_pod(kube.pod)
     del kube.fail_patch["train-x"]
     _due(services, ("uid-1", "main/0"), 5.0)
@@ -346,7 +348,8 @@ def test_a_failure_whose_write_fails_is_written_later_without_diagnosing_again()
     assert kube.pod["metadata"]["annotations"][f"{PREFIX}diagnosis-failed"].startswith(
         "main/0: timeout")
     assert diagnoser.calls == 1
-    assert metric("gpu_auditor_diagnosis_failures_total", reason="timeout") - before == 1
+    assert metric("gpu_auditor_operator_diagnosis_failures_total",
+                  reason="timeout") - before == 1
 
 
 def test_a_bug_of_ours_on_one_pod_is_counted_and_not_retried() -> None:
@@ -354,10 +357,11 @@ def test_a_bug_of_ours_on_one_pod_is_counted_and_not_retried() -> None:
     diagnoser = Inline()
     diagnoser.diagnose = lambda *_, **__: 1 / 0  # type: ignore[method-assign,assignment,misc]
     services = _services(kube, diagnoser)
-    before = metric("gpu_auditor_diagnosis_failures_total", reason="internal")
+    before = metric("gpu_auditor_operator_diagnosis_failures_total", reason="internal")
     services.handle_pod(kube.pod)
     services.handle_pod(kube.pod)
-    assert metric("gpu_auditor_diagnosis_failures_total", reason="internal") - before == 1
+    assert metric("gpu_auditor_operator_diagnosis_failures_total",
+                  reason="internal") - before == 1
     assert kube.log_reads == 1
 
 
@@ -398,20 +402,21 @@ def test_the_owning_job_gets_the_summary_when_its_uid_matches() -> None:
 def test_a_forged_owner_reference_is_refused_and_counted() -> None:
     kube = _fragmentation(_owned("Job", "victim", "forged-uid"))
     kube.workloads[("Job", "victim")] = {"metadata": {"uid": "real-uid"}}
-    before = metric("gpu_auditor_owner_writes_refused_total", reason="uid-mismatch")
+    before = metric("gpu_auditor_operator_owner_writes_refused_total", reason="uid-mismatch")
     _services(kube).handle_pod(kube.pod)
     assert kube.workload_patches == []
-    assert metric("gpu_auditor_owner_writes_refused_total", reason="uid-mismatch") - before == 1
+    assert metric("gpu_auditor_operator_owner_writes_refused_total",
+                  reason="uid-mismatch") - before == 1
     assert kube.pod["metadata"]["annotations"][f"{PREFIX}diagnosis"] == "fragmentation"
 
 
 @pytest.mark.parametrize("name", ["../victim", "a/b", "UPPER", "x" * 254, "", "a..b"])
 def test_an_owner_name_that_is_not_a_valid_name_is_refused_before_any_request(name: str) -> None:
     kube = _fragmentation(_owned("Job", name, "job-uid"))
-    before = metric("gpu_auditor_owner_writes_refused_total", reason="invalid-reference")
+    before = metric("gpu_auditor_operator_owner_writes_refused_total", reason="invalid-reference")
     _services(kube).handle_pod(kube.pod)
     assert (kube.workload_reads, kube.workload_patches) == ([], [])
-    assert metric("gpu_auditor_owner_writes_refused_total", reason="invalid-reference") - (
+    assert metric("gpu_auditor_operator_owner_writes_refused_total", reason="invalid-reference") - (
         before) == 1
 
 
@@ -450,7 +455,7 @@ def test_a_raw_cuda_error_with_another_pod_filling_the_gpu_is_gpu_shared() -> No
     report = {"metadata": {"name": "gpu-1"}, "spec": {"nodeName": "gpu-1", "gpus": [{
         "uuid": "GPU-a", "memoryTotalBytes": 140 * gib, "memoryFreeBytes": 64 * 2**20,
         "pods": [{"namespace": "ml", "pod": "hog", "podUID": "uid-hog", "container": "main",
-                  "bytes": 139 * gib, "pids": [7], "allocated": False}]}]}}
+                  "bytes": 139 * gib, "pids": [7], "allocated": "false"}]}]}}
     kube = FakeKube(_pod(ERROR), log=(FIXTURE / "context_oom_gpu_full.log").read_bytes(),
                     report=report)
     _services(kube).handle_pod(kube.pod)
@@ -464,7 +469,7 @@ def test_a_report_whose_name_is_not_its_node_gives_no_evidence() -> None:
     report = {"metadata": {"name": "gpu-2"}, "spec": {"nodeName": "gpu-1", "gpus": [{
         "uuid": "GPU-a", "memoryTotalBytes": 140 * gib, "memoryFreeBytes": 64 * 2**20,
         "pods": [{"namespace": "ml", "pod": "hog", "podUID": "uid-hog", "container": "main",
-                  "bytes": 139 * gib, "pids": [7], "allocated": False}]}]}}
+                  "bytes": 139 * gib, "pids": [7], "allocated": "false"}]}]}}
     kube = FakeKube(_pod(ERROR), log=(FIXTURE / "context_oom_gpu_full.log").read_bytes(),
                     report=report)
     _services(kube).handle_pod(kube.pod)
@@ -476,7 +481,7 @@ def test_an_api_outage_while_writing_is_retried_later() -> None:
     kube = FakeKube(_pod({"exitCode": 137, "reason": "OOMKilled"}))
     scheduled = Scheduled()
     services = _services(kube, schedule=scheduled)
-    kube.fail_patch["train-x"] = Retry("patch_pod: 503 Service Unavailable")
+    kube.fail_patch["train-x"] = APIServerError("patch_pod: 503 Service Unavailable", status=503)
     services.handle_pod(kube.pod)
     assert [delay for delay, _ in scheduled] == [5.0]
     del kube.fail_patch["train-x"]
@@ -490,7 +495,7 @@ def test_a_forbidden_write_is_retried_later_too() -> None:
     kube = FakeKube(_pod({"exitCode": 137, "reason": "OOMKilled"}))
     scheduled = Scheduled()
     services = _services(kube, schedule=scheduled)
-    kube.fail_patch["train-x"] = Forbidden("patch_pod: 403")
+    kube.fail_patch["train-x"] = APIForbiddenError("patch_pod: 403", status=403)
     services.handle_pod(kube.pod)
     services.handle_pod(kube.pod)  # an event right after: not hot
     assert [delay for delay, _ in scheduled] == [5.0]
@@ -515,7 +520,7 @@ def test_a_stale_event_queued_before_our_own_patch_writes_nothing_twice() -> Non
     services = _services(kube)
     stale = copy.deepcopy(kube.pod)  # the status event kopf queued while we were writing
     services.handle_pod(kube.pod)
-    services.checked = type(services.checked)(10)  # even with that memory gone
+    services.oom.attempts.memory = type(services.oom.attempts.memory)(10)  # that memory gone
     services.handle_pod(stale)
     assert (len(kube.patches), kube.event_creates, kube.log_reads) == (1, 1, 1)
 
@@ -531,7 +536,7 @@ def _running(name: str, uid: str, node: str = "gpu-1", namespace: str = "ml") ->
 def _entry(ref: str, uid: str) -> dict[str, Any]:
     namespace, _, pod = ref.partition("/")
     return {"namespace": namespace, "pod": pod, "podUID": uid, "container": "main",
-            "bytes": 2**30, "allocated": True}
+            "bytes": 2**30, "allocated": "true"}
 
 
 def _sharing(*refs: str, uids: dict[str, str] | None = None, node: str = "gpu-1",
@@ -580,20 +585,22 @@ def test_a_pod_with_two_findings_gets_one_stable_annotation_set_and_an_event_for
 def test_a_report_naming_a_pod_on_another_node_writes_nothing_there() -> None:
     kube = _report_kube(_running("coredns", "uid-coredns", node="gpu-2", namespace="kube-system"),
                         _running("nb", "uid-nb"))
-    before = metric("gpu_auditor_report_items_ignored_total", reason="other-node")
+    before = metric("gpu_auditor_operator_report_items_ignored_total", reason="other-node")
     _services(kube).handle_report(parse_report(_sharing("kube-system/coredns", "ml/nb")))
     assert [n for _, n, _ in kube.patched] == ["nb"]
     assert [reason for reason, _ in kube.events.values()] == ["UnintendedGPUSharing"]
-    assert metric("gpu_auditor_report_items_ignored_total", reason="other-node") - before == 1
+    assert metric("gpu_auditor_operator_report_items_ignored_total",
+                  reason="other-node") - before == 1
 
 
 def test_a_report_naming_a_pod_by_a_uid_it_does_not_have_writes_nothing() -> None:
     kube = _report_kube(_running("train-x", "uid-real"), _running("nb", "uid-nb"))
-    before = metric("gpu_auditor_report_items_ignored_total", reason="uid-mismatch")
+    before = metric("gpu_auditor_operator_report_items_ignored_total", reason="uid-mismatch")
     _services(kube).handle_report(parse_report(
         _sharing("ml/train-x", "ml/nb", uids={"ml/train-x": "uid-forged"})))
     assert [n for _, n, _ in kube.patched] == ["nb"]
-    assert metric("gpu_auditor_report_items_ignored_total", reason="uid-mismatch") - before == 1
+    assert metric("gpu_auditor_operator_report_items_ignored_total",
+                  reason="uid-mismatch") - before == 1
 
 
 def test_a_finding_naming_a_bare_uid_or_a_path_is_ignored_without_a_request() -> None:
@@ -601,16 +608,16 @@ def test_a_finding_naming_a_bare_uid_or_a_path_is_ignored_without_a_request() ->
     raw = _sharing("ml/nb")
     raw["spec"]["findings"][0]["pods"] += ["0f1e2d3c-aaaa-bbbb-cccc-000000000001",
                                            "ml/../../api/v1/nodes", "kube-system/a/b"]
-    before = metric("gpu_auditor_report_items_ignored_total", reason="malformed-pod-ref")
+    before = metric("gpu_auditor_operator_report_items_ignored_total", reason="malformed-pod-ref")
     _services(kube).handle_report(parse_report(raw))
     assert kube.reads == [("ml", "nb")]
-    assert metric("gpu_auditor_report_items_ignored_total", reason="malformed-pod-ref") - (
+    assert metric("gpu_auditor_operator_report_items_ignored_total", reason="malformed-pod-ref") - (
         before) == 3
 
 
 def test_one_forbidden_pod_does_not_stop_the_rest_of_the_report_and_is_retried() -> None:
     kube = _report_kube(_running("a", "uid-a"), _running("b", "uid-b"), _running("c", "uid-c"))
-    kube.fail_patch["b"] = Forbidden("patch_pod: 403 Forbidden")
+    kube.fail_patch["b"] = APIForbiddenError("patch_pod: 403 Forbidden", status=403)
     scheduled = Scheduled()
     services = _services(kube, schedule=scheduled)
     services.handle_report(parse_report(_sharing("ml/a", "ml/b", "ml/c")))
@@ -626,12 +633,12 @@ def test_one_forbidden_pod_does_not_stop_the_rest_of_the_report_and_is_retried()
 
 def test_a_retry_against_a_newer_report_that_no_longer_names_the_pod_does_nothing() -> None:
     kube = _report_kube(_running("a", "uid-a"), _running("b", "uid-b"))
-    kube.fail_patch["b"] = Retry("patch_pod: 503")
+    kube.fail_patch["b"] = APIServerError("patch_pod: 503", status=503)
     scheduled = Scheduled()
     services = _services(kube, schedule=scheduled)
     services.handle_report(parse_report(_sharing("ml/a", "ml/b")))
     del kube.fail_patch["b"]
-    services.note_report(parse_report(_sharing("ml/a")))  # b is gone from the node's report
+    services.reports.note(parse_report(_sharing("ml/a")))  # b is gone from the node's report
     scheduled[0][1]()
     assert [n for _, n, _ in kube.patched] == ["a"]
 
@@ -641,10 +648,11 @@ def test_an_operator_watching_some_namespaces_leaves_pods_elsewhere_alone() -> N
                         _running("nb", "uid-nb"))
     services = Services(kube=kube, config=OperatorConfig(namespaces=("ml",)),  # type: ignore[arg-type]
                         diagnoser=Inline(), schedule=Scheduled())
-    before = metric("gpu_auditor_report_items_ignored_total", reason="not-watched")
+    before = metric("gpu_auditor_operator_report_items_ignored_total", reason="not-watched")
     services.handle_report(parse_report(_sharing("kube-system/coredns", "ml/nb")))
     assert kube.reads == [("ml", "nb")]
     assert [n for _, n, _ in kube.patched] == ["nb"]
     assert kube.others["nb"]["metadata"]["annotations"][f"{PREFIX}gpu-shared-with"] == (
         "kube-system/coredns")
-    assert metric("gpu_auditor_report_items_ignored_total", reason="not-watched") - before == 1
+    assert metric("gpu_auditor_operator_report_items_ignored_total",
+                  reason="not-watched") - before == 1

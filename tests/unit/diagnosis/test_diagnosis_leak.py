@@ -72,3 +72,14 @@ def test_constant_or_arbitrary_series_never_raise(values: list[int]) -> None:
 )
 def test_any_linear_rise_big_enough_is_a_leak(points: int, step: int) -> None:
     assert detect_growth([(float(i), 2**30 + i * step) for i in range(points)], "samples")
+
+
+def test_the_probes_records_are_not_read_as_a_printed_series() -> None:
+    # a job that catches its OOMs prints one record per failure, each with allocated_bytes
+    record = (
+        'gpu-auditor-probe-record {{"probe":"gpu-auditor","v":1,"status":"ok",'
+        '"allocated_bytes":{b},"reserved_bytes":{b}}}\n'
+    )
+    text = "".join(record.format(b=(100 + 2 * i) * GIB) for i in range(20))
+    assert printed_series(text) == []
+    assert growth_from_log(text) is None

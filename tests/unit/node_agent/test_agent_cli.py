@@ -29,10 +29,10 @@ def test_once_on_the_example_node_shows_the_pod_using_a_gpu_it_did_not_request(
     assert main([*FAKE, "--once"]) == 0
     out = capsys.readouterr().out
     notebook = [line for line in out.splitlines()
-                if line.startswith("gpu_auditor_process_gpu_memory_bytes{")
+                if line.startswith("gpu_auditor_container_gpu_memory_bytes{")
                 and 'pod="notebook-1"' in line]
     assert len(notebook) == 1 and 'allocated="false"' in notebook[0]
-    assert ('gpu_auditor_sharing_finding{finding="unrequested-gpu-use",gpu="0",namespace="ml",'
+    assert ('gpu_auditor_sharing_finding{gpu="0",kind="unrequested-gpu-use",namespace="ml",'
             'node="gpu-node-1",pod="notebook-1"') in out
     assert 'allocated="host"' in out
 
@@ -141,7 +141,7 @@ def test_http_serves_metrics_and_healthz(served: str) -> None:
     with urllib.request.urlopen(f"{served}/metrics", timeout=5) as r:
         body = r.read().decode()
         assert r.headers["Content-Type"].startswith("text/plain")
-    assert 'gpu_auditor_nvml_up{node="gpu-node-1"} 1.0' in body
+    assert 'gpu_auditor_agent_nvml_up{node="gpu-node-1"} 1.0' in body
     assert "process_resident_memory_bytes" in body
     with urllib.request.urlopen(f"{served}/healthz", timeout=5) as r:
         assert (r.status, r.read()) == (200, b"ok\n")

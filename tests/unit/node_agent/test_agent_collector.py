@@ -64,21 +64,21 @@ def sampler_for(node: tuple[StaticGpus, Path], pods: PodSource | None = None) ->
 
 def test_container_memory_is_summed_and_labelled_allocated_true(node) -> None:
     r = scrape(sampler_for(node))
-    value = r.get_sample_value("gpu_auditor_process_gpu_memory_bytes",
+    value = r.get_sample_value("gpu_auditor_container_gpu_memory_bytes",
                                proc_labels(GPU0, "ml", "a", "main", UID_A, "true"))
     assert value == 11 * GIB
 
 
 def test_use_without_a_request_is_labelled_allocated_false(node) -> None:
     r = scrape(sampler_for(node))
-    value = r.get_sample_value("gpu_auditor_process_gpu_memory_bytes",
+    value = r.get_sample_value("gpu_auditor_container_gpu_memory_bytes",
                                proc_labels(GPU0, "ml", "b", "side", UID_B, "false"))
     assert value == 3 * GIB
 
 
 def test_a_host_process_is_kept_with_empty_pod_labels(node) -> None:
     r = scrape(sampler_for(node))
-    value = r.get_sample_value("gpu_auditor_process_gpu_memory_bytes",
+    value = r.get_sample_value("gpu_auditor_container_gpu_memory_bytes",
                                proc_labels(GPU1, "", "", "", "", "host", gpu_label="1"))
     assert value == 4 * GIB
 
@@ -96,18 +96,18 @@ def test_gpu_memory_pods_and_findings(node) -> None:
                               {"node": NODE, "gpu": "1", "uuid": GPU1}) == 0
     f = {"node": NODE, "gpu": "0", "uuid": GPU0, "namespace": "ml"}
     assert r.get_sample_value("gpu_auditor_sharing_finding",
-                              {**f, "pod": "b", "finding": "unrequested-gpu-use"}) == 1
+                              {**f, "pod": "b", "kind": "unrequested-gpu-use"}) == 1
     for pod in ("a", "b"):
         assert r.get_sample_value("gpu_auditor_sharing_finding",
-                                  {**f, "pod": pod, "finding": "unintended-sharing"}) == 1
+                                  {**f, "pod": pod, "kind": "unintended-sharing"}) == 1
     assert r.get_sample_value("gpu_auditor_sharing_finding",
-                              {**f, "pod": "a", "finding": "unrequested-gpu-use"}) is None
+                              {**f, "pod": "a", "kind": "unrequested-gpu-use"}) is None
 
 
 def test_health_gauges_and_error_counters_exist_up_front(node) -> None:
     r = scrape(sampler_for(node))
-    assert r.get_sample_value("gpu_auditor_nvml_up", {"node": NODE}) == 1
-    assert r.get_sample_value("gpu_auditor_kubelet_up", {"node": NODE}) == 1
+    assert r.get_sample_value("gpu_auditor_agent_nvml_up", {"node": NODE}) == 1
+    assert r.get_sample_value("gpu_auditor_agent_kubelet_up", {"node": NODE}) == 1
     assert r.get_sample_value("gpu_auditor_agent_collect_duration_seconds",
                               {"node": NODE}) is not None
     for source in ("nvml", "kubelet", "proc", "apiserver"):
@@ -126,9 +126,9 @@ def test_no_nvml_still_serves_with_nvml_up_0(node) -> None:
     gpus, _ = node
     gpus.up = False
     r = scrape(sampler_for(node))
-    assert r.get_sample_value("gpu_auditor_nvml_up", {"node": NODE}) == 0
-    assert r.get_sample_value("gpu_auditor_kubelet_up", {"node": NODE}) == 1
-    assert b"gpu_auditor_process_gpu_memory_bytes{" not in generate_latest(r)
+    assert r.get_sample_value("gpu_auditor_agent_nvml_up", {"node": NODE}) == 0
+    assert r.get_sample_value("gpu_auditor_agent_kubelet_up", {"node": NODE}) == 1
+    assert b"gpu_auditor_container_gpu_memory_bytes{" not in generate_latest(r)
 
 
 def test_a_failed_gpu_drops_only_its_own_series_and_counts_an_nvml_error(node) -> None:
@@ -150,7 +150,7 @@ def test_a_vanished_pid_is_an_unknown_pod_and_a_proc_error(node) -> None:
     _, root = node
     (root / "200" / "stat").unlink()  # gone between the NVML list and the /proc read
     r = scrape(sampler_for(node))
-    assert r.get_sample_value("gpu_auditor_process_gpu_memory_bytes",
+    assert r.get_sample_value("gpu_auditor_container_gpu_memory_bytes",
                               proc_labels(GPU0, "", "", "", "", "unknown")) == 3 * GIB
     assert r.get_sample_value("gpu_auditor_agent_errors_total",
                               {"node": NODE, "source": "proc"}) == 1
@@ -164,9 +164,9 @@ def test_a_garbage_cgroup_is_unknown_with_no_pod_and_no_finding(node) -> None:
     write_proc(root, 401, cgroup="\x00\x01garbage")
     gpus.gpus = [gpu(0, GPU0, [(100, 10 * GIB), (400, 2 * GIB), (401, GIB)])]
     r = scrape(sampler_for(node))
-    assert r.get_sample_value("gpu_auditor_process_gpu_memory_bytes",
+    assert r.get_sample_value("gpu_auditor_container_gpu_memory_bytes",
                               proc_labels(GPU0, "", "", "", "", "unknown")) == 3 * GIB
-    assert r.get_sample_value("gpu_auditor_process_gpu_memory_bytes",
+    assert r.get_sample_value("gpu_auditor_container_gpu_memory_bytes",
                               proc_labels(GPU0, "", "", "", "", "host")) is None
     assert r.get_sample_value("gpu_auditor_gpu_pods",
                               {"node": NODE, "gpu": "0", "uuid": GPU0}) == 1
@@ -175,8 +175,8 @@ def test_a_garbage_cgroup_is_unknown_with_no_pod_and_no_finding(node) -> None:
 
 def test_kubelet_down_makes_allocation_unknown_and_counts_an_error(node) -> None:
     r = scrape(sampler_for(node, fake_pods(kubelet_up=False)))
-    assert r.get_sample_value("gpu_auditor_kubelet_up", {"node": NODE}) == 0
-    assert r.get_sample_value("gpu_auditor_process_gpu_memory_bytes",
+    assert r.get_sample_value("gpu_auditor_agent_kubelet_up", {"node": NODE}) == 0
+    assert r.get_sample_value("gpu_auditor_container_gpu_memory_bytes",
                               proc_labels(GPU0, "ml", "b", "side", UID_B, "unknown")) == 3 * GIB
     assert r.get_sample_value("gpu_auditor_agent_errors_total",
                               {"node": NODE, "source": "kubelet"}) == 1
@@ -185,8 +185,8 @@ def test_kubelet_down_makes_allocation_unknown_and_counts_an_error(node) -> None
 def test_before_the_first_pass_a_scrape_is_empty_but_fine() -> None:
     registry = CollectorRegistry()
     registry.register(AgentCollector(lambda: None, NODE))
-    assert registry.get_sample_value("gpu_auditor_nvml_up", {"node": NODE}) is None
-    assert b"# TYPE gpu_auditor_nvml_up gauge" in generate_latest(registry)
+    assert registry.get_sample_value("gpu_auditor_agent_nvml_up", {"node": NODE}) is None
+    assert b"# TYPE gpu_auditor_agent_nvml_up gauge" in generate_latest(registry)
 
 
 def test_a_broken_snapshot_does_not_crash_the_scrape() -> None:
@@ -217,7 +217,7 @@ def test_label_sets_are_fresh_each_scrape(node) -> None:
     snapshots.append(sampler.sample())
     registry = CollectorRegistry()
     registry.register(AgentCollector(lambda: snapshots[-1], NODE))
-    assert registry.get_sample_value("gpu_auditor_process_gpu_memory_bytes",
+    assert registry.get_sample_value("gpu_auditor_container_gpu_memory_bytes",
                                      proc_labels(GPU0, "ml", "b", "side", UID_B, "false")) is None
-    assert registry.get_sample_value("gpu_auditor_process_gpu_memory_bytes",
+    assert registry.get_sample_value("gpu_auditor_container_gpu_memory_bytes",
                                      proc_labels(GPU0, "ml", "a", "main", UID_A, "true")) == GIB

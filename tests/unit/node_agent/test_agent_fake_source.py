@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from agent_helpers import StaticGpus, fake_pods
 
+from gpu_auditor.base.errors import ConfigError
 from node_agent.agent import Agent
-from node_agent.errors import ConfigError
 from node_agent.fake_source import FakeNvmlSource
 from node_agent.procfs import ProcReader
 from node_agent.sampler import Sampler

@@ -19,7 +19,7 @@ from node_agent.http_server import MetricsServer
 
 pytestmark = pytest.mark.unit
 
-BODY = b"gpu_auditor_nvml_up 1\n"
+BODY = b"gpu_auditor_agent_nvml_up 1\n"
 
 
 @contextmanager

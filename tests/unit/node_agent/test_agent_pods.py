@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from node_agent.apiclient import ApiError
-from node_agent.errors import ConfigError
+from gpu_auditor.base.errors import APIConnectionError, ConfigError
 from node_agent.model import Allocated, Allocations, CgroupIdentity, PodRef
 from node_agent.podresources.client import ContainerDevices, KubeletUnavailable, PodDevices
 from node_agent.pods import (
@@ -200,7 +199,7 @@ class FakeCoreV1:
     def _answer(self, call: str, body: dict[str, Any]) -> dict[str, Any]:
         self.calls.append(call)
         if self.fail:
-            raise ApiError(None, "connection refused")
+            raise APIConnectionError("connection refused")
         return json.loads(json.dumps(body))
 
     def list_pods(self, *, field_selector: str, timeout: float) -> dict[str, Any]:

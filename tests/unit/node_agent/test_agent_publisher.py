@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from agent_helpers import GIB, GPU0, StaticGpus, fake_pods, gpu
 
-from node_agent.apiclient import ApiError
+from gpu_auditor.base.errors import APIConflictError, APINotFoundError, APIServerError
 from node_agent.model import ERROR_SOURCES
 from node_agent.procfs import ProcReader
 from node_agent.publisher import ReportPublisher
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.unit
 
 
 class FakeCustomObjects:
-    """In-memory cluster-scoped objects, answering like ``apiclient.ApiClient``."""
+    """In-memory reports, answering like ``node_agent.kube.AgentApi`` (its error classes)."""
 
     def __init__(self) -> None:
         self.objects: dict[str, dict[str, Any]] = {}
@@ -34,27 +34,27 @@ class FakeCustomObjects:
         self.objects[body["metadata"]["name"]] = body
         return copy.deepcopy(body)
 
-    def get_cluster_object(self, group, version, plural, name, **_: Any):
+    def read_report(self, name, **_: Any):
         self.calls.append("get")
         if self.down:
-            raise ApiError(503, "Service Unavailable")
+            raise APIServerError("HTTP 503: Service Unavailable", status=503)
         if name not in self.objects:
-            raise ApiError(404, "not found")
+            raise APINotFoundError("HTTP 404: not found", status=404)
         return copy.deepcopy(self.objects[name])
 
-    def create_cluster_object(self, group, version, plural, body, **_: Any):
+    def create_report(self, body, **_: Any):
         self.calls.append("create")
         return self._next(body)
 
-    def replace_cluster_object(self, group, version, plural, name, body, **_: Any):
+    def replace_report(self, name, body, **_: Any):
         self.calls.append("replace")
         if self.down:
-            raise ApiError(503, "Service Unavailable")
+            raise APIServerError("HTTP 503: Service Unavailable", status=503)
         current = self.objects.get(name)
         if current is None:
-            raise ApiError(404, "not found")
+            raise APINotFoundError("HTTP 404: not found", status=404)
         if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
-            raise ApiError(409, "conflict")
+            raise APIConflictError("HTTP 409: conflict", status=409)
         return self._next(body)
 
 

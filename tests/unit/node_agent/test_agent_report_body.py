@@ -49,8 +49,8 @@ def test_spec_lists_gpus_pods_allocation_and_findings(spec: dict) -> None:
     (g,) = spec["gpus"]
     assert (g["uuid"], g["index"], g["memoryTotalBytes"]) == (GPU0, 0, 80 * GIB)
     assert [(p["pod"], p["container"], p["allocated"], p["bytes"], p["pids"])
-            for p in g["pods"]] == [("a", "main", True, 10 * GIB, [1]),
-                                    ("b", "side", False, 2 * GIB, [2])]
+            for p in g["pods"]] == [("a", "main", "true", 10 * GIB, [1]),
+                                    ("b", "side", "false", 2 * GIB, [2])]
     assert g["pods"][0]["growthBytesPerSecond"] is None  # one point of history only
     assert [(f["kind"], f["pods"]) for f in spec["findings"]] == [
         ("unrequested-gpu-use", ["ml/b"]), ("unintended-sharing", ["ml/a", "ml/b"])]
@@ -75,6 +75,15 @@ def test_the_crd_schema_names_every_field_the_agent_writes(spec: dict) -> None:
     assert (crd["spec"]["scope"], crd["spec"]["names"]["shortNames"]) == ("Cluster", ["gnr"])
 
 
+def test_the_operator_reads_back_exactly_what_the_agent_writes(spec: dict) -> None:
+    """One definition of the shape: the agent's writer and the operator's reader agree."""
+    from gpu_auditor.base.nodereport import parse_report, to_spec
+
+    report = parse_report(build_body(spec))
+    assert not report.dropped
+    assert to_spec(report) == spec
+
+
 def test_only_a_new_time_or_small_drift_is_not_material(spec: dict) -> None:
     new = copy.deepcopy(spec)
     new["generatedAt"] = "2030-01-01T00:00:00Z"
@@ -88,7 +97,7 @@ def test_only_a_new_time_or_small_drift_is_not_material(spec: dict) -> None:
     [
         lambda s: s["gpus"][0]["pods"][0].update(bytes=s["gpus"][0]["pods"][0]["bytes"] * 2),
         lambda s: s["gpus"][0]["pods"].pop(),
-        lambda s: s["gpus"][0]["pods"][1].update(allocated=None),
+        lambda s: s["gpus"][0]["pods"][1].update(allocated="unknown"),
         lambda s: s["findings"].pop(),
         lambda s: s.update(kubeletUp=False),
         lambda s: s["gpus"].pop(),
@@ -118,7 +127,7 @@ def test_a_container_with_200_processes_lists_its_64_lowest_pids(
 
 
 def test_a_shared_gpu_message_names_the_8_largest_pods_and_counts_the_rest() -> None:
-    from node_agent.model import Allocated, GpuUsage, PodRef, ProcessUsage, SharingStrategy
+    from node_agent.model import Allocated, GpuUsage, NodeSharing, PodRef, ProcessUsage
     from node_agent.sampler import sum_containers
     from node_agent.sharing import findings_for
 
@@ -126,7 +135,7 @@ def test_a_shared_gpu_message_names_the_8_largest_pods_and_counts_the_rest() -> 
                           pod=PodRef("ml", f"p{i:02d}", f"u{i}", "main"),
                           allocated=Allocated.TRUE) for i in range(20)]
     usage = GpuUsage(gpu(0, GPU0), tuple(procs), sum_containers(procs))
-    (finding,) = findings_for(usage, SharingStrategy("none", 1))
+    (finding,) = findings_for(usage, NodeSharing("none", 1))
     assert len(finding.pods) == 20
     assert finding.message.endswith("ml/p19 20.0 GiB, ml/p18 19.0 GiB, ml/p17 18.0 GiB, "
                                     "ml/p16 17.0 GiB, ml/p15 16.0 GiB, ml/p14 15.0 GiB, "

@@ -19,7 +19,8 @@ from node_agent.sampler import Sampler
 pytestmark = pytest.mark.unit
 
 NODE = "node-1"
-MEMORY = "gpu_auditor_process_gpu_memory_bytes"
+MEMORY = "gpu_auditor_container_gpu_memory_bytes"
+PROCESS = "gpu_auditor_process_gpu_memory_bytes"
 FINDING = "gpu_auditor_sharing_finding"
 
 
@@ -73,7 +74,7 @@ def test_a_gpu_over_the_cap_keeps_the_largest_pods_and_counts_the_rest(proc_root
     assert len(series(r, MEMORY, gpu="1")) == 1  # another GPU is not starved
     # 10 pods x (unrequested-gpu-use + unintended-sharing) = 20 finding series; 4 kept: the two
     # largest pods, each with its unrequested use first.
-    kept = {(s["pod"], s["finding"]) for s in series(r, FINDING, gpu="0")}
+    kept = {(s["pod"], s["kind"]) for s in series(r, FINDING, gpu="0")}
     assert kept == {("p9", "unrequested-gpu-use"), ("p9", "unintended-sharing"),
                     ("p8", "unrequested-gpu-use"), ("p8", "unintended-sharing")}
     assert dropped(r, MEMORY) == 6
@@ -94,8 +95,8 @@ def test_process_labels_keep_the_largest_processes(proc_root: Path) -> None:
     snapshot = crowded_node(proc_root, 5).sample()
     r = registry(AgentCollector(lambda: snapshot, NODE, process_labels=True,
                                 max_series_per_gpu=2))
-    assert sorted(s["pid"] for s in series(r, MEMORY, gpu="0")) == ["1003", "1004"]
-    assert dropped(r, MEMORY) == 3
+    assert sorted(s["pid"] for s in series(r, PROCESS, gpu="0")) == ["1003", "1004"]
+    assert dropped(r, PROCESS) == 3
 
 
 def test_the_dropped_counter_adds_once_per_pass_however_often_it_is_scraped(
@@ -138,5 +139,5 @@ def test_the_flag_reaches_the_exposition(capsys: pytest.CaptureFixture[str]) -> 
     # GPU 0: trainer-0 (62 GiB) and notebook-1; GPU 1: llm-server-0 and the host process.
     assert sum(line.startswith(MEMORY + "{") for line in out.splitlines()) == 2
     assert 'pod="trainer-0"' in out and 'pod="llm-server-0"' in out
-    assert ('gpu_auditor_agent_series_dropped_total{metric="gpu_auditor_process_gpu_memory_bytes"'
+    assert ('gpu_auditor_agent_series_dropped_total{metric="gpu_auditor_container_gpu_memory_bytes"'
             ',node="gpu-node-1"} 2.0') in out

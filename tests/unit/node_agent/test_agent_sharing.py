@@ -9,9 +9,9 @@ from node_agent.model import (
     Allocated,
     Allocations,
     GpuUsage,
+    NodeSharing,
     PodRef,
     ProcessUsage,
-    SharingStrategy,
 )
 from node_agent.sampler import sum_containers
 from node_agent.sharing import findings_for, strategy_from
@@ -119,4 +119,4 @@ def test_replicas_label_is_clamped_to_1_through_4096(value: object, replicas: in
 
 def test_a_non_string_strategy_label_is_ignored_not_a_crash() -> None:
     labels = {"nvidia.com/gpu.sharing-strategy": ["mps"], "nvidia.com/mig.strategy": 5}
-    assert strategy_from(labels, None) == SharingStrategy("none", 1)  # type: ignore[arg-type]
+    assert strategy_from(labels, None) == NodeSharing("none", 1)  # type: ignore[arg-type]

@@ -1,0 +1,333 @@
+"""Where the API server is and how to authenticate to it, read as kubectl reads it.
+
+- In a pod: the service account (`load_incluster`): `KUBERNETES_SERVICE_HOST`/`_PORT`, the
+  mounted CA and the token file (re-read as it rotates: `credentials.py`).
+- Elsewhere: kubeconfig files (`load_kubeconfig`). `KUBECONFIG` may name several, separated by
+  `os.pathsep`, merged as kubectl merges them: the first file to name a cluster, user or context
+  wins it whole, the first `current-context` wins, files in the list that do not exist are
+  skipped, and a relative path is relative to the file that wrote it. A user may authenticate
+  with a token, a token file, a client certificate, or an `exec` credential plugin
+  (`client.authentication.k8s.io/v1` or `v1beta1`, as EKS, GKE and AKS write them).
+
+`load_config` picks one, as the operator and the agent do: an explicit kubeconfig (a flag, or
+`$KUBECONFIG`) first, then the service account, then `~/.kube/config`. Only the standard
+library, plus PyYAML imported when a kubeconfig is read (both extras install it).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from gpu_auditor.base.errors import ConfigError
+
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+EXEC_API_VERSIONS = ("client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1")
+INTERACTIVE_MODES = ("Never", "IfAvailable", "Always")
+EXEC_EXTENSION = "client.authentication.k8s.io/exec"
+"""The cluster extension whose `config` an exec plugin gets with `provideClusterInfo`."""
+
+
+@dataclass(frozen=True)
+class ExecConfig:
+    """A kubeconfig user's `exec` credential plugin."""
+
+    command: str
+    api_version: str = EXEC_API_VERSIONS[0]
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    interactive_mode: str = "IfAvailable"
+    install_hint: str = ""
+    cluster: Mapping[str, Any] | None = field(default=None, compare=False)
+    """`spec.cluster` of the ExecCredential handed to the plugin (`provideClusterInfo`)."""
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """Where the API server is and how to authenticate to it (file paths, never key files
+    written anywhere)."""
+
+    server: str  # https://host:port[/prefix] (http:// for e.g. kubectl proxy)
+    ca_file: Path | None = None
+    ca_data: str | None = None  # PEM
+    insecure_skip_tls_verify: bool = False
+    tls_server_name: str | None = None
+    client_cert_file: Path | None = None
+    client_key_file: Path | None = None
+    client_cert_data: bytes | None = None  # PEM
+    client_key_data: bytes | None = None  # PEM
+    token: str | None = None
+    token_file: Path | None = None
+    exec: ExecConfig | None = None
+    namespace: str | None = None
+    """The context's namespace, or the service account's own."""
+    where: str = field(default="", compare=False)
+    """Where this came from, for messages."""
+
+
+# ---- one kubeconfig, or several merged --------------------------------------------------------
+
+
+@dataclass
+class _Merged:
+    """The entries of one or more kubeconfig files; each entry remembers its file's folder."""
+
+    current_context: str | None = None
+    clusters: dict[str, tuple[Mapping[str, Any], Path]] = field(default_factory=dict)
+    users: dict[str, tuple[Mapping[str, Any], Path]] = field(default_factory=dict)
+    contexts: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def add(self, data: object, base_dir: Path, where: str) -> None:
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{where}: not a kubeconfig (a mapping)")
+        if self.current_context is None and data.get("current-context"):
+            self.current_context = str(data["current-context"])
+        for kind, into in (("cluster", self.clusters), ("user", self.users)):
+            for name, entry in _entries(data, kind, where):
+                into.setdefault(name, (entry, base_dir))
+        for name, entry in _entries(data, "context", where):
+            self.contexts.setdefault(name, entry)
+
+
+def _entries(data: Mapping[str, Any], kind: str, where: str) -> list[tuple[str, Mapping[str, Any]]]:
+    items = data.get(f"{kind}s") or []
+    if not isinstance(items, list):
+        raise ConfigError(f"{where}: {kind}s must be a list")
+    out = []
+    for item in items:
+        if not isinstance(item, Mapping) or not isinstance(item.get("name"), str):
+            raise ConfigError(f"{where}: every entry of {kind}s needs a name")
+        value = item.get(kind) or {}
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where}: {kind} {item['name']!r} is not a mapping")
+        out.append((item["name"], value))
+    return out
+
+
+def _b64(value: Any, name: str, where: str) -> bytes:
+    try:
+        return base64.b64decode(str(value), validate=True)
+    except (binascii.Error, ValueError) as err:
+        raise ConfigError(f"{where}: {name} is not valid base64") from err
+
+
+def _path(value: object, base_dir: Path) -> Path | None:
+    if not value:
+        return None
+    p = Path(str(value)).expanduser()
+    return p if p.is_absolute() else base_dir / p
+
+
+def _exec(raw: object, user: str, cluster: Mapping[str, Any], server: str, base_dir: Path,
+          where: str) -> ExecConfig:
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where}: user {user!r}: exec must be a mapping")
+    api_version = raw.get("apiVersion")
+    if api_version not in EXEC_API_VERSIONS:
+        raise ConfigError(f"{where}: user {user!r}: exec apiVersion {api_version!r} is not "
+                          f"supported (use {' or '.join(EXEC_API_VERSIONS)})")
+    command = raw.get("command")
+    if not isinstance(command, str) or not command:
+        raise ConfigError(f"{where}: user {user!r}: exec needs a command")
+    if os.sep in command or (os.altsep and os.altsep in command):
+        command = str(_path(command, base_dir))  # ./bin/plugin: relative to the kubeconfig
+    args = raw.get("args") or []
+    env = raw.get("env") or []
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise ConfigError(f"{where}: user {user!r}: exec args must be a list of strings")
+    if not isinstance(env, list) or not all(
+            isinstance(e, Mapping) and isinstance(e.get("name"), str)
+            and isinstance(e.get("value"), str) for e in env):
+        raise ConfigError(f"{where}: user {user!r}: exec env must be a list of name/value")
+    mode = raw.get("interactiveMode")
+    if mode is None and api_version == EXEC_API_VERSIONS[0]:
+        raise ConfigError(f"{where}: user {user!r}: exec interactiveMode is required in "
+                          f"{api_version} (Never, IfAvailable or Always)")
+    mode = mode or "IfAvailable"
+    if mode not in INTERACTIVE_MODES:
+        raise ConfigError(f"{where}: user {user!r}: exec interactiveMode {mode!r} is not one "
+                          f"of {', '.join(INTERACTIVE_MODES)}")
+    info = None
+    if raw.get("provideClusterInfo"):
+        info = _cluster_info(cluster, server, where)
+    return ExecConfig(
+        command=command, api_version=str(api_version), args=tuple(args),
+        env=tuple((e["name"], e["value"]) for e in env), interactive_mode=str(mode),
+        install_hint=str(raw.get("installHint") or ""), cluster=info,
+    )
+
+
+def _cluster_info(cluster: Mapping[str, Any], server: str, where: str) -> dict[str, Any]:
+    """The ExecCredential's `spec.cluster`, in the JSON form kubectl gives a plugin."""
+    info: dict[str, Any] = {"server": server}
+    for key, out in (("tls-server-name", "tls-server-name"),
+                     ("insecure-skip-tls-verify", "insecure-skip-tls-verify"),
+                     ("proxy-url", "proxy-url"), ("disable-compression", "disable-compression")):
+        if cluster.get(key):
+            info[out] = cluster[key]
+    ca = cluster.get("certificate-authority-data")
+    if ca:  # validated here; handed on as the base64 text JSON carries bytes in
+        _b64(ca, "certificate-authority-data", where)
+        info["certificate-authority-data"] = str(ca)
+    extensions = cluster.get("extensions") or []
+    for item in extensions if isinstance(extensions, list) else []:
+        if isinstance(item, Mapping) and item.get("name") == EXEC_EXTENSION:
+            info["config"] = item.get("extension")
+    return info
+
+
+def _resolve(merged: _Merged, context: str | None, where: str) -> ClusterConfig:
+    name = context or merged.current_context
+    if not name:
+        raise ConfigError(f"{where}: no current-context")
+    ctx = merged.contexts.get(name)
+    if ctx is None:
+        raise ConfigError(f"{where}: no context named {name!r}")
+    cluster_name, user_name = ctx.get("cluster"), ctx.get("user")
+    if not cluster_name:
+        raise ConfigError(f"{where}: context {name!r} names no cluster")
+    if str(cluster_name) not in merged.clusters:
+        raise ConfigError(f"{where}: no cluster named {cluster_name!r}")
+    cluster, cluster_dir = merged.clusters[str(cluster_name)]
+    user: Mapping[str, Any] = {}
+    user_dir = cluster_dir
+    if user_name:
+        if str(user_name) not in merged.users:
+            raise ConfigError(f"{where}: no user named {user_name!r}")
+        user, user_dir = merged.users[str(user_name)]
+
+    server = cluster.get("server")
+    if not isinstance(server, str) or urlsplit(server).scheme not in ("https", "http"):
+        raise ConfigError(f"{where}: cluster {cluster_name!r} needs an http(s) server URL, "
+                          f"got {server!r}")
+    if cluster.get("proxy-url"):
+        raise ConfigError(f"{where}: cluster {cluster_name!r}: proxy-url is not supported")
+    for unsupported in ("auth-provider", "username", "password"):
+        if user.get(unsupported):
+            raise ConfigError(f"{where}: user {user_name!r}: {unsupported} is not supported; "
+                              "use a token, tokenFile, a client certificate or an exec plugin")
+    server = server.rstrip("/")
+    ca_data = cluster.get("certificate-authority-data")
+    cert_data = user.get("client-certificate-data")
+    key_data = user.get("client-key-data")
+    cfg = ClusterConfig(
+        server=server,
+        ca_file=None if ca_data else _path(cluster.get("certificate-authority"), cluster_dir),
+        ca_data=_b64(ca_data, "certificate-authority-data", where).decode() if ca_data else None,
+        insecure_skip_tls_verify=bool(cluster.get("insecure-skip-tls-verify", False)),
+        tls_server_name=cluster.get("tls-server-name") or None,
+        client_cert_file=None if cert_data else _path(user.get("client-certificate"), user_dir),
+        client_key_file=None if key_data else _path(user.get("client-key"), user_dir),
+        client_cert_data=_b64(cert_data, "client-certificate-data", where) if cert_data else None,
+        client_key_data=_b64(key_data, "client-key-data", where) if key_data else None,
+        token=str(user["token"]) if user.get("token") else None,
+        token_file=None if user.get("token") else _path(user.get("tokenFile"), user_dir),
+        exec=(_exec(user["exec"], str(user_name), cluster, server, user_dir, where)
+              if user.get("exec") else None),
+        namespace=str(ctx["namespace"]) if ctx.get("namespace") else None,
+        where=where,
+    )
+    has_cert = cfg.client_cert_file is not None or cfg.client_cert_data is not None
+    has_key = cfg.client_key_file is not None or cfg.client_key_data is not None
+    if has_cert != has_key:
+        raise ConfigError(f"{where}: a client certificate needs its key and the other way round")
+    return cfg
+
+
+def parse_kubeconfig(data: Mapping[str, Any], base_dir: Path, where: str = "kubeconfig",
+                     context: str | None = None) -> ClusterConfig:
+    """The ClusterConfig of `context` (default: `current-context`) in one parsed kubeconfig;
+    relative paths are relative to `base_dir` (the kubeconfig's folder)."""
+    merged = _Merged()
+    merged.add(data, base_dir, where)
+    return _resolve(merged, context, where)
+
+
+def kubeconfig_paths(value: str | os.PathLike[str]) -> list[Path]:
+    """The files of a `KUBECONFIG`-style list, in order, each once; empty entries skipped."""
+    out: list[Path] = []
+    for part in str(value).split(os.pathsep):
+        if part.strip():
+            path = Path(part.strip()).expanduser()
+            if path not in out:
+                out.append(path)
+    return out
+
+
+def load_kubeconfig(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+                    context: str | None = None) -> ClusterConfig:
+    """The ClusterConfig of `context` in one kubeconfig file or several merged (a
+    `KUBECONFIG`-style list, or a sequence of paths). Of several, files that do not exist are
+    skipped, as kubectl does; a single named file must exist."""
+    import yaml
+
+    files = (kubeconfig_paths(paths) if isinstance(paths, str | os.PathLike)
+             else [Path(p).expanduser() for p in paths])
+    if not files:
+        raise ConfigError("no kubeconfig file named")
+    where = os.pathsep.join(map(str, files))
+    merged = _Merged()
+    read = 0
+    for path in files:
+        if len(files) > 1 and not path.exists():
+            continue
+        try:
+            data = yaml.safe_load(path.read_text())
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+            raise ConfigError(f"cannot read kubeconfig {path}: {err}") from err
+        merged.add(data or {}, path.resolve().parent, str(path))
+        read += 1
+    if not read:
+        raise ConfigError(f"none of the kubeconfig files exists: {where}")
+    return _resolve(merged, context, where)
+
+
+def load_incluster(env: Mapping[str, str] | None = None,
+                   sa_dir: Path = SERVICE_ACCOUNT_DIR) -> ClusterConfig:
+    """The pod's service account: `KUBERNETES_SERVICE_HOST`/`_PORT`, its token and CA."""
+    env = os.environ if env is None else env
+    host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT")
+    if not host or not port:
+        raise ConfigError("in-cluster config needs KUBERNETES_SERVICE_HOST and "
+                          "KUBERNETES_SERVICE_PORT")
+    token, ca = sa_dir / "token", sa_dir / "ca.crt"
+    for f in (token, ca):
+        if not f.is_file():
+            raise ConfigError(f"in-cluster config: {f} not found (is a service account token "
+                              "mounted?)")
+    if ":" in host:  # IPv6
+        host = f"[{host}]"
+    try:
+        namespace = (sa_dir / "namespace").read_text().strip() or None
+    except OSError:
+        namespace = None
+    return ClusterConfig(server=f"https://{host}:{port}", ca_file=ca, token_file=token,
+                         namespace=namespace, where="in-cluster service account")
+
+
+def in_cluster(env: Mapping[str, str] | None = None) -> bool:
+    env = os.environ if env is None else env
+    return bool(env.get("KUBERNETES_SERVICE_HOST"))
+
+
+def load_config(kubeconfig: str | os.PathLike[str] | None = None, *,
+                env: Mapping[str, str] | None = None,
+                sa_dir: Path = SERVICE_ACCOUNT_DIR) -> ClusterConfig:
+    """An explicit kubeconfig (a path or a `KUBECONFIG`-style list; else `$KUBECONFIG`), else
+    the service account when in a pod, else `~/.kube/config`. Raises ConfigError."""
+    env = os.environ if env is None else env
+    explicit = kubeconfig or env.get("KUBECONFIG")
+    if explicit:
+        return load_kubeconfig(explicit)
+    if in_cluster(env) and (sa_dir / "token").is_file():
+        return load_incluster(env, sa_dir)
+    default = Path.home() / ".kube" / "config"
+    if default.is_file():
+        return load_kubeconfig(default)
+    raise ConfigError("no Kubernetes config: not in a pod, no $KUBECONFIG, no ~/.kube/config")

@@ -1,0 +1,210 @@
+"""The OOM path: a failed container's termination, from the typed pod to the annotation.
+
+    Pod (parsed once) ─► pending terminations ─► diagnosis (worker process, the node's report
+    as evidence, the log if the termination message holds no OOM) ─► annotations and Event
+    built from the typed Diagnosis ─► Event, pod patch, owner patch
+
+Idempotency: one diagnosis per (pod UID, container, restart count). The pod's `diagnosed-key`
+annotation records what was written, so operator restarts and watch re-lists find it done;
+Events have deterministic names, so a second create is a 409 and never a duplicate. The Event
+is created before the annotation: if the operator dies between the two, the next run writes the
+annotation and its Event create is a harmless 409.
+
+Failures: a diagnosis that raises or overruns its budget is written once as `diagnosis-failed`
+and its key recorded as done (never started again by a later event); a write or log read that
+fails is tried again (`retry.Attempts`), with back-off, and never holds up other pods.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from gpu_auditor.base import names
+from gpu_auditor.base.errors import APIError, APINotFoundError
+from gpu_auditor.controller import annotations as notes
+from gpu_auditor.controller import metrics, owners
+from gpu_auditor.controller.diagnoser import DiagnosisFailed
+from gpu_auditor.controller.kube import KubeApi, LogUnavailable, ObjectRef
+from gpu_auditor.controller.lru import Lru
+from gpu_auditor.controller.pod import AllocConf, Container, Pod, Termination, parse_pod
+from gpu_auditor.controller.reports import NodeReports
+from gpu_auditor.controller.retry import Attempts
+from gpu_auditor.diagnosis import Diagnosis, NodeEvidence, diagnose_host_oom
+
+log = logging.getLogger("gpu_auditor.operator")
+
+
+class Diagnoser(Protocol):
+    def diagnose(self, text: bytes | str, **options: Any) -> Diagnosis: ...
+
+
+class OomPath:
+    """Diagnoses a pod's failed terminations and writes each once."""
+
+    def __init__(self, kube: KubeApi, diagnoser: Diagnoser, reports: NodeReports,
+                 attempts: Attempts, *, prefix: str, log_tail_lines: int, log_limit_bytes: int,
+                 annotate_owners: bool) -> None:
+        self.kube = kube
+        self.diagnoser = diagnoser
+        self.reports = reports
+        self.attempts = attempts
+        self.prefix = prefix
+        self.log_tail_lines = log_tail_lines
+        self.log_limit_bytes = log_limit_bytes
+        self.annotate_owners = annotate_owners
+        self.failures = Lru(10_000)
+        """(pod UID, key) -> (reason, detail) of a failed diagnosis not yet written."""
+        self.written = Lru(50_000)
+        """Pod UID -> termination keys this process has written (stale events see them)."""
+
+    def pending(self, pod: Pod) -> list[Termination]:
+        """Failed terminations of this pod not yet diagnosed (no API call)."""
+        done = set(pod.diagnosed_keys)
+        return [t for t in pod.terminations
+                if t.key not in done and self.attempts.due((pod.uid, t.key))]
+
+    def handle(self, pod: Pod) -> None:
+        """Diagnose the pod's pending terminations; never raises (a handler's exception would
+        only be logged by kopf, and a terminated pod sends no second event)."""
+        for termination in self.pending(pod):
+            key = (pod.uid, termination.key)
+            try:
+                self.diagnose_termination(pod, termination)
+            except APINotFoundError:
+                log.info("pod %s is gone; nothing to write", pod.ref)
+                return
+            except APIError as exc:
+                log.warning("%s [%s]: %s; trying again later", pod.ref, termination.container,
+                            exc)
+                self._failed(pod, key)
+            except Exception:
+                log.exception("%s [%s]: not diagnosed", pod.ref, termination.container)
+                metrics.DIAGNOSIS_FAILURES.labels("internal").inc()
+                self.attempts.done(key)
+
+    def diagnose_termination(self, pod: Pod, t: Termination) -> None:
+        """Diagnose one termination from the watched pod, without reading it again: a stale
+        event (one queued before our own patch) is caught by the in-memory record of what this
+        process wrote, and after a restart kopf's fresh listing carries the annotation.
+        Measured at 5,000 pods, the extra GET cost about half the median latency."""
+        written = self.written.get(pod.uid)
+        keys = list(dict.fromkeys([*pod.diagnosed_keys,
+                                   *(written if isinstance(written, list) else [])]))
+        if t.key in keys:
+            return
+        container = next((c for c in pod.containers if c.name == t.container),
+                         Container(t.container, AllocConf(None), None, None, None))
+        failure = self.failures.get((pod.uid, t.key))
+        diagnosis: Diagnosis | None = None
+        source, node = "", None
+        if failure is None:
+            try:
+                diagnosis, source, node = self._diagnose(pod, t, container)
+            except DiagnosisFailed as exc:
+                metrics.DIAGNOSIS_FAILURES.labels(exc.reason).inc()
+                log.warning("%s [%s]: diagnosis failed: %s", pod.ref, t.container, exc)
+                failure = (exc.reason, exc.detail)
+                self.failures.add((pod.uid, t.key), failure)
+        if failure is not None:
+            self._write_failure(pod, t, keys, failure)
+            return
+        if diagnosis is None:  # the log could not be read this time
+            self._failed(pod, (pod.uid, t.key))
+            return
+        if not diagnosis.detected:
+            self.attempts.done((pod.uid, t.key))
+            return
+        self._write(pod, t, keys, diagnosis, source, node, container)
+
+    def _diagnose(
+        self, pod: Pod, t: Termination, container: Container,
+    ) -> tuple[Diagnosis | None, str, NodeEvidence | None]:
+        """(diagnosis, source, node evidence); the diagnosis is None when nothing was read.
+        The tenant's text (termination message, log) is diagnosed in a worker process, within
+        the budget; raises DiagnosisFailed."""
+        if t.host_oom_killed:
+            return (diagnose_host_oom(container=t.container,
+                                      memory_limit_bytes=container.memory_limit_bytes,
+                                      memory_request_bytes=container.memory_request_bytes,
+                                      exit_code=t.exit_code),
+                    "termination-state", None)
+        node = self.reports.evidence(pod.node_name, pod.uid, pod.ref)
+        options: dict[str, Any] = {"torch_version": container.torch_version,
+                                   "alloc_conf": container.alloc_conf.value, "node": node}
+        if t.message:
+            found = self.diagnoser.diagnose(t.message, **options)
+            if found.detected:
+                return found, "termination-message", node
+        try:
+            text = self.kube.read_log(
+                pod.namespace, pod.name, t.container, previous=t.previous,
+                tail_lines=self.log_tail_lines, limit_bytes=self.log_limit_bytes)
+        except LogUnavailable as exc:
+            metrics.LOG_FETCH_FAILURES.labels(exc.reason).inc()
+            log.warning("log of %s [%s] unavailable: %s", pod.ref, t.container, exc)
+            if exc.reason == "forbidden":  # final: no point asking again; say so on the pod
+                return self.diagnoser.diagnose(b"", **options), "log-forbidden", node
+            return None, "log", node
+        return self.diagnoser.diagnose(text, **options), "log", node
+
+    def _write(self, pod: Pod, t: Termination, keys: Sequence[str], diagnosis: Diagnosis,
+               source: str, node: NodeEvidence | None, container: Container) -> None:
+        now = dt.datetime.now(dt.UTC)
+        result = notes.diagnosis_annotations(
+            diagnosis, t, pod, prefix=self.prefix, previous_keys=keys, source=source, now=now,
+            node=node, alloc_conf=container.alloc_conf)
+        self.kube.post_event(ObjectRef(pod.namespace, pod.name, pod.uid),
+                             name=result.event_name, reason=result.event_reason,
+                             message=result.event_message)
+        self.kube.patch_pod_annotations(pod.namespace, pod.name, result.annotations,
+                                        uid=pod.uid)
+        self.written.add(pod.uid, [*keys, t.key])
+        metrics.DIAGNOSES.labels(pod.namespace, diagnosis.kind).inc()
+        if t.finished_at is not None:
+            metrics.DIAGNOSIS_LATENCY.observe(max((now - t.finished_at).total_seconds(), 0.0))
+        log.warning("%s [%s]: %s", pod.ref, t.container, diagnosis.summary)
+        if self.annotate_owners:
+            self._annotate_owner(pod, result.owner_annotations)
+
+    def _write_failure(self, pod: Pod, t: Termination, keys: Sequence[str],
+                       failure: tuple[str, str]) -> None:
+        reason, detail = failure
+        patch = notes.failure_annotations(t, prefix=self.prefix, previous_keys=keys,
+                                          reason=reason, detail=detail,
+                                          now=dt.datetime.now(dt.UTC))
+        self.kube.patch_pod_annotations(pod.namespace, pod.name, patch, uid=pod.uid)
+        self.written.add(pod.uid, [*keys, t.key])
+        self.attempts.done((pod.uid, t.key))
+        self.failures.pop((pod.uid, t.key))
+
+    def _annotate_owner(self, pod: Pod, annotations: dict[str, str]) -> None:
+        if pod.controller is None:
+            return
+        try:
+            owner = owners.verified_owner(self.kube, pod.namespace, pod.controller)
+            if owner is None:
+                return
+            self.kube.patch_workload(owner.kind, pod.namespace, owner.name, owner.uid,
+                                     annotations)
+        except owners.OwnerRefused as exc:
+            metrics.OWNER_WRITES_REFUSED.labels(exc.reason).inc()
+            log.warning("owner of %s not annotated: %s", pod.ref, exc)
+        except Exception as exc:  # the pod's own annotation is written; the owner is a bonus
+            log.warning("could not annotate the owner of %s: %s", pod.ref, exc)
+
+    # -- retries --
+
+    def _failed(self, pod: Pod, key: tuple[str, str]) -> None:
+        namespace, name = pod.namespace, pod.name
+        self.attempts.failed(key, lambda: self._look_again(namespace, name))
+
+    def _look_again(self, namespace: str, name: str) -> None:
+        try:
+            body = self.kube.read_pod(namespace, name)
+        except (APIError, names.InvalidName) as exc:  # gone, or the API is down
+            log.info("retry of %s/%s: %s", namespace, name, exc)
+            return
+        self.handle(parse_pod(body, self.prefix))

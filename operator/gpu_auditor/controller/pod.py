@@ -1,0 +1,322 @@
+"""The pod, parsed once at the edge into a typed, frozen value (`parse_pod`).
+
+kopf hands handlers the pod as a plain mapping (camelCase keys, as the API serves them, every
+value written by the tenant). `parse_pod` reads that shape once: identity, the operator's own
+annotations, the controller reference, each container's allocator setting, torch release and
+memory limits, and the failed terminations. Everything after it works on `Pod`; nothing goes
+back to the raw body.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpu_auditor.base import names
+from gpu_auditor.base.contract import IGNORE_LABEL, Annotation
+
+ALLOC_CONF_VARIABLES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+"""Both names work from torch 2.10; the old one wins when both are set, so it is read first."""
+MAX_ALLOC_CONF = 1024
+"""Characters of a job's allocator setting the operator reads: every key torch has, each with a
+long value, takes about 700. A longer value is not read, not merged, not echoed."""
+MAX_IMAGE = 1024
+"""Characters of an image reference searched for a torch release (a registry path, a 128-char
+tag and a digest fit in 512)."""
+MAX_QUANTITY = 64
+MAX_REASON = 128
+
+_QUANTITY = re.compile(r"^([0-9.]+(?:[eE][-+]?[0-9]+)?)([a-zA-Z]*)$")
+_SUFFIX = {
+    "": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60, "m": 0,
+}
+# pytorch/pytorch:2.1.0-cuda12.1-...: a torch release in the tag. NGC's nvcr.io/nvidia/pytorch:24.01
+# tags are year.month, not torch releases: only majors 1 and 2 count.
+_TORCH_IN_IMAGE = re.compile(r"(?:pytorch|torch)[^:/]*:v?([12]\.\d{1,2})(?![\d])", re.IGNORECASE)
+_TORCH_IN_ENV = re.compile(r"(\d{1,3}\.\d{1,3})(?:[.+-]|$)")
+
+
+@dataclass(frozen=True)
+class Termination:
+    """One container termination that may need a diagnosis."""
+
+    container: str
+    restart_count: int
+    reason: str
+    """Kubernetes' `state.terminated.reason` (`Error`, `OOMKilled`, ...)."""
+    exit_code: int
+    message: str
+    finished_at: dt.datetime | None
+    previous: bool
+    """True when the termination is the container's lastState (it has restarted since):
+    its log is then read with previous=true."""
+    key: str = field(init=False)
+    """Identifies this termination: one diagnosis per (pod UID, key)."""
+    host_oom_killed: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", f"{self.container}/{self.restart_count}")
+        object.__setattr__(self, "host_oom_killed", self.reason == "OOMKilled")
+
+
+@dataclass(frozen=True)
+class AllocConf:
+    """The job's allocator setting as the operator may use it."""
+
+    value: str | None
+    """What the diagnosis reads and merges into its recommendation; None when unset or
+    ignored."""
+    ignored: str | None = None
+    """Why a value that is set was not read (for the evidence)."""
+
+
+def parse_quantity(value: object) -> int | None:
+    """A Kubernetes quantity ('512Mi', '1G', '2e9') in whole units; None when unreadable or
+    absurd (2**63 or more)."""
+    if value is None:
+        return None
+    text = str(value).strip()
+    match = _QUANTITY.match(text) if len(text) <= MAX_QUANTITY else None
+    if not match or match.group(2) not in _SUFFIX:
+        return None
+    number, suffix = match.groups()
+    try:
+        amount = float(number) / 1000 if suffix == "m" else float(number) * _SUFFIX[suffix]
+        result = int(amount)
+    except (ValueError, OverflowError):
+        return None
+    return result if 0 <= result < 2**63 else None
+
+
+def terminations(pod: Mapping[str, Any]) -> Iterator[Termination]:
+    """Failed terminations of the pod's containers, current state and last state.
+
+    A container that ended with exit code 0 (and not OOMKilled) is not a failure.
+    """
+    for status in _list((_map(pod.get("status"))).get("containerStatuses")):
+        status = _map(status)
+        name = status.get("name", "")
+        if not names.is_label(name):
+            continue  # the API server allows none; a key we could not record would recur
+        restarts = _int(status.get("restartCount"))
+        current = _map(_map(status.get("state")).get("terminated")) or None
+        last = _map(_map(status.get("lastState")).get("terminated")) or None
+        if current:
+            termination = _termination(name, restarts, current, previous=False)
+            if termination:
+                yield termination
+        if last:
+            # lastState belongs to the run before the current one: restartCount - 1.
+            termination = _termination(name, max(restarts - 1, 0), last, previous=True)
+            if termination:
+                yield termination
+
+
+def _termination(
+    container: str, restart_count: int, terminated: Mapping[str, Any], *, previous: bool
+) -> Termination | None:
+    reason = str(terminated.get("reason") or "")[:MAX_REASON]
+    exit_code = _int(terminated.get("exitCode"))
+    if exit_code == 0 and reason != "OOMKilled":
+        return None
+    return Termination(
+        container=container, restart_count=restart_count, reason=reason, exit_code=exit_code,
+        message=str(terminated.get("message") or ""),
+        finished_at=_time(terminated.get("finishedAt")), previous=previous,
+    )
+
+
+def env_value(container: Mapping[str, Any], variable: str) -> str | None:
+    """A literal env value from the spec (valueFrom references are not resolved)."""
+    for item in _list(container.get("env")):
+        item = _map(item)
+        if item.get("name") == variable and "value" in item:
+            return str(item["value"])
+    return None
+
+
+def current_alloc_conf(container: Mapping[str, Any]) -> AllocConf:
+    """The job's allocator setting, read only when it is of a size and alphabet torch's own
+    parser could mean (printable ASCII, at most MAX_ALLOC_CONF characters)."""
+    for variable in ALLOC_CONF_VARIABLES:
+        value = env_value(container, variable)
+        if value is None:
+            continue
+        if len(value) > MAX_ALLOC_CONF:
+            return AllocConf(None, f"{variable} not read: {len(value)} characters, over the "
+                                   f"{MAX_ALLOC_CONF}-character limit")
+        if not all(" " <= c <= "~" for c in value):
+            return AllocConf(None, f"{variable} not read: characters other than printable "
+                                   "ASCII")
+        return AllocConf(value)
+    return AllocConf(None)
+
+
+def torch_version_hint(container: Mapping[str, Any]) -> str | None:
+    """The torch release the job declares: env TORCH_VERSION / PYTORCH_VERSION, else an image
+    tag like pytorch/pytorch:2.1.0-cuda12.1-cudnn8-runtime. Only `major.minor`, each at most
+    three digits, is ever passed on."""
+    for variable in ("TORCH_VERSION", "PYTORCH_VERSION"):
+        value = env_value(container, variable)
+        match = _TORCH_IN_ENV.match(value[:32]) if value else None
+        if match:
+            return match.group(1)
+    image = str(container.get("image") or "")
+    match = _TORCH_IN_IMAGE.search(image) if len(image) <= MAX_IMAGE else None
+    return match.group(1) if match else None
+
+
+def memory_limits(container: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    """(limit, request) of host memory in bytes."""
+    resources = _map(container.get("resources"))
+    return (
+        parse_quantity(_map(resources.get("limits")).get("memory")),
+        parse_quantity(_map(resources.get("requests")).get("memory")),
+    )
+
+
+def requests_gpu(container: Mapping[str, Any]) -> bool:
+    resources = _map(container.get("resources"))
+    for section in ("limits", "requests"):
+        for key in _map(resources.get(section)):
+            if key == "nvidia.com/gpu" or str(key).startswith("nvidia.com/mig-"):
+                return True
+    return False
+
+
+# -- the typed pod ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Container:
+    """What one container's spec says that a diagnosis uses, worked out once."""
+
+    name: str
+    alloc_conf: AllocConf
+    torch_version: str | None
+    memory_limit_bytes: int | None
+    memory_request_bytes: int | None
+
+
+@dataclass(frozen=True)
+class OwnerReference:
+    """The pod's controller reference as written (verified by `owners` before any use)."""
+
+    api_version: object
+    kind: object
+    name: object
+    uid: object
+
+
+@dataclass(frozen=True)
+class Pod:
+    namespace: str
+    name: str
+    uid: str
+    node_name: str
+    """A valid node name, or "" (not scheduled, or not a name)."""
+    ignored: bool
+    """Labelled `gpu-auditor.io/ignore=true`."""
+    diagnosed_keys: tuple[str, ...]
+    """Termination keys our `diagnosed-key` annotation lists (well-formed ones only)."""
+    our_annotations: frozenset[str]
+    """Which of our annotation names (`Annotation`, without the prefix) the pod carries."""
+    annotations: tuple[tuple[str, str], ...]
+    """Our annotations' values (to compare a wanted patch against)."""
+    controller: OwnerReference | None
+    containers: tuple[Container, ...]
+    """Only of a pod with a failed termination (nothing else reads them): kopf's filter parses
+    every event of every pod, and a healthy pod's env is not worth scanning."""
+    terminations: tuple[Termination, ...]
+    ref: str = field(init=False)
+    """`namespace/name`."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ref", f"{self.namespace}/{self.name}")
+
+
+def parse_pod(body: Mapping[str, Any], prefix: str) -> Pod:
+    """The typed pod of a pod object (as kopf or a GET hands it); any shape is accepted, and
+    what is not of the documented shape reads as absent."""
+    meta = _map(body.get("metadata"))
+    spec = _map(body.get("spec"))
+    raw_notes = _map(meta.get("annotations"))
+    ours = {name: raw_notes[f"{prefix}{name}"] for name in Annotation
+            if isinstance(raw_notes.get(f"{prefix}{name}"), str)}
+    node = spec.get("nodeName")
+    failed = tuple(terminations(body))
+    return Pod(
+        namespace=str(meta.get("namespace") or ""),
+        name=str(meta.get("name") or ""),
+        uid=str(meta.get("uid") or ""),
+        node_name=str(node) if names.is_subdomain(node) else "",
+        ignored=_map(meta.get("labels")).get(IGNORE_LABEL) == "true",
+        diagnosed_keys=tuple(diagnosed_keys(ours.get(Annotation.DIAGNOSED_KEY))),
+        our_annotations=frozenset(Annotation(k) for k in ours),
+        annotations=tuple(sorted(ours.items())),
+        controller=controller_reference(meta.get("ownerReferences")),
+        containers=tuple(_container(_map(c)) for c in _list(spec.get("containers")))
+        if failed else (),
+        terminations=failed,
+    )
+
+
+def _container(raw: Mapping[str, Any]) -> Container:
+    limit, request = memory_limits(raw)
+    return Container(name=str(raw.get("name") or ""), alloc_conf=current_alloc_conf(raw),
+                     torch_version=torch_version_hint(raw), memory_limit_bytes=limit,
+                     memory_request_bytes=request)
+
+
+def controller_reference(references: object) -> OwnerReference | None:
+    """The controller reference among an object's `ownerReferences`, as written."""
+    ref = next((r for r in _list(references)
+                if isinstance(r, Mapping) and r.get("controller") is True), None)
+    if ref is None:
+        return None
+    return OwnerReference(api_version=ref.get("apiVersion"), kind=ref.get("kind"),
+                          name=ref.get("name"), uid=ref.get("uid"))
+
+
+_KEY = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?/[0-9]{1,10}")
+MAX_KEYS_TEXT = 4 * 1280
+
+
+def diagnosed_keys(raw: str | None) -> list[str]:
+    """Termination keys a `diagnosed-key` value lists (only well-formed ones: the annotation is
+    on the tenant's object, and it is copied into our next write)."""
+    if not isinstance(raw, str):
+        return []
+    return [key for key in raw[:MAX_KEYS_TEXT].split(",") if _KEY.fullmatch(key)]
+
+
+def _map(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _int(value: object) -> int:
+    if isinstance(value, bool):
+        return 0
+    try:
+        number = int(value) if isinstance(value, int | str) else 0
+    except ValueError:
+        return 0
+    return number if -(2**31) <= number < 2**31 else 0
+
+
+def _time(value: object) -> dt.datetime | None:
+    if not isinstance(value, str) or len(value) > 64:
+        return None
+    try:
+        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
