@@ -1,20 +1,29 @@
 #!/usr/bin/env python3
-"""Mutation testing of the diagnosis core with mutmut 3; the score per module, the survivors.
+"""Mutation testing with mutmut 3: the rules that decide a verdict or a write; score per module.
 
+    .venv/bin/python scripts/mutation.py --modules classify --max-children 1
+    .venv/bin/python scripts/mutation.py --modules node_agent.sharing,controller.annotations
     .venv/bin/python scripts/mutation.py                     # every module (make mutation)
-    .venv/bin/python scripts/mutation.py --modules classify,leak
     .venv/bin/python scripts/mutation.py --changed-vs main   # CI: the modules a change touched
+
+Modules: the diagnosis core by its bare name (``classify``, ``leak``, ...), the agent's
+``node_agent.sharing``/``cgroup``/``collector`` and the operator's ``controller.annotations``/
+``pod`` (the pod view)/``service``/``sharing``. Each group runs against its own unit tests.
+One run per module is fine: the results file keeps the rows of modules not run this time
+(each row says its own commit, date and seconds), so a module's figures are replaced only by a
+newer run of it.
 
 mutmut 3 mutates code found under ./, src/ or source/ and imports it under the path-derived
 module name; ``operator/`` is a source folder, never a package (``import operator`` must stay
 Python's own module), so the run happens in a staged copy of the tree, ``.mutation/``, where
 ``operator/gpu_auditor`` is ``src/gpu_auditor`` and pytest's ``pythonpath`` says so. Nothing in
-the work tree is mutated. The config is ``[tool.mutmut]`` in ``pyproject.toml`` (staged paths).
+the work tree is mutated. The config is ``[tool.mutmut]`` in ``pyproject.toml`` (staged paths);
+this script sets ``source_paths``, ``only_mutate`` and the test selection per group.
 
 What mutmut 3 does not mutate, by design: module-level code (the thresholds in
 ``thresholds.py``, the ``Final`` constants beside the rules) and decorated functions
-(``@property``). Those are covered by the boundary tables (tests/unit/diagnosis/
-test_boundaries_*.py), which pin every threshold from both sides with literal numbers.
+(``@property``). Those are covered by the boundary tables (tests/unit/*/test_boundaries_*.py),
+which pin every threshold from both sides with literal numbers.
 
 A survivor is either killed by a test or listed with the reason it is equivalent in
 ``bench/results/mutation-equivalents.toml`` (keyed by mutant name and the mutated line, so a
@@ -41,18 +50,86 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 STAGE = REPO / ".mutation" / "tree"
-RULES = ("allocconf", "classify", "leak", "phase", "proberecord", "recommend")
-"""The modules whose rules decide a verdict or a recommendation: ``--fail-under`` gates these
-(the others are reported; their code is being hardened for hostile input elsewhere)."""
+RULES = (
+    "allocconf", "classify", "leak", "phase", "proberecord", "recommend",
+    "node_agent.sharing", "node_agent.cgroup", "node_agent.collector",
+    "controller.annotations", "controller.pod", "controller.service", "controller.sharing",
+)  # fmt: skip
+"""The modules whose rules decide a verdict, a recommendation or a write: ``--fail-under``
+gates these (the others are reported)."""
 CORE = Path("operator/gpu_auditor/diagnosis")
+GROUPS: dict[str, dict[str, Any]] = {
+    # group -> where its modules are in the tree, where mutmut sees them staged, their tests
+    "diagnosis": {
+        "tree": CORE,
+        "staged": "src/gpu_auditor/diagnosis",
+        "package": "gpu_auditor.diagnosis",
+        "tests": None,  # [tool.mutmut] pytest_add_cli_args_test_selection in pyproject.toml
+    },
+    "node_agent": {
+        "tree": Path("node_agent"),
+        "staged": "node_agent",
+        "package": "node_agent",
+        "modules": {  # module -> the unit tests run against its mutants
+            "sharing": [
+                "test_agent_sharing.py",
+                "test_boundaries_sharing_cgroup.py",
+                "test_agent_series_cap.py",
+            ],
+            "cgroup": [
+                "test_agent_cgroup.py",
+                "test_boundaries_sharing_cgroup.py",
+                "test_agent_procfs.py",
+                "test_agent_hostile_files.py",
+            ],
+            "collector": [
+                "test_agent_collector.py",
+                "test_agent_exposition.py",
+                "test_agent_series_cap.py",
+            ],
+        },
+        "tests": "tests/unit/node_agent",
+    },
+    "controller": {
+        "tree": Path("operator/gpu_auditor/controller"),
+        "staged": "src/gpu_auditor/controller",
+        "package": "gpu_auditor.controller",
+        "modules": {
+            "annotations": ["test_annotations.py", "test_boundaries_annotations.py"],
+            "pod": ["test_pod.py", "test_boundaries_annotations.py"],
+            "service": ["test_service.py", "test_boundaries_service.py"],
+            "sharing": ["test_service.py", "test_boundaries_service.py"],
+        },
+        "tests": "tests/unit/controller",
+    },
+}
 EQUIVALENTS = REPO / "bench" / "results" / "mutation-equivalents.toml"
-COPIED = ("node_agent", "probe", "tests", "bench/gpu/logs", "examples")
+COPIED = ("node_agent", "probe", "tests", "bench/gpu/logs", "examples", "charts", "docs")
 KILLED = {"killed", "timeout", "caught by type check"}
 UNCHECKED = {"not checked", "check was interrupted by user"}
 
 
+def group_of(module: str) -> str:
+    """``classify`` -> diagnosis, ``node_agent.sharing`` -> node_agent."""
+    return module.split(".")[0] if "." in module else "diagnosis"
+
+
+def stem_of(module: str) -> str:
+    return module.rpartition(".")[2]
+
+
+def source_of(module: str) -> Path:
+    return GROUPS[group_of(module)]["tree"] / f"{stem_of(module)}.py"
+
+
+def staged_of(module: str) -> str:
+    return f"{GROUPS[group_of(module)]['staged']}/{stem_of(module)}.py"
+
+
 def modules_all() -> list[str]:
-    return sorted(p.stem for p in (REPO / CORE).glob("*.py") if p.stem != "__init__")
+    core = sorted(p.stem for p in (REPO / CORE).glob("*.py") if p.stem != "__init__")
+    others = [f"{g}.{m}" for g, spec in GROUPS.items() for m in spec.get("modules", ())]
+    return core + others
 
 
 def modules_changed(ref: str) -> list[str] | None:
@@ -64,19 +141,21 @@ def modules_changed(ref: str) -> list[str] | None:
     if found.returncode != 0:
         return None
     base = found.stdout.strip()
-    names = subprocess.run(
-        ["git", "diff", "--name-only", base, "--", str(CORE)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    wanted = set(modules_all())
-    return sorted({Path(n).stem for n in names} & wanted)
+    names = set(
+        subprocess.run(
+            ["git", "diff", "--name-only", base, "--", *(str(g["tree"]) for g in GROUPS.values())],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+    )
+    return [m for m in modules_all() if str(source_of(m)) in names]
 
 
 def stage(modules: list[str]) -> None:
-    """A copy of the tree with operator/gpu_auditor as src/gpu_auditor (see the module doc)."""
+    """A copy of the tree with operator/gpu_auditor as src/gpu_auditor (see the module doc);
+    ``modules`` are of one group."""
     if STAGE.exists():
         shutil.rmtree(STAGE)
     STAGE.mkdir(parents=True)
@@ -89,8 +168,20 @@ def stage(modules: list[str]) -> None:
     staged = text.replace('pythonpath = ["operator", "."]', 'pythonpath = ["src", "."]')
     if staged == text:
         raise SystemExit('pyproject.toml: pytest\'s pythonpath is no longer ["operator", "."]')
-    only = ", ".join(f'"src/gpu_auditor/diagnosis/{m}.py"' for m in modules)
-    staged = staged.replace("[tool.mutmut]\n", f"[tool.mutmut]\nonly_mutate = [{only}]\n", 1)
+    spec = GROUPS[group_of(modules[0])]
+    only = ", ".join(f'"{staged_of(m)}"' for m in modules)
+    head = f"[tool.mutmut]\nonly_mutate = [{only}]\n"
+    if spec["tests"] is not None:  # this group's source and tests replace the core's
+        tests = sorted(
+            {f"{spec['tests']}/{t}" for m in modules for t in spec["modules"][stem_of(m)]}
+        )
+        staged = re.sub(r"(?m)^source_paths = .*$", f'source_paths = ["{spec["staged"]}/"]', staged)
+        staged = re.sub(
+            r"(?ms)^pytest_add_cli_args_test_selection = \[.*?^\]$",
+            "pytest_add_cli_args_test_selection = " + json.dumps(tests),
+            staged,
+        )
+    staged = staged.replace("[tool.mutmut]\n", head, 1)
     (STAGE / "pyproject.toml").write_text(staged)
     # the tests find the shared corpus at <root>/../shared; under .mutation/mutants/ that is
     # .mutation/shared
@@ -133,12 +224,15 @@ def run_mutmut(max_children: int, max_seconds: float | None) -> tuple[int, float
     return code, time.monotonic() - start, boxed
 
 
-def results() -> dict[str, str]:
+def results(modules: list[str]) -> dict[str, str]:
     """mutant name -> status, from mutmut's per-file records."""
     from mutmut.stats import status_by_exit_code  # the tool's own reading of exit codes
 
     out: dict[str, str] = {}
-    for meta in sorted((STAGE / "mutants" / "src" / "gpu_auditor" / "diagnosis").glob("*.meta")):
+    for module in modules:
+        meta = STAGE / "mutants" / f"{staged_of(module)}.meta"
+        if not meta.exists():
+            continue
         data = json.loads(meta.read_text())
         for name, code in data["exit_code_by_key"].items():
             out[name] = status_by_exit_code[code]
@@ -150,9 +244,8 @@ import json, sys
 from pathlib import Path
 from mutmut.mutation.diff_apply import get_diff_for_mutant
 out = {}
-for name in json.loads(sys.stdin.read()):
-    path = Path("src/gpu_auditor/diagnosis") / (name.split(".")[2] + ".py")
-    out[name] = get_diff_for_mutant(name, path=path)
+for name, path in json.loads(sys.stdin.read()).items():
+    out[name] = get_diff_for_mutant(name, path=Path(path))
 print(json.dumps(out))
 """
 
@@ -161,11 +254,12 @@ def diffs(names: list[str]) -> dict[str, str]:
     """Each mutant's diff, as ``mutmut show`` prints it (one process for all)."""
     if not names:
         return {}
+    paths = {n: staged_of(module_of(n)) for n in names}
     python = Path(mutmut_bin()).parent / "python"
     proc = subprocess.run(
         [str(python if python.exists() else sys.executable), "-c", _DIFFS],
         cwd=STAGE,
-        input=json.dumps(names),
+        input=json.dumps(paths),
         capture_output=True,
         text=True,
         check=True,
@@ -184,8 +278,15 @@ def changed_line(diff: str) -> str:
 
 
 def module_of(name: str) -> str:
-    # gpu_auditor.diagnosis.<module>.x_<function>__mutmut_<n> (methods: x\u01c1Class\u01c1method)
-    return name.split(".")[2]
+    """The module key of a mutant: ``gpu_auditor.diagnosis.<m>.x_<function>__mutmut_<n>`` ->
+    ``<m>``; ``node_agent.<m>.…`` -> ``node_agent.<m>``; ``gpu_auditor.controller.<m>.…`` ->
+    ``controller.<m>`` (methods: ``x\u01c1Class\u01c1method``)."""
+    parts = name.split(".")
+    if parts[0] == "node_agent":
+        return f"node_agent.{parts[1]}"
+    if parts[1] == "controller":
+        return f"controller.{parts[2]}"
+    return parts[2]
 
 
 def load_equivalents() -> dict[str, dict[str, str]]:
@@ -241,6 +342,11 @@ def report(
                 "diff": diff,
             }
         )
+    commit = _git("rev-parse", "--short", "HEAD")
+    dirty = bool(
+        _git("status", "--porcelain", "--", *(str(source_of(m)) for m in modules), "tests")
+    )
+    date = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     rows = []
     for module in modules:
         c = per[module]
@@ -263,23 +369,33 @@ def report(
                 "not_checked": unchecked,
                 "score": raw,
                 "score_without_equivalents": adjusted,
+                "commit": commit + ("+" if dirty else ""),
+                "date": date,
+                "seconds": round(seconds, 1),
+                "command": command,
+                "time_boxed": boxed,
             }
         )
-    result = {
-        "tool": f"mutmut {_version('mutmut')}",
-        "command": command,
-        "commit": _git("rev-parse", "--short", "HEAD"),
-        "dirty": bool(_git("status", "--porcelain", "--", str(CORE), "tests")),
-        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "seconds": round(seconds, 1),
-        "time_boxed": boxed,
-        "cpus": os.cpu_count(),
-        "modules": rows,
-        "survivors": survivors,
-    }
+    result = merged(out, modules, rows, survivors)
+    result.update(tool=f"mutmut {_version('mutmut')}", cpus=os.cpu_count())
     out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
     out.with_suffix(".md").write_text(markdown(result))
-    return result
+    return {"modules": rows, "survivors": survivors}
+
+
+def merged(
+    out: Path, modules: list[str], rows: list[dict[str, Any]], survivors: list[dict[str, str]]
+) -> dict[str, Any]:
+    """This run's rows and survivors beside the earlier runs' of the modules not run now."""
+    old: dict[str, Any] = {"modules": [], "survivors": []}
+    if out.with_suffix(".json").exists():
+        old = json.loads(out.with_suffix(".json").read_text())
+    kept = [r for r in old.get("modules", []) if r["module"] not in modules and "commit" in r]
+    order = {m: i for i, m in enumerate(modules_all())}
+    all_rows = sorted([*kept, *rows], key=lambda r: (order.get(r["module"], 999), r["module"]))
+    all_survivors = [s for s in old.get("survivors", []) if module_of(s["mutant"]) not in modules]
+    all_survivors = sorted([*all_survivors, *survivors], key=lambda s: s["mutant"])
+    return {"modules": all_rows, "survivors": all_survivors}
 
 
 def _pct(x: float | None) -> str:
@@ -288,30 +404,32 @@ def _pct(x: float | None) -> str:
 
 def markdown(r: dict[str, Any]) -> str:
     lines = [
-        "# Mutation score of the diagnosis core",
+        "# Mutation score of the rules that decide a verdict or a write",
         "",
-        f"`{r['command']}` - {r['tool']}, commit {r['commit']}"
-        + (" (with uncommitted changes)" if r["dirty"] else "")
-        + f", {r['date']}, {r['seconds']} s on {r['cpus']} CPUs (shared, loaded)"
-        + (": stopped by the time box, unchecked mutants left out" if r["time_boxed"] else "")
-        + ".",
+        f"{r['tool']}, one run per module (`scripts/mutation.py --modules <module>`); each row",
+        "names the commit it ran on (`+`: with uncommitted changes), when, and how long it took",
+        f"on {r['cpus']} CPUs shared with other engineers (loaded: not a benchmark).",
         "",
         "Score = killed / mutants; a survivor either gets a test that kills it or is listed as",
         "equivalent (no input can tell it from the original) in",
         "`bench/results/mutation-equivalents.toml`, with the reason; the second score leaves",
         "those out. mutmut 3 does not mutate module-level constants or `@property` bodies: the",
-        "boundary tables (`tests/unit/diagnosis/test_boundaries_*.py`) pin those thresholds.",
+        "boundary tables (`tests/unit/*/test_boundaries_*.py`) pin those thresholds.",
         "",
         "| module | mutants | killed | survived | no tests | timeout | equivalent | score "
-        "| score without equivalents |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| score without equivalents | commit | date | s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|",
     ]
     for m in r["modules"]:
+        boxed = " (time-boxed)" if m.get("time_boxed") else ""
         lines.append(
             f"| {m['module']} | {m['mutants']} | {m['killed']} | {m['survived']} | "
             f"{m['no_tests']} | {m['timeout']} | {m['equivalent']} | {_pct(m['score'])} | "
-            f"{_pct(m['score_without_equivalents'])} |"
+            f"{_pct(m['score_without_equivalents'])} | {m['commit']} | {m['date']} | "
+            f"{m['seconds']}{boxed} |"
         )
+    commands = sorted({m["command"] for m in r["modules"]})
+    lines += ["", "Commands:", "", *(f"    .venv/bin/python {c}" for c in commands)]
     groups: dict[str, list[dict[str, str]]] = {}
     for s in r["survivors"]:
         groups.setdefault(s["verdict"], []).append(s)
@@ -341,7 +459,9 @@ def _git(*args: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--modules", help="comma-separated core modules (default: all)")
+    ap.add_argument(
+        "--modules", help="comma-separated modules, e.g. classify,node_agent.sharing (default: all)"
+    )
     ap.add_argument("--changed-vs", metavar="REF", help="only the modules changed since REF")
     ap.add_argument("--max-children", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--out", default="bench/results/mutation", help="results path, no suffix")
@@ -370,7 +490,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         modules = changed
         if not modules:
-            print(f"mutation: no diagnosis module changed since {args.changed_vs}: nothing to run")
+            print(f"mutation: no mutated module changed since {args.changed_vs}: nothing to run")
             return 0
     elif args.modules:
         modules = [m.strip() for m in args.modules.split(",") if m.strip()]
@@ -380,35 +500,58 @@ def main(argv: list[str] | None = None) -> int:
     else:
         modules = modules_all()
     command = " ".join(["scripts/mutation.py", *(argv if argv is not None else sys.argv[1:])])
-    print(f"mutation: {', '.join(modules)} (staged in {STAGE.relative_to(REPO)}/)", flush=True)
-    if args.report_only:
-        last = json.loads((STAGE / "run.json").read_text())
-        code, seconds, command, boxed = 0, last["seconds"], last["command"], last["boxed"]
-    else:
-        stage(modules)
-        code, seconds, boxed = run_mutmut(args.max_children, args.max_seconds)
-        run = {"seconds": seconds, "exit": code, "command": command, "boxed": boxed}
-        (STAGE / "run.json").write_text(json.dumps(run))
-    statuses = results()
-    if code != 0 or not statuses:
-        tail = (STAGE / "mutmut-run.log").read_text()[-4000:]
-        print(re.sub(r"[\u2800-\u28ff]\s*\w[^\n]*?(?=[\u2800-\u28ff]|\n)", "", tail))
-        raise SystemExit(f"mutmut run failed (exit {code}); see {STAGE}/mutmut-run.log")
     out = REPO / args.out
     out.parent.mkdir(parents=True, exist_ok=True)
-    result = report(modules, statuses, seconds, command.strip(), out, boxed)
-    print(out.with_suffix(".md").read_text())
-    if args.fail_under is not None:
-        low = [
-            m["module"]
-            for m in result["modules"]
-            if m["module"] in RULES
-            and m["score_without_equivalents"] is not None
-            and 100 * m["score_without_equivalents"] < args.fail_under
-        ]
-        if low:
-            print(f"mutation: below {args.fail_under} %: {', '.join(low)}")
-            return 1
+    by_group: dict[str, list[str]] = {}
+    for m in modules:
+        by_group.setdefault(group_of(m), []).append(m)
+    if args.report_only:
+        last = json.loads((STAGE / "run.json").read_text())
+        by_group = {group_of(last["modules"][0]): last["modules"]}
+    low: list[str] = []
+    started = time.monotonic()
+    for group_modules in by_group.values():  # one staged tree, one mutmut run per group
+        print(f"mutation: {', '.join(group_modules)} (staged in {STAGE.relative_to(REPO)}/)",
+              flush=True)  # fmt: skip
+        if args.report_only:
+            code, seconds, command, boxed = 0, last["seconds"], last["command"], last["boxed"]
+        else:
+            left = None
+            if args.max_seconds is not None:
+                left = args.max_seconds - (time.monotonic() - started)
+                if left <= 0:
+                    print(f"mutation: time box spent; not run: {', '.join(group_modules)}")
+                    continue
+            stage(group_modules)
+            code, seconds, boxed = run_mutmut(args.max_children, left)
+            run = {"seconds": seconds, "exit": code, "command": command, "boxed": boxed,
+                   "modules": group_modules}  # fmt: skip
+            (STAGE / "run.json").write_text(json.dumps(run))
+        statuses = results(group_modules)
+        if code != 0 or not statuses:
+            tail = (STAGE / "mutmut-run.log").read_text()[-4000:]
+            print(re.sub(r"[\u2800-\u28ff]\s*\w[^\n]*?(?=[\u2800-\u28ff]|\n)", "", tail))
+            raise SystemExit(f"mutmut run failed (exit {code}); see {STAGE}/mutmut-run.log")
+        result = report(group_modules, statuses, seconds, command.strip(), out, boxed)
+        for m in result["modules"]:
+            pct = m["score_without_equivalents"]
+            print(f"mutation: {m['module']}: {m['killed']}/{m['mutants']} killed, "
+                  f"{m['equivalent']} equivalent, score without equivalents "
+                  f"{_pct(pct)}", flush=True)  # fmt: skip
+            if (
+                args.fail_under is not None
+                and m["module"] in RULES
+                and pct is not None
+                and (100 * pct < args.fail_under)
+            ):
+                low.append(m["module"])
+        for s in result["survivors"]:
+            if s["verdict"] != "equivalent":
+                print(f"  {s['verdict']}: {s['mutant']}: {s['line']}")
+    print(f"mutation: results in {out.with_suffix('.md').relative_to(REPO)} (+ .json)")
+    if low:
+        print(f"mutation: below {args.fail_under} %: {', '.join(low)}")
+        return 1
     return 0
 
 

@@ -40,6 +40,9 @@ REPO = Path(__file__).resolve().parents[2]
 MIB = 2**20
 CONTEXT_MAX = 2048 * MIB  # a CUDA context with torch's kernels is ~500 MiB on the H200
 BREAK = os.environ.get("GPU_AUDITOR_BREAK_POD_MAPPING") == "1"
+NVML_FAKE: Path | None = None
+"""Only for tests/unit/node_agent/test_gpu_pod_test_plumbing.py, which runs this file's
+plumbing on a CPU machine (idle processes, a fake NVML naming their pids): never set here."""
 
 WORKER = """
 import sys, torch
@@ -143,9 +146,13 @@ def gpu(workers: dict[Role, int]) -> Gpu:
 
 @pytest.fixture(scope="module")
 def proc_root(workers: dict[Role, int], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("proc")
+    return build_proc_root(tmp_path_factory.mktemp("proc"), workers, broken=BREAK)
+
+
+def build_proc_root(root: Path, workers: dict[Role, int], *, broken: bool) -> Path:
+    """A /proc with each worker's real stat and comm and the cgroup file of its role."""
     placed = {role: cgroup_file(role) for role in ROLES}
-    if BREAK:  # the deliberately broken mapping: the two pods' processes swapped
+    if broken:  # the deliberately broken mapping: the two pods' processes swapped
         placed[TRAINER], placed[NOTEBOOK] = placed[NOTEBOOK], placed[TRAINER]
     for role, pid in workers.items():
         d = root / str(pid)
@@ -185,7 +192,8 @@ SERIES = re.compile(r"^(gpu_auditor_\w+)\{(.*)\} (\S+)$", re.MULTILINE)
 def agent(proc_root: Path, pods: Path) -> list[tuple[str, dict[str, str], float]]:
     out = subprocess.run(
         [sys.executable, "-m", "node_agent", "--once", "--process-labels", "--no-report",
-         "--node-name", "gpu-test", "--proc-root", str(proc_root), "--pods-fake", str(pods)],
+         "--node-name", "gpu-test", "--proc-root", str(proc_root), "--pods-fake", str(pods),
+         *(["--nvml-fake", str(NVML_FAKE)] if NVML_FAKE is not None else [])],
         cwd=REPO, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-4000:]
