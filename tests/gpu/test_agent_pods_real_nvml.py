@@ -12,11 +12,15 @@ tensor, ordered as the tensors are) and the ``gpu_auditor_sharing_finding`` seri
 that does not share GPUs and on one whose labels say MPS.
 
 ``GPU_AUDITOR_BREAK_POD_MAPPING=1`` swaps the two pods' cgroup files: the attribution test must
-then fail (the lead shows this once, on the GPU).
+then fail on the trainer (the lead shows this once, on the GPU; tests/unit/node_agent/
+test_gpu_pod_test_plumbing.py checks the same on a CPU with a fake NVML). On the H200, from the
+repository root (no venv there; about 30 s a run):
 
-    .venv/bin/python -m pytest -m gpu tests/gpu -v                     # normal
-    GPU_AUDITOR_BREAK_POD_MAPPING=1 .venv/bin/python -m pytest -m gpu \\
-        tests/gpu/test_agent_pods_real_nvml.py -v                      # must fail
+    export PYTHONPATH=.:operator GPU_AUDITOR_REQUIRE_GPU=1
+    timeout 55 python3 -m pytest -p no:cacheprovider -m gpu \
+        tests/gpu/test_agent_pods_real_nvml.py -v -s                     # 3 passed
+    GPU_AUDITOR_BREAK_POD_MAPPING=1 timeout 55 python3 -m pytest -p no:cacheprovider -m gpu \
+        tests/gpu/test_agent_pods_real_nvml.py -v -s                     # 1 failed, 2 passed
 """
 
 from __future__ import annotations
