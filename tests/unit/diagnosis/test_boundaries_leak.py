@@ -145,14 +145,11 @@ def test_the_label_is_at_most_48_characters_back() -> None:
     assert memory_figures("mem " + "a" * 44 + " 3 GiB") == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="leak.py reads a label's trailing MiB/GiB as 'mi'+'b' (the camelCase split runs "
-    "first), so 'mem (GiB): 12.3' is 12 bytes: reported to the lead, rule not ours to change",
-)
 @pytest.mark.parametrize(
-    ("line", "value"), [("mem (GiB): 12.5", 12.5 * G), ("mem_MiB=512", 512 * M)]
-)
+    ("line", "value"),
+    [("mem (GiB): 12.5", 12.5 * G), ("mem_MiB=512", 512 * M), ("memKiB=4096", 4096 * 1024),
+     ("mem_TiB=2", 2 * 1024 * G), ("mem_MB=512", 512 * 10**6), ("mem_B=2097152", 2097152)],
+)  # fmt: skip
 def test_binary_units_at_the_end_of_the_label(line: str, value: float) -> None:
     assert memory_figures(line) == [(line.split("=")[0].split(":")[0].rstrip(")"), round(value))]
 
