@@ -8,10 +8,10 @@
 
 Modules: the diagnosis core by its bare name (``classify``, ``leak``, ...), the agent's
 ``node_agent.sharing``/``cgroup``/``collector`` and the operator's ``controller.annotations``/
-``pod`` (the pod view)/``service``/``sharing``. Each group runs against its own unit tests.
-One run per module is fine: the results file keeps the rows of modules not run this time
-(each row says its own commit, date and seconds), so a module's figures are replaced only by a
-newer run of it.
+``pod`` (the pod view)/``service``/``sharing``. Each module is its own mutmut run, against its
+own unit tests (``GROUPS``); the results file keeps the rows of modules not run this time (each
+row says its own commit, date and seconds), so a module's figures are replaced only by a newer
+run of it.
 
 mutmut 3 mutates code found under ./, src/ or source/ and imports it under the path-derived
 module name; ``operator/`` is a source folder, never a package (``import operator`` must stay
@@ -502,15 +502,13 @@ def main(argv: list[str] | None = None) -> int:
     command = " ".join(["scripts/mutation.py", *(argv if argv is not None else sys.argv[1:])])
     out = REPO / args.out
     out.parent.mkdir(parents=True, exist_ok=True)
-    by_group: dict[str, list[str]] = {}
-    for m in modules:
-        by_group.setdefault(group_of(m), []).append(m)
+    runs = [[m] for m in modules]  # one module per mutmut run: its own stats, its own row
     if args.report_only:
         last = json.loads((STAGE / "run.json").read_text())
-        by_group = {group_of(last["modules"][0]): last["modules"]}
+        runs = [last["modules"]]
     low: list[str] = []
     started = time.monotonic()
-    for group_modules in by_group.values():  # one staged tree, one mutmut run per group
+    for group_modules in runs:
         print(f"mutation: {', '.join(group_modules)} (staged in {STAGE.relative_to(REPO)}/)",
               flush=True)  # fmt: skip
         if args.report_only:
