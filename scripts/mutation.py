@@ -58,49 +58,87 @@ RULES = (
 """The modules whose rules decide a verdict, a recommendation or a write: ``--fail-under``
 gates these (the others are reported)."""
 CORE = Path("operator/gpu_auditor/diagnosis")
+_CORPORA = [  # the real logs: every rule of the core meets them
+    "diagnosis/test_oom_corpus.py",
+    "diagnosis/test_oom_fixtures.py",
+    "diagnosis/test_diagnosis_h200_proof_logs.py",
+    "diagnosis/test_diagnosis_heldout_logs.py",
+]
 GROUPS: dict[str, dict[str, Any]] = {
-    # group -> where its modules are in the tree, where mutmut sees them staged, their tests
+    # group -> where its modules are in the tree, where mutmut sees them staged, and per module
+    # the unit tests (under tests/unit/) run against its mutants; a module not named runs
+    # against [tool.mutmut] pytest_add_cli_args_test_selection in pyproject.toml (all of the
+    # core's tests)
     "diagnosis": {
         "tree": CORE,
         "staged": "src/gpu_auditor/diagnosis",
-        "package": "gpu_auditor.diagnosis",
-        "tests": None,  # [tool.mutmut] pytest_add_cli_args_test_selection in pyproject.toml
+        "tests": {
+            "classify": [
+                "diagnosis/test_boundaries_classify.py",
+                "diagnosis/test_diagnosis_classify.py",
+                *_CORPORA,
+            ],
+            "leak": [
+                "diagnosis/test_boundaries_leak.py",
+                "diagnosis/test_diagnosis_leak.py",
+                *_CORPORA,
+            ],
+            "allocconf": [
+                "diagnosis/test_boundaries_allocconf.py",
+                "diagnosis/test_diagnosis_allocconf.py",
+                "diagnosis/test_boundaries_recommend.py",
+                "diagnosis/test_alloc_conf_real_torch.py",
+            ],
+            "recommend": [
+                "diagnosis/test_boundaries_recommend.py",
+                "diagnosis/test_diagnosis_recommend.py",
+                *_CORPORA,
+            ],
+            "phase": ["diagnosis/test_boundaries_phase.py", *_CORPORA],
+            "proberecord": [
+                "probe/test_probe_record_reader.py",
+                "probe/test_probe_record_properties.py",
+                "diagnosis/test_cli_probe_record.py",
+                "diagnosis/test_boundaries_classify.py",
+            ],
+        },
     },
     "node_agent": {
         "tree": Path("node_agent"),
         "staged": "node_agent",
-        "package": "node_agent",
-        "modules": {  # module -> the unit tests run against its mutants
+        "modules": ("sharing", "cgroup", "collector"),
+        "tests": {
             "sharing": [
-                "test_agent_sharing.py",
-                "test_boundaries_sharing_cgroup.py",
-                "test_agent_series_cap.py",
+                "node_agent/test_agent_sharing.py",
+                "node_agent/test_boundaries_sharing_cgroup.py",
+                "node_agent/test_agent_series_cap.py",
             ],
             "cgroup": [
-                "test_agent_cgroup.py",
-                "test_boundaries_sharing_cgroup.py",
-                "test_agent_procfs.py",
-                "test_agent_hostile_files.py",
+                "node_agent/test_agent_cgroup.py",
+                "node_agent/test_boundaries_sharing_cgroup.py",
+                "node_agent/test_agent_procfs.py",
+                "node_agent/test_agent_hostile_files.py",
             ],
             "collector": [
-                "test_agent_collector.py",
-                "test_agent_exposition.py",
-                "test_agent_series_cap.py",
+                "node_agent/test_agent_collector.py",
+                "node_agent/test_agent_exposition.py",
+                "node_agent/test_agent_series_cap.py",
             ],
         },
-        "tests": "tests/unit/node_agent",
     },
     "controller": {
         "tree": Path("operator/gpu_auditor/controller"),
         "staged": "src/gpu_auditor/controller",
-        "package": "gpu_auditor.controller",
-        "modules": {
-            "annotations": ["test_annotations.py", "test_boundaries_annotations.py"],
-            "pod": ["test_pod.py", "test_boundaries_annotations.py"],
-            "service": ["test_service.py", "test_boundaries_service.py"],
-            "sharing": ["test_service.py", "test_boundaries_service.py"],
+        "modules": ("annotations", "pod", "service", "sharing"),
+        "tests": {
+            "annotations": [
+                "controller/test_annotations.py",
+                "controller/test_boundaries_annotations.py",
+            ],
+            "pod": ["controller/test_pod.py", "controller/test_boundaries_annotations.py"],
+            "service": ["controller/test_service.py", "controller/test_boundaries_service.py"],
+            "sharing": ["controller/test_service.py", "controller/test_boundaries_service.py"],
         },
-        "tests": "tests/unit/controller",
     },
 }
 EQUIVALENTS = REPO / "bench" / "results" / "mutation-equivalents.toml"
@@ -171,11 +209,9 @@ def stage(modules: list[str]) -> None:
     spec = GROUPS[group_of(modules[0])]
     only = ", ".join(f'"{staged_of(m)}"' for m in modules)
     head = f"[tool.mutmut]\nonly_mutate = [{only}]\n"
-    if spec["tests"] is not None:  # this group's source and tests replace the core's
-        tests = sorted(
-            {f"{spec['tests']}/{t}" for m in modules for t in spec["modules"][stem_of(m)]}
-        )
-        staged = re.sub(r"(?m)^source_paths = .*$", f'source_paths = ["{spec["staged"]}/"]', staged)
+    staged = re.sub(r"(?m)^source_paths = .*$", f'source_paths = ["{spec["staged"]}/"]', staged)
+    tests = sorted({f"tests/unit/{t}" for m in modules for t in spec["tests"].get(stem_of(m), [])})
+    if tests:
         staged = re.sub(
             r"(?ms)^pytest_add_cli_args_test_selection = \[.*?^\]$",
             "pytest_add_cli_args_test_selection = " + json.dumps(tests),
