@@ -9,7 +9,9 @@ crash's Event would be a 409 and lost), the pod view's ignore label and key read
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
+import time
 
 import pytest
 
@@ -313,3 +315,98 @@ def test_the_pod_view_reads_only_our_prefix() -> None:
     assert p.our_annotations == {Annotation.DIAGNOSED_KEY, Annotation.RECOMMENDED_ALLOC_CONF}
     assert dict(p.annotations) == {"diagnosed-key": "main/0",
                                    "recommended-alloc-conf": "expandable_segments:True"}
+
+
+# -- what mutation testing found loose (scripts/mutation.py --modules controller.annotations) ----
+
+
+def refs(*lengths: int) -> list[str]:
+    """Pod refs of the given lengths, sorted in the order given (a, b, c, ... after "ns/")."""
+    return [f"ns/{chr(97 + i)}{'p' * (n - 4)}" for i, n in enumerate(lengths)]
+
+
+def shared_with(others: list[str]) -> str:
+    found = notes.sharing_annotations(PREFIX, [finding("ml/me", *others)], "ml/me")
+    return found[f"{PREFIX}gpu-shared-with"]
+
+
+def test_a_cut_list_that_fits_exactly_1024_bytes_keeps_its_last_item() -> None:
+    # 4 refs of 200 bytes, one of 210, 9 more: "5 refs,(+9 more)" is 1,010 + 5 + 9 = 1,024
+    others = refs(200, 200, 200, 200, 210, *[50] * 9)
+    value = shared_with(others)
+    assert value == ",".join([*others[:5], "(+9 more)"]) and len(value) == 1024
+
+
+def test_the_count_in_the_trial_is_the_count_written() -> None:
+    # 10 left out makes "(+10 more)", one byte longer: the fifth ref no longer fits
+    others = refs(200, 200, 200, 200, 210, *[50] * 10)
+    assert shared_with(others) == ",".join([*others[:4], "(+11 more)"])
+
+
+def test_the_evidence_names_the_termination_and_the_source() -> None:
+    d = Diagnosis(
+        detected=True, framework="pytorch", kind="fragmentation",
+        contributing=("capacity",), figures=Figures(requested_bytes=2**30),
+        torch_version_hint="2.11", recommendation=Recommendation(None, None, ()),
+        summary="s", oom_count=2, alloc_conf_problems=(),
+    )  # fmt: skip
+    t = Termination(container="main", restart_count=3, reason="Error", exit_code=137,
+                    message="", finished_at=None, previous=False)  # fmt: skip
+    w = notes.diagnosis_annotations(d, t, pod(), prefix=PREFIX, previous_keys=[],
+                                    source="termination-message", now=NOW)  # fmt: skip
+    evidence = json.loads(str(w.annotations[f"{PREFIX}evidence"]))
+    assert {k: evidence[k] for k in ("container", "restartCount", "exitCode",
+                                     "terminationReason", "source", "framework",
+                                     "contributing", "oomCount")} == {
+        "container": "main", "restartCount": 3, "exitCode": 137, "terminationReason": "Error",
+        "source": "termination-message", "framework": "pytorch", "contributing": ["capacity"],
+        "oomCount": 2,
+    }  # fmt: skip
+
+
+def test_the_event_message_is_the_summary_then_the_setting() -> None:
+    w = written(diagnosis(alloc_conf="expandable_segments:True", summary="frag"))
+    assert w.event_message == (
+        "[main] frag Recommended: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+    )
+    d = diagnosis(alloc_conf="expandable_segments:True", summary="frag")
+    d = Diagnosis(**{**d.__dict__, "recommendation": Recommendation(
+        "PYTORCH_ALLOC_CONF", "expandable_segments:True", ())})  # fmt: skip
+    assert written(d).event_message == (
+        "[main] frag Recommended: PYTORCH_ALLOC_CONF=expandable_segments:True"
+    )
+
+
+def test_the_event_name_is_the_documented_digest_of_uid_key_and_reason() -> None:
+    # stable across operator versions: a newer operator finds the older one's Event (a 409)
+    expected = hashlib.sha256(b"uid-1\0main/3\0CUDAOutOfMemory").hexdigest()[:12]
+    assert written().event_name == f"train-x.gpu-auditor.{expected}"
+    oom_killed = written(diagnosis(kind="host-oom-killed")).event_name
+    assert oom_killed != written().event_name  # the reason is part of it
+
+
+def test_an_event_name_from_text_that_is_not_utf_8_is_still_made() -> None:
+    name = notes.event_name("train-x", "uid\ud800", "main/0")  # a lone surrogate
+    assert name.startswith("train-x.gpu-auditor.") and len(name) == 20 + 12
+
+
+def test_diagnosed_at_is_utc_whatever_the_operators_time_zone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TZ", "IST-5:30")  # POSIX form: no tzdata needed
+    time.tzset()
+    try:
+        india = dt.timezone(dt.timedelta(hours=5, minutes=30))
+        local = dt.datetime(2026, 11, 29, 15, 30, tzinfo=india)
+        w = notes.diagnosis_annotations(diagnosis(), termination(), pod(), prefix=PREFIX,
+                                        previous_keys=[], source="log", now=local)  # fmt: skip
+        assert w.annotations[f"{PREFIX}diagnosed-at"] == "2026-11-29T10:00:00Z"
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
+def test_a_sharing_event_lists_the_others_comma_separated() -> None:
+    f = Finding(kind=FindingKind.UNINTENDED_SHARING, gpu_uuid="GPU-a",
+                pods=("ml/me", "ml/c", "ml/b"), message="3 pods")  # fmt: skip
+    assert notes.sharing_message(f, "ml/me") == "3 pods (shared with ml/b, ml/c)"
