@@ -204,3 +204,39 @@ def test_close_stops_the_schedule_and_the_diagnoser() -> None:
                         schedule=Stops())  # type: ignore[arg-type]  # fmt: skip
     services.close()
     assert stopped == ["schedule", "diagnoser"]
+
+
+# -- what mutation testing found loose (scripts/mutation.py --modules controller.service) ---------
+
+
+class LogKwargs(FakeKube):
+    """Records how the log was asked for."""
+
+    asked: dict[str, Any]
+
+    def read_log(self, *args: Any, **kwargs: Any) -> bytes:
+        self.asked = kwargs
+        return super().read_log(*args, **kwargs)
+
+
+def test_the_log_is_read_with_the_configured_tail_and_byte_limit() -> None:
+    log = (FIXTURE / "seed_example_fragmentation.log").read_bytes()
+    kube = LogKwargs(failed_pod(None), log=log)
+    config = OperatorConfig(log_tail_lines=123, log_limit_bytes=4567)
+    services = Services(kube=kube, config=config, diagnoser=Inline(),  # type: ignore[arg-type]
+                        schedule=Scheduled())  # fmt: skip
+    services.handle_pod(kube.pod)
+    assert kube.asked == {"previous": False, "tail_lines": 123, "limit_bytes": 4567}
+
+
+def test_close_skips_a_part_without_stop_or_close_and_closes_the_next() -> None:
+    closed: list[str] = []
+
+    class Closes(Inline):
+        def close(self) -> None:
+            closed.append("diagnoser")
+
+    services = Services(kube=FakeKube(_pod(OOM)), config=OperatorConfig(),  # type: ignore[arg-type]
+                        diagnoser=Closes(), schedule=Scheduled())  # fmt: skip
+    services.close()
+    assert closed == ["diagnoser"]
