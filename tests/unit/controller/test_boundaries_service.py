@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 from test_service import (
     ERROR,
     FIXTURE,
@@ -25,8 +26,10 @@ from test_service import (
     _sharing,
 )
 
-from gpu_auditor.base.errors import APIServerError
+from gpu_auditor.base.errors import APIForbiddenError, APIServerError
 from gpu_auditor.base.nodereport import parse_report
+from gpu_auditor.controller import annotations as notes
+from gpu_auditor.controller.kube import ObjectRef
 from gpu_auditor.controller.service import OperatorConfig, Services
 
 pytestmark = pytest.mark.unit
@@ -240,3 +243,139 @@ def test_close_skips_a_part_without_stop_or_close_and_closes_the_next() -> None:
                         diagnoser=Closes(), schedule=Scheduled())  # fmt: skip
     services.close()
     assert closed == ["diagnoser"]
+
+
+# -- what mutation testing found loose (scripts/mutation.py --modules controller.sharing) ---------
+
+OPERATOR_LOG = "gpu_auditor.operator"
+
+
+class EventArgs(FakeKube):
+    """Records every Event asked for, with the object it is about."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.asked: list[tuple[Any, dict[str, Any]]] = []
+
+    def post_event(self, about: Any, **kwargs: Any) -> bool:
+        self.asked.append((about, kwargs))
+        return super().post_event(about, **kwargs)
+
+
+def test_the_sharing_event_is_about_the_live_pod_with_its_name_and_message() -> None:
+    kube = EventArgs(None)  # type: ignore[arg-type]
+    kube.others = {p["metadata"]["name"]: p for p in (_running("train-x", "uid-train-x"),
+                                                      _running("nb", "uid-nb"))}  # fmt: skip
+    _services(kube).handle_report(parse_report(_sharing("ml/train-x", "ml/nb")))
+    about, asked = kube.asked[0]
+    assert about == ObjectRef("ml", "train-x", "uid-train-x")
+    assert asked == {
+        "name": notes.event_name("train-x", "uid-train-x", "unintended-sharing", "GPU-a",
+                                 "ml/nb", "ml/train-x"),
+        "reason": "UnintendedGPUSharing",
+        "message": "2 pods on GPU-a (shared with ml/nb)",
+    }
+    assert kube.asked[1][0] == ObjectRef("ml", "nb", "uid-nb")
+
+
+def test_a_written_finding_is_counted_by_kind() -> None:
+    kube = _report_kube(_running("train-x", "uid-train-x"), _running("nb", "uid-nb"))
+    name = "gpu_auditor_sharing_findings_total"
+    before = REGISTRY.get_sample_value(name, {"kind": "unintended-sharing"}) or 0.0
+    _services(kube).handle_report(parse_report(_sharing("ml/train-x", "ml/nb")))
+    assert REGISTRY.get_sample_value(name, {"kind": "unintended-sharing"}) == before + 2
+
+
+def test_the_operator_log_says_why_a_named_pod_is_left_alone(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    kube = _report_kube(_running("coredns", "uid-coredns", node="gpu-2", namespace="kube-system"),
+                        _running("train-x", "uid-real"), _running("nb", "uid-nb"))  # fmt: skip
+    with caplog.at_level("WARNING", logger=OPERATOR_LOG):
+        _services(kube).handle_report(parse_report(_sharing(
+            "kube-system/coredns", "ml/train-x", "ml/nb", uids={"ml/train-x": "uid-forged"})))
+    said = [r.getMessage() for r in caplog.records if r.name == OPERATOR_LOG]
+    assert (
+        "GPUNodeReport gpu-1 names kube-system/coredns, which runs on another node: ignored"
+    ) in said
+    assert "GPUNodeReport gpu-1 names ml/train-x, which has another UID: ignored" in said
+    assert "ml/nb: 3 pods on GPU-a (shared with kube-system/coredns, ml/train-x)" in said
+
+
+def test_the_operator_log_says_which_write_failed_and_the_attempt(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    kube = _report_kube(_running("a", "uid-a"), _running("b", "uid-b"))
+    denied = APIForbiddenError("patch_pod: 403 Forbidden", status=403)
+    kube.fail_patch["b"] = denied
+    scheduled = Scheduled()
+    with caplog.at_level("WARNING", logger=OPERATOR_LOG):
+        _services(kube, schedule=scheduled).handle_report(
+            parse_report(_sharing("ml/a", "ml/b")))  # fmt: skip
+        scheduled[0][1]()
+    said = [r.getMessage() for r in caplog.records if r.name == OPERATOR_LOG]
+    assert f"sharing finding on ml/b not written (attempt 1): {denied}" in said
+    assert f"sharing finding on ml/b not written (attempt 2): {denied}" in said
+
+
+def test_each_pods_failed_writes_back_off_on_their_own() -> None:
+    kube = _report_kube(_running("a", "uid-a"), _running("b", "uid-b"))
+    for name in ("a", "b"):
+        kube.fail_patch[name] = APIServerError("patch_pod: 503", status=503)
+    scheduled = Scheduled()
+    _services(kube, schedule=scheduled).handle_report(parse_report(_sharing("ml/a", "ml/b")))
+    assert [delay for delay, _ in scheduled] == [5.0, 5.0]
+
+
+def test_a_write_that_lands_starts_the_back_off_again() -> None:
+    kube = _report_kube(_running("a", "uid-a"), _running("b", "uid-b"), _running("c", "uid-c"))
+    kube.fail_patch["b"] = APIServerError("patch_pod: 503", status=503)
+    scheduled = Scheduled()
+    services = _services(kube, schedule=scheduled)
+    services.handle_report(parse_report(_sharing("ml/a", "ml/b")))
+    del kube.fail_patch["b"]
+    scheduled[0][1]()  # lands: its attempts are forgotten
+    kube.fail_patch["b"] = APIServerError("patch_pod: 503", status=503)
+    services.handle_report(parse_report(_sharing("ml/a", "ml/b", "ml/c")))  # b's value changes
+    assert [delay for delay, _ in scheduled] == [5.0, 5.0]
+
+
+def test_a_pod_gone_at_its_retry_starts_afresh_if_it_comes_back() -> None:
+    kube = _report_kube(_running("a", "uid-a"), _running("b", "uid-b"))
+    kube.fail_patch["b"] = APIServerError("patch_pod: 503", status=503)
+    scheduled = Scheduled()
+    services = _services(kube, schedule=scheduled)
+    report = parse_report(_sharing("ml/a", "ml/b"))
+    services.handle_report(report)
+    b = kube.others.pop("b")
+    scheduled[0][1]()  # 404: forgotten, no further retry
+    assert len(scheduled) == 1
+    kube.others["b"] = b
+    services.handle_report(report)
+    assert [delay for delay, _ in scheduled] == [5.0, 5.0]
+
+
+def test_a_pod_no_longer_in_the_report_at_its_retry_starts_afresh_later() -> None:
+    kube = _report_kube(_running("a", "uid-a"), _running("b", "uid-b"))
+    kube.fail_patch["b"] = APIServerError("patch_pod: 503", status=503)
+    scheduled = Scheduled()
+    services = _services(kube, schedule=scheduled)
+    services.handle_report(parse_report(_sharing("ml/a", "ml/b")))
+    services.reports.note(parse_report(_sharing("ml/a")))
+    scheduled[0][1]()  # b is no longer named: forgotten
+    services.handle_report(parse_report(_sharing("ml/a", "ml/b")))
+    assert [delay for delay, _ in scheduled] == [5.0, 5.0]
+
+
+def test_the_sharing_path_remembers_50000_writes() -> None:
+    kube = _report_kube(_running("train-x", "uid-train-x"), _running("nb", "uid-nb"))
+    services = _services(kube)
+    report = parse_report(_sharing("ml/train-x", "ml/nb"))
+    services.handle_report(report)  # train-x, then nb, remembered
+    for i in range(49_998):
+        services.sharing.written.add(("filler", i))  # 50,000 remembered writes
+    services.handle_report(report)
+    assert len(kube.reads) == 2  # both still remembered: not read again
+    services.sharing.written.add(("filler", "one more"))  # the oldest, train-x, is dropped
+    services.handle_report(report)
+    assert kube.reads[2:] == [("ml", "train-x")]
