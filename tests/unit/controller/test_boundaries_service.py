@@ -378,4 +378,5 @@ def test_the_sharing_path_remembers_50000_writes() -> None:
     assert len(kube.reads) == 2  # both still remembered: not read again
     services.sharing.written.add(("filler", "one more"))  # the oldest, train-x, is dropped
     services.handle_report(report)
-    assert kube.reads[2:] == [("ml", "train-x")]
+    # train-x is read again; remembering it once more drops the next oldest, nb
+    assert kube.reads[2:] == [("ml", "train-x"), ("ml", "nb")]
