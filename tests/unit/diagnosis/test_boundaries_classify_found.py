@@ -184,3 +184,11 @@ def test_unseen_memory_contributes_only_to_an_unknown_and_after_fragmentation() 
     # fragmentation is decided before the unseen rule: nothing unseen is added to it
     f = verdict(R=2 * G, T=80 * G, F=1 * G, A=50 * G, U=5 * G, P=None)
     assert (f.kind, f.contributing) == ("fragmentation", ())
+
+
+def test_others_holding_a_gib_when_the_request_fits_need_nothing_more() -> None:
+    v = verdict(R=1 * G, T=80 * G, F=2 * G, A=70 * G, others=(1 * G,))
+    assert v.summary == (
+        "gpu-shared: other processes hold 1.00 GiB of the GPU (pid 1000: 1.00 GiB); the 1.00 GiB "
+        "request needed 0 bytes more than the 2.00 GiB free"
+    )
