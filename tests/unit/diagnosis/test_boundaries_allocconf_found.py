@@ -145,3 +145,20 @@ def test_rocm_is_off_unless_said() -> None:
     assert check(f"{key}:{value}", rocm=True).problems == (
         f"{key} is not supported on ROCm builds of torch",
     )
+
+
+def test_parsing_resumes_after_the_next_comma_not_an_earlier_one() -> None:
+    checked = check(
+        "max_split_size_mb:128,expandable_segments:True:x,garbage_collection_threshold:0.6"
+    )
+    assert [e.key for e in checked.entries] == [
+        "max_split_size_mb", "expandable_segments", "garbage_collection_threshold"]
+    assert checked.problems == ("Expected ',' at index 7 in ConfigTokenizer but got ':'",)
+
+
+def test_only_the_backend_key_names_the_backend() -> None:
+    assert check("max_split_size_mb:cudaMallocAsync").backend == "native"
+
+
+def test_only_the_four_separators_split_tokens() -> None:
+    assert allocconf.tokenize("aXb : 1,[ 2 ]") == ["aXb", ":", "1", ",", "[", "2", "]"]
