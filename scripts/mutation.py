@@ -75,22 +75,27 @@ GROUPS: dict[str, dict[str, Any]] = {
         "tests": {
             "classify": [
                 "diagnosis/test_boundaries_classify.py",
+                "diagnosis/test_boundaries_classify_found.py",
                 "diagnosis/test_diagnosis_classify.py",
                 *_CORPORA,
             ],
             "leak": [
                 "diagnosis/test_boundaries_leak.py",
+                "diagnosis/test_boundaries_leak_found.py",
                 "diagnosis/test_diagnosis_leak.py",
                 *_CORPORA,
             ],
             "allocconf": [
                 "diagnosis/test_boundaries_allocconf.py",
+                "diagnosis/test_boundaries_allocconf_found.py",
                 "diagnosis/test_diagnosis_allocconf.py",
                 "diagnosis/test_boundaries_recommend.py",
+                "diagnosis/test_boundaries_recommend_found.py",
                 "diagnosis/test_alloc_conf_real_torch.py",
             ],
             "recommend": [
                 "diagnosis/test_boundaries_recommend.py",
+                "diagnosis/test_boundaries_recommend_found.py",
                 "diagnosis/test_diagnosis_recommend.py",
                 *_CORPORA,
             ],
