@@ -192,3 +192,12 @@ def test_others_holding_a_gib_when_the_request_fits_need_nothing_more() -> None:
         "gpu-shared: other processes hold 1.00 GiB of the GPU (pid 1000: 1.00 GiB); the 1.00 GiB "
         "request needed 0 bytes more than the 2.00 GiB free"
     )
+
+
+def test_the_retry_loop_note_comes_after_what_pytorch_holds() -> None:
+    v = verdict(R=2 * G, T=80 * G, F=1 * G, A=70 * G, family=formats.RETRY_EXHAUSTED)
+    assert v.summary == (
+        "capacity: the 2.00 GiB request exceeds the 1.00 GiB free on a 80.00 GiB GPU; PyTorch "
+        "holds 70.00 GiB allocated and 0 bytes reserved but unallocated; the job's retry loop "
+        "halved the batch down to zero (figures of the last OOM it caught, from the probe record)"
+    )
