@@ -107,8 +107,9 @@ def test_a_series_keeps_400_figures_then_drops_the_oldest_200(prints: int, kept:
 
 
 def test_the_longer_series_comes_first() -> None:
-    text = "".join(f"alloc  mem {i + 1} GiB\n" for i in range(3))
-    text += "".join(f"reserved  alloc {i + 1} GiB\n" for i in range(5))
+    # neither is allocated memory: the one printed more often (eval's) comes first
+    text = "".join(f"train  mem {i + 1} GiB\n" for i in range(3))
+    text += "".join(f"eval  mem {i + 1} GiB\n" for i in range(5))
     assert [len(s.values) for s in printed_series(text)] == [5, 3]
 
 
