@@ -296,6 +296,7 @@ def test_only_the_ignore_label_set_to_true_ignores_a_pod(labels: object, ignored
         (None, []),
         (7, []),
     ],
+    ids=[f"case{i}" for i in range(14)],  # plain ids: mutmut runs tests by id
 )
 def test_diagnosed_keys_are_read_when_well_formed(raw: object, keys: list[str]) -> None:
     assert diagnosed_keys(raw) == keys  # type: ignore[arg-type]

@@ -60,6 +60,7 @@ def failed_pod(diagnosed: str | None, restarts: int = 0) -> dict[str, Any]:
         ("main/00", ["main/0"]),
         ("Main/0", ["main/0"]),  # not a key: a tenant cannot mark work done with junk
     ],
+    ids=[f"case{i}" for i in range(8)],  # plain ids: mutmut runs tests by id
 )
 def test_pending_leaves_out_what_diagnosed_key_lists(
     diagnosed: str | None, pending: list[str]

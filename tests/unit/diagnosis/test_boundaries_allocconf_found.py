@@ -49,6 +49,7 @@ pytestmark = pytest.mark.unit
          [Entry("expandable_segments", "True", 2),
           Entry("roundup_power2_divisions", "[256:1]", 6)], []),
     ],
+    ids=[f"case{i}" for i in range(13)],  # plain ids: the values hold ':' ',' '[' (mutmut's runner)
 )  # fmt: skip
 def test_the_tokenizer_messages_and_where_parsing_resumes(
     value: str, entries: list[Entry], problems: list[str]
@@ -158,6 +159,11 @@ def test_parsing_resumes_after_the_next_comma_not_an_earlier_one() -> None:
 
 def test_only_the_backend_key_names_the_backend() -> None:
     assert check("max_split_size_mb:cudaMallocAsync").backend == "native"
+
+
+def test_a_key_or_value_with_x_is_a_word() -> None:
+    assert list(check("X:1").entries) == [Entry("X", "1", 2)]
+    assert list(check("expandable_segments:X").entries) == [Entry("expandable_segments", "X", 2)]
 
 
 def test_only_the_four_separators_split_tokens() -> None:
