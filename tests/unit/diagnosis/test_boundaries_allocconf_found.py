@@ -48,8 +48,15 @@ pytestmark = pytest.mark.unit
         ("expandable_segments:True,roundup_power2_divisions:[256:1]",
          [Entry("expandable_segments", "True", 2),
           Entry("roundup_power2_divisions", "[256:1]", 6)], []),
+        ("expandable_segments:True,,max_split_size_mb:128",
+         [Entry("expandable_segments", "True", 2), Entry("max_split_size_mb", "128", 7)],
+         ["Expected a key at index 4 in ConfigTokenizer but got ','"]),
+        ("a,", [], ["Expected ':' at index 1 in ConfigTokenizer but got ','"]),
+        ("a:],roundup_power2_divisions:[256:1]",
+         [Entry("roundup_power2_divisions", "[256:1]", 6)],
+         ["Expected a value for 'a' at index 2 in ConfigTokenizer"]),
     ],
-    ids=[f"case{i}" for i in range(13)],  # plain ids: the values hold ':' ',' '[' (mutmut's runner)
+    ids=[f"case{i}" for i in range(16)],  # plain ids: the values hold ':' ',' '[' (mutmut's runner)
 )  # fmt: skip
 def test_the_tokenizer_messages_and_where_parsing_resumes(
     value: str, entries: list[Entry], problems: list[str]
