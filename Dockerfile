@@ -1,7 +1,10 @@
-# One image, two entry points (see docs/contracts.md):
+# One image, three entry points (see docs/contracts.md):
 #   gpu-auditor-agent     the node agent (DaemonSet)
 #   gpu-auditor-operator  the kopf operator (Deployment)
-# plus the gpu-auditor CLI. The chart sets the command of each container.
+#   gpu-auditor-webhook   the admission webhooks (Deployment)
+# plus the gpu-auditor CLI, and the OOM probe's files under /opt/gpu-auditor/probe (the
+# injected init container copies them into a job's pod). The chart sets the command of each
+# container.
 #
 #   docker build -t ghcr.io/gpu-auditor/gpu-auditor:0.1.0 .
 ARG PYTHON_IMAGE=python:3.12-slim
@@ -19,7 +22,8 @@ RUN pip wheel --no-deps --wheel-dir /wheels .
 FROM ${PYTHON_IMAGE} AS runtime
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONUNBUFFERED=1
 # The wheel with both services' extras (`pip install gpu-auditor` alone is the CLI and the
-# core, with no dependency) and their dependencies (binary wheels: grpcio, protobuf),
+# core, with no dependency) and their dependencies (kopf's aiohttp wheels; the agent needs only
+# nvidia-ml-py and PyYAML),
 # byte-compiled at install time so nothing is written at run time (the pods run with a
 # read-only root filesystem). `echo` expands the wheel's glob, which pip's `file[extras]`
 # form does not.
@@ -27,7 +31,12 @@ COPY --from=build /wheels /tmp/wheels
 RUN pip install "$(echo /tmp/wheels/gpu_auditor-*.whl)[agent,operator]" \
  && rm -rf /tmp/wheels \
  && gpu-auditor-agent --help > /dev/null \
- && gpu-auditor-operator --help > /dev/null
+ && gpu-auditor-operator --help > /dev/null \
+ && gpu-auditor-webhook --help > /dev/null
+# The OOM probe (probe/README.md): its sitecustomize and package, pure Python, world-readable;
+# the job's own interpreter runs them, never this image's.
+COPY probe/sitecustomize.py /opt/gpu-auditor/probe/
+COPY probe/gpu_auditor_probe/ /opt/gpu-auditor/probe/gpu_auditor_probe/
 # Nothing to write at run time: the bytecode is already there.
 ENV PYTHONDONTWRITEBYTECODE=1
 # A fixed non-root user; uid/gid 65532 as in distroless "nonroot". The agent's DaemonSet runs
@@ -37,10 +46,11 @@ RUN groupadd --system --gid 65532 nonroot \
       --shell /usr/sbin/nologin nonroot
 USER 65532:65532
 WORKDIR /
-# agent /metrics and /healthz, operator /metrics, operator liveness /healthz
-EXPOSE 9401 9402 8080
+# agent /metrics and /healthz, operator /metrics, operator liveness /healthz, webhook HTTPS
+# and /metrics
+EXPOSE 9401 9402 8080 8443 9403
 LABEL org.opencontainers.image.title="gpu-auditor" \
-      org.opencontainers.image.description="Kubernetes GPU auditor: node agent and operator" \
+      org.opencontainers.image.description="Kubernetes GPU auditor: node agent, operator, admission webhooks" \
       org.opencontainers.image.source="https://github.com/gpu-auditor/gpu-auditor" \
       org.opencontainers.image.licenses="Apache-2.0"
 CMD ["gpu-auditor", "--help"]

@@ -299,7 +299,7 @@ def run(scrapes: int, warmup: int) -> dict[str, Any]:
 
 
 REAL_NODE = ["node_agent.cli", "node_agent.http_server", "node_agent.nvml_source", "pynvml",
-             "grpc", "node_agent.podresources.v1.api_pb2_grpc"]
+             "node_agent.podresources.client"]
 
 
 def imports() -> dict[str, float]:
@@ -315,7 +315,7 @@ def imports() -> dict[str, float]:
     return {
         "agent, fake node (what the rows above run)": import_rss(
             ["node_agent.cli", "node_agent.http_server"]),
-        "agent, real node (+ pynvml, grpc + pod-resources stubs)": import_rss(REAL_NODE),
+        "agent, real node (+ pynvml, the pod-resources client)": import_rss(REAL_NODE),
         "agent, real node with --report (+ gpu_auditor.base.client, configured in-cluster)":
             import_rss([*REAL_NODE, "gpu_auditor.base.client", "node_agent.kube"], configure),
         "for comparison: real node + the kubernetes client (what --report imported before)":
@@ -608,7 +608,8 @@ def markdown(result: dict[str, Any]) -> str:
             "is not imported "
             "(tests/unit/node_agent/test_agent_cli.py checks that). NVML is the fake source in "
             "every row: a real node adds pynvml (~2 MiB imported) and libnvidia-ml once "
-            "initialised; grpc (the kubelet client, last row) is ~20 MiB of it.", "",
+            "initialised; the kubelet client (last row) is the agent's own HTTP/2 gRPC client "
+            "(node_agent/podresources; before issue 12 it was grpcio, ~20 MiB).", "",
             "| GPUs x procs/GPU | pods from | report written | RSS MiB | peak RSS MiB | "
             "p50 ms | p99 ms |",
             "|---|---|---|---|---|---|---|",

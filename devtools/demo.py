@@ -14,9 +14,7 @@ and prints what a user reads on each pod, then tears everything down.
 
 from __future__ import annotations
 
-import json
 import sys
-import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -31,6 +29,10 @@ FAKE_NODE = ROOT / "examples" / "fake-node"
 LOGS = ROOT / "examples" / "logs"
 PREFIX = "gpu-auditor.io/"
 CHAOS = "pod-container-running-failed.stage.kwok.x-k8s.io"
+WANTED = {("ml", "finetune-7b"): "diagnosis", ("ml", "trainer-0"): "diagnosis",
+          ("etl", "preprocess"): "diagnosis", ("ml", "notebook-1"): "gpu-shared-with"}
+"""The demo's pods and the annotation each one gets: the three that fail, and the notebook
+that filled the trainer's GPU."""
 
 
 def _say(text: str) -> None:
@@ -93,7 +95,9 @@ def _crowded_gpu(work: Path, fake_node: Path) -> Path:
     return path
 
 
-def run(cluster: LocalCluster) -> int:
+def stage(cluster: LocalCluster) -> OperatorProcess:
+    """Everything up to the three failed pods annotated (and ml/notebook-1 told it shares a
+    GPU): the scenario `make demo` shows and tests/integration/test_explain.py reads back."""
     from kubernetes import client
 
     api = cluster.api_client()
@@ -148,25 +152,27 @@ def run(cluster: LocalCluster) -> int:
                                            memory="16Gi", fail={"reason": "OOMKilled",
                                                                 "exit-code": "137", "delay": "2s"}))
 
-    wanted = {("ml", "finetune-7b"): "diagnosis", ("ml", "trainer-0"): "diagnosis",
-              ("etl", "preprocess"): "diagnosis", ("ml", "notebook-1"): "gpu-shared-with"}
-    for (ns, name), key in wanted.items():
+    for (ns, name), key in WANTED.items():
         cluster.wait(lambda ns=ns, name=name, key=key: f"{PREFIX}{key}" in (
             core.read_namespaced_pod(name, ns).metadata.annotations or {}), 90,
             f"{ns}/{name} annotated")
     time.sleep(1)
+    return operator
 
-    _say("what the job owners read (kubectl get pod NAME -o yaml, annotations):")
-    for ns, name in wanted:
-        pod = core.read_namespaced_pod(name, ns)
-        notes = {k: v for k, v in (pod.metadata.annotations or {}).items()
-                 if k.startswith(PREFIX)}
-        if f"{PREFIX}evidence" in notes:
-            notes[f"{PREFIX}evidence"] = json.dumps(json.loads(notes[f"{PREFIX}evidence"]),
-                                                    separators=(",", ":"))[:160] + "..."
-        print(f"\n--- pod {ns}/{name}")
-        print(textwrap.indent(yaml.safe_dump({"annotations": notes}, width=200,
-                                             sort_keys=True), "  "))
+
+def run(cluster: LocalCluster) -> int:
+    from kubernetes import client
+
+    from gpu_auditor import cli
+
+    operator = stage(cluster)
+    core = client.CoreV1Api(cluster.api_client())
+    _say("what the job owners read (gpu-auditor explain -n NAMESPACE POD, or "
+         "kubectl gpu-auditor explain ...; the raw form: kubectl get pod POD -o yaml):")
+    for ns, name in WANTED:
+        print(f"\n$ gpu-auditor explain -n {ns} {name}", flush=True)
+        cli.main(["explain", "-n", ns, name, "--kubeconfig", str(cluster.kubeconfig)])
+    print(flush=True)
     _say("Events (kubectl get events -A --field-selector source=gpu-auditor):")
     for event in sorted(core.list_event_for_all_namespaces().items,
                         key=lambda e: (e.metadata.namespace, e.involved_object.name)):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -12,6 +13,27 @@ from node_agent.publisher import ReportPublisher
 from node_agent.sampler import Sampler
 
 log = logging.getLogger(__name__)
+
+
+def heap_trimmer() -> Callable[[Snapshot], None] | None:
+    """glibc's ``malloc_trim(0)`` as a snapshot listener, where a C library allocates in this
+    process (NVML through ctypes): it hands freed heap pages back to the kernel after each pass
+    instead of keeping them in RSS. None where ctypes is not loaded already (the fake node:
+    importing it would cost more than it saves) or the C library is not glibc."""
+    if "ctypes" not in sys.modules:
+        return None
+    import ctypes
+
+    try:
+        trim = ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+
+    def after_pass(_: Snapshot) -> None:
+        trim(0)
+
+    return after_pass
 
 
 class Agent:

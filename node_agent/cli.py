@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import signal
 import sys
@@ -9,17 +10,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-try:
-    from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
-except ImportError as missing:  # the light install: the CLI and the core only
-    raise SystemExit(f"gpu-auditor-agent needs the agent extra ({missing.name} is not "
-                     "installed): pip install 'gpu-auditor[agent]'") from None
-
 from gpu_auditor.base.errors import ConfigError
-from node_agent.agent import Agent
+from node_agent.agent import Agent, heap_trimmer
 from node_agent.collector import AgentCollector
 from node_agent.config import Config, api_configured, node_name, parse
-from node_agent.exposition import Exposition
+from node_agent.dra import DraSlices
+from node_agent.exposition import Exposition, process_families, render
 from node_agent.fake_source import FakeNvmlSource
 from node_agent.history import History
 from node_agent.pods import ApiPods, ClusterPods, FakePods, PodSource
@@ -60,7 +56,15 @@ def build(cfg: Config) -> Agent:
     else:
         from node_agent.nvml_source import NvmlSource
 
-        gpus = NvmlSource()
+        if cfg.nvml_binding == "pynvml":
+            if importlib.util.find_spec("pynvml") is None:
+                raise ConfigError("--nvml-binding pynvml needs nvidia-ml-py (the agent "
+                                  "extra): pip install 'gpu-auditor[agent]'")
+            import pynvml
+
+            gpus = NvmlSource(pynvml)
+        else:  # the agent's own binding, pynvml where the library lacks a call it needs
+            gpus = NvmlSource()
 
     fake_pods_path = _fake_pods_path(cfg, fake_nvml)
     fake_pods = FakePods.from_file(fake_pods_path) if fake_pods_path else None
@@ -80,7 +84,8 @@ def build(cfg: Config) -> Agent:
         from node_agent.podresources.client import PodResourcesClient
 
         pods = ClusterPods(PodResourcesClient(cfg.pod_resources_socket),
-                           ApiPods(api, node) if api is not None else None)
+                           ApiPods(api, node) if api is not None else None,
+                           DraSlices(api, node) if api is not None else None)
 
     sampler = Sampler(node, gpus, ProcReader(cfg.proc_root), pods, History())
     publisher = (ReportPublisher(api, sampler.errors, min_interval=cfg.report_min_interval)
@@ -90,26 +95,22 @@ def build(cfg: Config) -> Agent:
     return Agent(sampler, cfg.interval, publisher)
 
 
-def registry_for(agent: Agent, cfg: Config) -> CollectorRegistry:
-    """A registry holding the agent's collector (and nothing else)."""
-    registry = CollectorRegistry()
-    registry.register(AgentCollector(agent.latest, agent.sampler.node, cfg.process_labels,
-                                     cfg.max_series_per_gpu))
-    return registry
+def collector_for(agent: Agent, cfg: Config) -> AgentCollector:
+    """The agent's metric families, from its latest snapshot."""
+    return AgentCollector(agent.latest, agent.sampler.node, cfg.process_labels,
+                          cfg.max_series_per_gpu)
 
 
 def exposition_for(agent: Agent, cfg: Config) -> Exposition:
     """/metrics: the agent's families rendered after each pass, plus live process_* metrics."""
-    live = CollectorRegistry()
-    ProcessCollector(registry=live)
-    exposition = Exposition(registry_for(agent, cfg), live)
+    exposition = Exposition(collector_for(agent, cfg).collect, process_families)
     agent.listeners.append(exposition.prime)
     return exposition
 
 
 def run_once(agent: Agent, cfg: Config) -> int:
     snapshot = agent.run_once(force_publish=True)
-    sys.stdout.write(generate_latest(registry_for(agent, cfg)).decode())
+    sys.stdout.write(render(collector_for(agent, cfg).collect()).decode())
     sys.stdout.flush()
     if snapshot is None:
         log.error("the sampling pass failed: no GPU metrics (see the error above)")
@@ -127,9 +128,13 @@ def serve(agent: Agent, cfg: Config) -> int:
     # thread every 1 ms instead of Python's default 5 ms, so scrapes stay fast during a pass.
     sys.setswitchinterval(0.001)
     exposition = exposition_for(agent, cfg)
+    trimmer = heap_trimmer()
+    if trimmer is not None:
+        agent.listeners.append(trimmer)
     try:  # bound before the first pass: a port in use is a config error at once
         server = make_server(lambda accept: exposition.render_parts(accept, agent.latest()),
-                             agent.health, cfg.bind_address, cfg.port)
+                             agent.health, cfg.bind_address, cfg.port,
+                             inline=lambda: exposition.cached(agent.latest()))
     except OSError as err:  # address in use, no such address, no permission for the port
         raise ConfigError(f"cannot serve on {cfg.bind_address}:{cfg.port}: "
                           f"{err.strerror or err}") from err

@@ -1,4 +1,4 @@
-"""The Prometheus collector: fresh metric families from the latest Snapshot on every scrape.
+"""The agent's metric families, built afresh from the latest Snapshot each time they are collected.
 
 Scrapes never call NVML or read ``/proc``; they only read the snapshot the sampling thread
 left. Label sets follow docs/contracts.md exactly; docs/metrics.md explains each metric.
@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
-
 from gpu_auditor.base.contract import Subsystem, metric_name
+from node_agent.exposition import COUNTER, GAUGE, Family
 from node_agent.model import ERROR_SOURCES, PodRef, ProcessUsage, Snapshot
 from node_agent.series import (
     CAPPED_METRICS,
@@ -36,26 +34,29 @@ GPU_LABELS = ["node", "gpu", "uuid", "model"]
 FINDING_LABELS = ["node", "gpu", "uuid", "namespace", "pod", "kind"]
 
 
-def _gauge(name: str, doc: str, labels: list[str],
-           subsystem: Subsystem | None = None) -> GaugeMetricFamily:
-    return GaugeMetricFamily(metric_name(name, subsystem), doc, labels=labels)
+def _gauge(name: str, doc: str, labels: list[str], subsystem: Subsystem | None = None) -> Family:
+    return Family(metric_name(name, subsystem), doc, GAUGE, tuple(labels))
+
+
+def _counter(name: str, doc: str, labels: list[str], subsystem: Subsystem | None = None) -> Family:
+    return Family(metric_name(name, subsystem) + "_total", doc, COUNTER, tuple(labels))
 
 
 @dataclass(frozen=True, slots=True)
 class _Families:
-    container: GaugeMetricFamily
-    process: GaugeMetricFamily | None
-    total: GaugeMetricFamily
-    used: GaugeMetricFamily
-    free: GaugeMetricFamily
-    reserved: GaugeMetricFamily
-    pods: GaugeMetricFamily
-    finding: GaugeMetricFamily
-    nvml_up: GaugeMetricFamily
-    kubelet_up: GaugeMetricFamily
-    duration: GaugeMetricFamily
-    errors: CounterMetricFamily
-    dropped: CounterMetricFamily
+    container: Family
+    process: Family | None
+    total: Family
+    used: Family
+    free: Family
+    reserved: Family
+    pods: Family
+    finding: Family
+    nvml_up: Family
+    kubelet_up: Family
+    duration: Family
+    errors: Family
+    dropped: Family
 
     @classmethod
     def new(cls, process_labels: bool) -> _Families:
@@ -77,14 +78,14 @@ class _Families:
                               "the last pass", ["node"], AGENT),
             duration=_gauge("collect_duration_seconds", "Duration of the last sampling pass",
                             ["node"], AGENT),
-            errors=CounterMetricFamily(metric_name("errors", AGENT), "Errors by source since "
-                                       "the agent started", labels=["node", "source"]),
-            dropped=CounterMetricFamily(metric_name("series_dropped", AGENT), "Series left out "
-                                        "of a metric by --max-series-per-gpu, summed over "
-                                        "sampling passes", labels=["node", "metric"]),
+            errors=_counter("errors", "Errors by source since the agent started",
+                            ["node", "source"], AGENT),
+            dropped=_counter("series_dropped", "Series left out of a metric by "
+                             "--max-series-per-gpu, summed over sampling passes",
+                             ["node", "metric"], AGENT),
         )
 
-    def all(self) -> list[Metric]:
+    def all(self) -> list[Family]:
         found = (getattr(self, f.name) for f in fields(self))
         return [family for family in found if family is not None]
 
@@ -96,7 +97,7 @@ def _pod_order(pod: PodRef | None) -> list[str]:
     return [pod.namespace, pod.pod, pod.container, pod.pod_uid]
 
 
-class AgentCollector(Collector):
+class AgentCollector:
     """Families from the latest snapshot. The per-pod families are capped per GPU
     (``max_series_per_gpu``, see series.py); what each snapshot left out is added to
     ``gpu_auditor_agent_series_dropped_total`` once, however often that snapshot is collected."""
@@ -112,11 +113,11 @@ class AgentCollector(Collector):
         self._dropped = dict.fromkeys(CAPPED_METRICS, 0)
         self._counted: Snapshot | None = None
 
-    def describe(self) -> Iterator[Metric]:
-        """The families without samples, so registering does not run a collection."""
-        return iter(_Families.new(self._process_labels).all())
+    def describe(self) -> list[Family]:
+        """The families without samples."""
+        return _Families.new(self._process_labels).all()
 
-    def collect(self) -> Iterator[Metric]:
+    def collect(self) -> list[Family]:
         f = _Families.new(self._process_labels)
         try:
             snapshot = self._latest()
@@ -124,7 +125,7 @@ class AgentCollector(Collector):
                 self._fill(f, snapshot)
         except Exception:  # never crash the scrape: serve what was filled
             log.exception("building metrics from the snapshot failed")
-        return iter(f.all())
+        return f.all()
 
     def _fill(self, f: _Families, s: Snapshot) -> None:
         node = self._node
@@ -132,15 +133,15 @@ class AgentCollector(Collector):
         for u in s.gpus:
             g = u.gpu
             gl = [node, g.gpu, g.uuid, g.model]
-            f.total.add_metric(gl, g.total_bytes)
-            f.used.add_metric(gl, g.used_bytes)
-            f.free.add_metric(gl, g.free_bytes)
-            f.reserved.add_metric(gl, g.reserved_bytes)
-            f.pods.add_metric([node, g.gpu, g.uuid], len(u.pod_keys))
+            f.total.add(gl, g.total_bytes)
+            f.used.add(gl, g.used_bytes)
+            f.free.add(gl, g.free_bytes)
+            f.reserved.add(gl, g.reserved_bytes)
+            f.pods.add([node, g.gpu, g.uuid], len(u.pod_keys))
             shown, left_out = memory_series(u, False, self._cap)
             dropped[CONTAINER_METRIC] += left_out
             for item in shown:
-                f.container.add_metric(
+                f.container.add(
                     [node, g.gpu, g.uuid, *_pod_order(item.pod), item.allocated.value],
                     item.used_bytes or 0)
             if f.process is not None:
@@ -148,19 +149,19 @@ class AgentCollector(Collector):
                 dropped[PROCESS_METRIC] += left_out
                 for item in shown:
                     assert isinstance(item, ProcessUsage)
-                    f.process.add_metric(
+                    f.process.add(
                         [node, g.gpu, g.uuid, *_pod_order(item.pod), item.allocated.value,
                          str(item.pid), item.comm], item.used_bytes or 0)
             findings, left_out = finding_series(u, s.findings, self._cap)
             dropped[FINDING_METRIC] += left_out
             for fs in findings:
-                f.finding.add_metric([node, fs.finding.gpu, fs.finding.gpu_uuid, fs.namespace,
+                f.finding.add([node, fs.finding.gpu, fs.finding.gpu_uuid, fs.namespace,
                                       fs.pod, fs.finding.kind], 1)
-        f.nvml_up.add_metric([node], 1 if s.nvml_up else 0)
-        f.kubelet_up.add_metric([node], 1 if s.kubelet_up else 0)
-        f.duration.add_metric([node], s.duration_seconds)
+        f.nvml_up.add([node], 1 if s.nvml_up else 0)
+        f.kubelet_up.add([node], 1 if s.kubelet_up else 0)
+        f.duration.add([node], s.duration_seconds)
         for source in ERROR_SOURCES:
-            f.errors.add_metric([node, source], s.errors.get(source, 0))
+            f.errors.add([node, source], s.errors.get(source, 0))
         with self._lock:
             if self._counted is not s:
                 self._counted = s
@@ -168,4 +169,4 @@ class AgentCollector(Collector):
                     self._dropped[metric] += n
             totals = dict(self._dropped)
         for metric, total in totals.items():
-            f.dropped.add_metric([node, metric], total)
+            f.dropped.add([node, metric], total)

@@ -1,74 +1,200 @@
-"""Exposition text for /metrics, rendered once per sampling pass instead of once per scrape.
+"""The Prometheus text exposition format (0.0.4), written by the agent itself.
 
-The agent's families come from an immutable Snapshot, so every scrape between two passes would
-render the same bytes; turning ~1,000 samples into text costs prometheus_client ~15 ms. So the
-sampling thread renders them right after each pass, in every format a scraper has asked for so
-far, and a scrape only appends the live ``process_*`` self metrics. The Collector still builds
-fresh families from the snapshot each time it is collected (``--once``, tests, a new pass).
+prometheus_client cost the agent ~11 MiB of RSS once imported (it pulls in ``http.server``,
+``wsgiref``, ``email`` and more), for two gauge types and two counters rendered once per pass.
+This module is the whole of what /metrics needs:
+
+- ``Family``: one metric family (name, help, type, label names, samples);
+- ``render``: families → the text format, with label values and help escaped as the format
+  says, integers written exactly (byte figures are exact up to 2**63-1, not rounded to a float);
+- ``process_families``: the standard ``process_*`` metrics of this process (as every Prometheus
+  client library names them), read from ``/proc/self`` on each scrape;
+- ``Exposition``: the body of /metrics, rendered once per sampling pass (every scrape between two
+  passes would render the same bytes) plus the live ``process_*`` families per scrape.
+
+The text format is what every Prometheus (and OpenMetrics-capable scraper) accepts; the agent
+does not negotiate OpenMetrics.
 """
 
 from __future__ import annotations
 
-import logging
+import math
+import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 
-from prometheus_client.exposition import choose_encoder
-from prometheus_client.registry import CollectorRegistry
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+GAUGE, COUNTER = "gauge", "counter"
 
-from node_agent.model import Snapshot
 
-log = logging.getLogger(__name__)
+@dataclass(slots=True)
+class Family:
+    """A metric family. ``name`` is the exposed name (a counter's ends with ``_total``)."""
 
-Encoder = Callable[[CollectorRegistry], bytes]
-EOF_LINE = b"# EOF\n"
+    name: str
+    doc: str
+    type: str
+    labels: tuple[str, ...] = ()
+    samples: list[tuple[Sequence[str], float]] = field(default_factory=list)
+
+    def add(self, values: Sequence[str], value: float) -> None:
+        if len(values) != len(self.labels):
+            raise ValueError(f"{self.name}: {len(values)} label values for "
+                             f"{len(self.labels)} labels")
+        self.samples.append((values, value))
+
+
+def escape_label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def escape_help(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def number(value: float) -> str:
+    """A sample value: integers exactly, floats as Python's shortest repr, NaN and +-Inf as
+    the format spells them."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(float(value))
+
+
+def render(families: Iterable[Family]) -> bytes:
+    """The text format; labels in name order (as prometheus_client wrote them before)."""
+    out: list[str] = []
+    for f in families:
+        out.append(f"# HELP {f.name} {escape_help(f.doc)}\n# TYPE {f.name} {f.type}\n")
+        order = sorted(range(len(f.labels)), key=f.labels.__getitem__)
+        names = [f.labels[i] for i in order]
+        for values, value in f.samples:
+            if f.labels:
+                labels = ",".join(f'{k}="{escape_label(values[i])}"'
+                                  for k, i in zip(names, order, strict=True))
+                out.append(f"{f.name}{{{labels}}} {number(value)}\n")
+            else:
+                out.append(f"{f.name} {number(value)}\n")
+    return "".join(out).encode("utf-8")
+
+
+# ---- process_* metrics of this process ----------------------------------------------------
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_boot_time: float | None = None
+
+
+def _btime(proc: str) -> float:
+    global _boot_time
+    if _boot_time is None:
+        with open(f"{proc}/stat", "rb") as f:
+            for line in f:
+                if line.startswith(b"btime "):
+                    _boot_time = float(line.split()[1])
+                    break
+            else:
+                raise OSError("no btime in /proc/stat")
+    return _boot_time
+
+
+def _read(path: str, limit: int = 4096) -> bytes:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.read(fd, limit)
+    finally:
+        os.close(fd)
+
+
+def process_families(proc: str = "/proc") -> list[Family]:
+    """``process_*`` of this process, as Prometheus client libraries name them; empty where
+    ``/proc`` cannot be read (never an exception: a scrape must not fail for it). Read on every
+    scrape, so cheaply: one read of ``stat``, one listing of ``fd``, ``getrlimit``."""
+    try:
+        parts = _read(f"{proc}/self/stat").rsplit(b")", 1)[-1].split()
+        utime, stime = int(parts[11]), int(parts[12])
+        start, vsize, rss = int(parts[19]), int(parts[20]), int(parts[21])
+        start_seconds = _btime(proc) + start / _TICKS
+        fds = len(os.listdir(f"{proc}/self/fd"))
+    except (OSError, IndexError, ValueError):
+        return []
+    families = [
+        Family("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.",
+               COUNTER, (), [((), (utime + stime) / _TICKS)]),
+        Family("process_virtual_memory_bytes", "Virtual memory size in bytes.", GAUGE, (),
+               [((), vsize)]),
+        Family("process_resident_memory_bytes", "Resident memory size in bytes.", GAUGE, (),
+               [((), rss * _PAGE)]),
+        Family("process_start_time_seconds", "Start time of the process since unix epoch in "
+               "seconds.", GAUGE, (), [((), start_seconds)]),
+        Family("process_open_fds", "Number of open file descriptors.", GAUGE, (), [((), fds)]),
+    ]
+    if _NOFILE is not None:
+        soft = _NOFILE()
+        families.append(Family("process_max_fds", "Maximum number of open file descriptors.",
+                               GAUGE, (), [((), math.inf if soft < 0 else soft)]))
+    return families
+
+
+def _nofile() -> Callable[[], int] | None:
+    try:
+        import resource
+    except ImportError:  # not on this platform
+        return None
+    return lambda: resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+_NOFILE = _nofile()
+
+
+# ---- /metrics -------------------------------------------------------------------------------
 
 
 class Exposition:
-    def __init__(self, snapshot_registry: CollectorRegistry,
-                 live_registry: CollectorRegistry | None = None) -> None:
-        self._snapshot_registry = snapshot_registry
-        self._live_registry = live_registry
+    """The /metrics body: the snapshot's families rendered once per pass (``prime``, on the
+    sampling thread), shared by every scrape until the next pass, then the live families."""
+
+    def __init__(self, families: Callable[[], Iterable[Family]],
+                 live: Callable[[], Iterable[Family]] | None = None) -> None:
+        self._families = families
+        self._live = live
         self._lock = threading.Lock()
-        self._encoders: dict[str, Encoder] = {}
-        default, content_type = choose_encoder("")
-        self._encoders[content_type] = default
-        self._rendered: dict[str, tuple[object, bytes]] = {}  # content type → (snapshot, text)
+        self._rendered: tuple[object, bytes] | None = None  # (snapshot, text)
 
-    def prime(self, snapshot: Snapshot | None) -> None:
-        """Render the snapshot's families in every format asked for so far (sampling thread)."""
+    def cached(self, snapshot: object) -> bool:
+        """True when this snapshot is rendered already: a scrape is then a copy-free lookup
+        plus the live families, cheap enough for the HTTP loop itself."""
         with self._lock:
-            encoders = dict(self._encoders)
-        for content_type, encoder in encoders.items():
-            self._render(content_type, encoder, snapshot)
+            return self._rendered is not None and self._rendered[0] is snapshot
 
-    def _render(self, content_type: str, encoder: Encoder, snapshot: object) -> bytes:
-        text = encoder(self._snapshot_registry)
-        if text.endswith(EOF_LINE):
-            text = text[: -len(EOF_LINE)]
+    def prime(self, snapshot: object) -> None:
+        """Render the families of this snapshot (the sampling thread, after each pass)."""
+        self._render(snapshot)
+
+    def _render(self, snapshot: object) -> bytes:
+        text = render(self._families())
         with self._lock:
-            self._rendered[content_type] = (snapshot, text)
+            self._rendered = (snapshot, text)
         return text
 
-    def render(self, accept: str, snapshot: Snapshot | None) -> tuple[bytes, str]:
-        """The /metrics body and content type for this Accept header."""
+    def render(self, accept: str, snapshot: object) -> tuple[bytes, str]:
+        """The /metrics body and its content type (text format 0.0.4 whatever ``accept``)."""
         parts, content_type = self.render_parts(accept, snapshot)
         return b"".join(parts), content_type
 
-    def render_parts(self, accept: str,
-                     snapshot: Snapshot | None) -> tuple[list[bytes], str]:
-        """The body in pieces: the pass's rendered families (one object shared by every
-        scrape until the next pass, not copied per request), then the live self metrics."""
-        encoder, content_type = choose_encoder(accept)
+    def render_parts(self, accept: str, snapshot: object) -> tuple[list[bytes], str]:
+        """The body in pieces: the pass's rendering (one object shared by every scrape, not
+        copied per request), then the live families."""
         with self._lock:
-            self._encoders.setdefault(content_type, encoder)
-            cached = self._rendered.get(content_type)
-        if cached is not None and cached[0] is snapshot:
-            text = cached[1]
-        else:
-            text = self._render(content_type, encoder, snapshot)
-        if self._live_registry is not None:
-            return [text, encoder(self._live_registry)], content_type
-        if content_type.startswith("application/openmetrics-text"):
-            return [text, EOF_LINE], content_type
-        return [text], content_type
+            cached = self._rendered
+        text = cached[1] if cached is not None and cached[0] is snapshot \
+            else self._render(snapshot)
+        if self._live is None:
+            return [text], CONTENT_TYPE
+        return [text, render(self._live())], CONTENT_TYPE

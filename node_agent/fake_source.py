@@ -25,8 +25,6 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from gpu_auditor.base.errors import ConfigError
 from node_agent.model import GpuSample, NvmlReading, ProcessSample
 from node_agent.names import is_gpu_uuid
@@ -40,9 +38,6 @@ MAX_PROCESSES_PER_GPU = 100_000
 MAX_PID = 2**22  # the kernel's PID_MAX_LIMIT
 MAX_BYTES = 2**63 - 1  # the report's fields are int64
 MAX_INDEX = 65535
-
-_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: 4x faster, depth-capped
-
 
 def load_yaml(path: Path) -> dict[str, Any]:
     """A YAML mapping from ``path``; every failure is a one-line ConfigError."""
@@ -58,7 +53,14 @@ def load_yaml(path: Path) -> dict[str, Any]:
     except UnicodeDecodeError as err:
         raise ConfigError(f"{path}: not UTF-8 text (byte {err.start})") from err
     try:
-        data = yaml.load(text, Loader=_Loader)  # CSafeLoader or SafeLoader: safe
+        import yaml  # only the fake node reads YAML: a real node's agent never imports it
+    except ImportError as err:
+        raise ConfigError(f"{path}: reading it needs PyYAML, in the agent extra: "
+                          "pip install 'gpu-auditor[agent]'") from err
+
+    loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: 4x faster, capped
+    try:
+        data = yaml.load(text, Loader=loader)  # CSafeLoader or SafeLoader: safe
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML: {_one_line(err)}") from err
     except RecursionError as err:
@@ -70,7 +72,7 @@ def load_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
-def _one_line(err: yaml.YAMLError) -> str:
+def _one_line(err: Exception) -> str:
     mark = getattr(err, "problem_mark", None)
     problem = getattr(err, "problem", None) or str(err).splitlines()[0]
     where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""

@@ -3,7 +3,8 @@
 (Named ``http_server`` rather than ``http`` so it can never shadow the standard library.)
 
 Anything that can reach the port can connect, so no client may hold the server: connections
-live in one asyncio event loop (no thread per connection), and
+live in one event loop on ``selectors`` (no thread per connection; not asyncio, which with the
+``ssl`` module it imports cost the agent ~5 MiB of RSS), and
 
 - a request head must arrive whole within ``head_timeout`` s of the connection (``idle_timeout``
   s after the previous response on a kept-alive one), however slowly its bytes trickle in, and
@@ -12,8 +13,10 @@ live in one asyncio event loop (no thread per connection), and
   client that does not read holds one piece of memory, not a copy of the body;
 - at most ``max_connections`` are open: a new one closes the one that has waited longest for a
   request head (idle or slow), and is refused only when every connection is mid-response;
-- ``/metrics`` bodies are rendered on ``render_threads`` threads (a pass's families are rendered
-  already, so this is usually a copy); ``/healthz`` is answered on the loop itself.
+- ``/metrics`` bodies are rendered on ``render_threads`` threads, unless ``inline`` says the
+  body is cheap now (the pass's families are rendered already: a lookup plus the few live
+  ``process_*`` lines), when the loop answers at once, with no thread hand-off; ``/healthz`` is
+  answered on the loop itself.
 
 So a slowloris client or a crowd of idle ones cannot starve ``/metrics`` or ``/healthz``, and the
 agent's threads are the loop, the render threads and the sampler, whatever the clients do.
@@ -21,14 +24,16 @@ agent's threads are the loop, the render threads and the sampler, whatever the c
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import logging
+import queue
+import selectors
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
 
@@ -82,10 +87,23 @@ def parse_head(head: bytes) -> Request:
     return Request(parts[0], parts[1].split("?", 1)[0], keep_alive, headers.get("accept", ""))
 
 
-@dataclass(eq=False)
-class _Connection:
-    writer: asyncio.StreamWriter
-    waiting_since: float | None = field(default=None)  # waiting for a request head since
+class _Conn:
+    """One client connection and where it stands: waiting for a request head
+    (``waiting_since`` set), rendering (a worker has it), or writing a response (``out``)."""
+
+    __slots__ = ("buffer", "closed", "deadline", "keep", "out", "sock", "waiting_since")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buffer = bytearray()
+        self.waiting_since: float | None = None
+        self.deadline = 0.0  # of the request head, or of the response being written
+        self.out: deque[memoryview] = deque()
+        self.keep = False
+        self.closed = False
+
+
+_READ, _WRITE = selectors.EVENT_READ, selectors.EVENT_WRITE
 
 
 class MetricsServer:
@@ -96,8 +114,9 @@ class MetricsServer:
     def __init__(self, render: Render, health: Health, address: str, port: int, *,
                  max_connections: int = 64, head_timeout: float = 10.0,
                  idle_timeout: float = 60.0, write_timeout: float = 30.0,
-                 render_threads: int = 2) -> None:
+                 render_threads: int = 2, inline: Callable[[], bool] | None = None) -> None:
         self._render = render
+        self._inline = inline  # True: /metrics is cheap now (rendered already): no hand-off
         self._health = health
         self.max_connections = max_connections
         self.head_timeout = head_timeout
@@ -114,11 +133,16 @@ class MetricsServer:
             self._socket.close()
             raise
         self.server_address: tuple[str, int] = self._socket.getsockname()[:2]
-        self._executor = ThreadPoolExecutor(render_threads, thread_name_prefix="render")
-        self._connections: set[_Connection] = set()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._lock = threading.Lock()  # orders shutdown() against the loop's start
+        self._render_threads = render_threads
+        self._jobs: queue.SimpleQueue[tuple[_Conn, Request] | None] = queue.SimpleQueue()
+        self._done_jobs: deque[tuple[_Conn, Request, int, Sequence[bytes], str]] = deque()
+        self._workers: list[threading.Thread] = []
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._connections: set[_Conn] = set()
+        self._pending: deque[_Conn] = deque()  # bytes of a next request already read
+        self._selector: selectors.BaseSelector | None = None
         self._stopping = False
         self._done = threading.Event()
         self.refused = 0  # connections refused because every slot was mid-response
@@ -128,169 +152,282 @@ class MetricsServer:
 
     def serve_forever(self) -> None:
         try:
-            asyncio.run(self._serve())
+            self._run()
         finally:
+            for conn in list(self._connections):
+                self._close(conn)
+            if self._selector is not None:
+                self._selector.close()
             self._done.set()
 
-    async def _serve(self) -> None:
-        stop = asyncio.Event()
-        with self._lock:
-            self._loop, self._stop = asyncio.get_running_loop(), stop
-            if self._stopping:
-                return
-        server = await asyncio.start_server(self._handle, sock=self._socket,
-                                            limit=MAX_HEAD_BYTES)
-        async with server:
-            await stop.wait()
-        for conn in list(self._connections):
-            conn.writer.transport.abort()
+    def _run(self) -> None:
+        for i in range(self._render_threads):
+            worker = threading.Thread(target=self._work, name=f"render-{i}", daemon=True)
+            worker.start()
+            self._workers.append(worker)
+        sel = self._selector = selectors.DefaultSelector()
+        sel.register(self._socket, _READ, None)
+        sel.register(self._wake_r, _READ, "wake")
+        while not self._stopping:
+            for _ in range(min(len(self._pending), 64)):  # pipelined requests, a few per turn
+                conn = self._pending.popleft()
+                if not conn.closed and conn.waiting_since is not None:
+                    self._try_head(conn)
+            timeout = 0.0 if self._pending else self._next_timeout()
+            for key, mask in sel.select(timeout):
+                if key.data is None:
+                    self._accept()
+                elif key.data == "wake":
+                    self._drain_wake()
+                else:
+                    client: _Conn = key.data
+                    if mask & _READ:
+                        self._on_read(client)
+                    if mask & _WRITE and not client.closed:
+                        self._on_write(client)
+            self._expire(time.monotonic())
 
     def shutdown(self) -> None:
         """Stop serving (call from another thread than ``serve_forever``'s) and wait."""
-        with self._lock:
-            self._stopping = True
-            loop, stop = self._loop, self._stop
-        if loop is not None and stop is not None:
-            try:
-                loop.call_soon_threadsafe(stop.set)
-            except RuntimeError:  # the loop has closed already
-                return
+        self._stopping = True
+        self._wake()
+        if self._selector is not None:
             self._done.wait(10)
 
     def server_close(self) -> None:
+        self._stopping = True
         self._socket.close()
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        for _ in self._workers:
+            self._jobs.put(None)
+        self._wake_r.close()
+        self._wake_w.close()
 
-    # -- one connection --
+    def _wake(self) -> None:
+        with contextlib.suppress(OSError):  # full (the loop will look anyway) or closed
+            self._wake_w.send(b"x")
 
-    def _admit(self, conn: _Connection) -> bool:
+    def _drain_wake(self) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except OSError:
+            pass
+        while self._done_jobs:
+            conn, request, status, parts, content_type = self._done_jobs.popleft()
+            if not conn.closed:
+                self._respond(conn, request.method, status, parts, content_type,
+                              request.keep_alive)
+
+    def _next_timeout(self) -> float:
+        now = time.monotonic()
+        deadlines = [c.deadline for c in self._connections
+                     if c.waiting_since is not None or c.out]
+        return max(0.0, min(1.0, min(deadlines, default=now + 1.0) - now))
+
+    def _expire(self, now: float) -> None:
+        for conn in [c for c in self._connections
+                     if (c.waiting_since is not None or c.out) and c.deadline <= now]:
+            self._close(conn)  # a head or a response past its deadline
+
+    # -- connections --
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, _ = self._socket.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as err:  # out of file descriptors, ...: keep serving the others
+                log.warning("accepting a connection failed: %s", err)
+                return
+            sock.setblocking(False)
+            conn = _Conn(sock)
+            if not self._admit(conn):
+                sock.close()
+                continue
+            assert self._selector is not None
+            self._selector.register(sock, _READ, conn)
+            self._wait_for_head(conn, self.head_timeout)
+
+    def _admit(self, conn: _Conn) -> bool:
         if len(self._connections) >= self.max_connections:
             waiting = [c for c in self._connections if c.waiting_since is not None]
             if not waiting:
                 self.refused += 1
                 return False
-            oldest = min(waiting, key=lambda c: c.waiting_since or 0.0)
-            self._connections.discard(oldest)
-            oldest.writer.transport.abort()
+            self._close(min(waiting, key=lambda c: c.waiting_since or 0.0))
             self.evicted += 1
         self._connections.add(conn)
         return True
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn = _Connection(writer)
-        if not self._admit(conn):
-            writer.transport.abort()
+    def _close(self, conn: _Conn) -> None:
+        if conn.closed:
             return
-        # Pause writing whenever anything is buffered: drain() then waits until the kernel took
-        # every byte, so a client that does not read holds at most one CHUNK here.
-        writer.transport.set_write_buffer_limits(high=0)
-        done = False  # the last response was written whole: close gracefully
+        conn.closed = True
+        self._connections.discard(conn)
+        conn.out.clear()
+        if self._selector is not None:
+            with contextlib.suppress(KeyError, ValueError):
+                self._selector.unregister(conn.sock)
+        conn.sock.close()
+
+    def _wait_for_head(self, conn: _Conn, timeout: float) -> None:
+        conn.waiting_since = time.monotonic()
+        conn.deadline = conn.waiting_since + timeout
+        self._modify(conn, _READ)
+        if conn.buffer:  # a pipelined request already read: the loop takes it next
+            self._pending.append(conn)
+
+    def _modify(self, conn: _Conn, events: int) -> None:
+        if self._selector is not None and not conn.closed:
+            self._selector.modify(conn.sock, events, conn)
+
+    def _on_read(self, conn: _Conn) -> None:
         try:
-            timeout = self.head_timeout
-            while True:
-                conn.waiting_since = time.monotonic()
-                try:
-                    head = await asyncio.wait_for(_read_head(reader), timeout)
-                except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
-                    return
-                except BadRequest as err:
-                    conn.waiting_since = None
-                    done = await self._error(writer, err)
-                    return
-                conn.waiting_since = None
-                done, keep = await self._serve_request(writer, head)
-                if not keep:
-                    return
-                timeout = self.idle_timeout
-        finally:
-            self._connections.discard(conn)
-            if done:
-                writer.close()  # everything was handed to the kernel already
-            else:
-                writer.transport.abort()
+            chunk = conn.sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._close(conn)
+            return
+        if not chunk:
+            self._close(conn)
+            return
+        conn.buffer += chunk
+        if conn.waiting_since is not None:
+            self._try_head(conn)
 
-    async def _error(self, writer: asyncio.StreamWriter, err: BadRequest) -> bool:
-        written, _ = await self._respond(writer, "GET", err.status,
-                                         [str(err).encode() + b"\n"], TEXT, keep_alive=False)
-        return written
-
-    async def _serve_request(self, writer: asyncio.StreamWriter,
-                             head: bytes) -> tuple[bool, bool]:
-        """Answer one request: (written whole, keep the connection for another)."""
+    def _try_head(self, conn: _Conn) -> None:
+        try:
+            head = _take_head(conn.buffer)
+        except BadRequest as err:
+            conn.buffer.clear()
+            self._respond(conn, "GET", err.status, [str(err).encode() + b"\n"], TEXT, False)
+            return
+        if head is None:
+            return
+        conn.waiting_since = None
         try:
             request = parse_head(head)
         except BadRequest as err:
-            return await self._error(writer, err), False
-        status, parts, content_type = await self._route(request)
-        log.debug("%s %s %s", request.method, request.path, status)
-        return await self._respond(writer, request.method, status, parts, content_type,
-                                   keep_alive=request.keep_alive)
+            self._respond(conn, "GET", err.status, [str(err).encode() + b"\n"], TEXT, False)
+            return
+        self._pause(conn)
+        if request.method in ("GET", "HEAD") and request.path == "/metrics":
+            if self._inline is not None and self._inline():
+                _, _, status, parts, content_type = self._render_metrics(conn, request)
+                self._respond(conn, request.method, status, parts, content_type,
+                              request.keep_alive)
+            else:
+                self._jobs.put((conn, request))  # rendered on a worker thread
+            return
+        status, parts, content_type = self._route(request)
+        self._respond(conn, request.method, status, parts, content_type, request.keep_alive)
 
-    async def _route(self, request: Request) -> tuple[int, Sequence[bytes], str]:
+    def _pause(self, conn: _Conn) -> None:
+        """No reading while a request is answered (its bytes wait in the kernel)."""
+        if self._selector is not None and not conn.closed:
+            self._selector.unregister(conn.sock)
+
+    def _resume(self, conn: _Conn, events: int) -> None:
+        if self._selector is None or conn.closed:
+            return
+        try:
+            self._selector.modify(conn.sock, events, conn)
+        except KeyError:
+            self._selector.register(conn.sock, events, conn)
+
+    def _work(self) -> None:
+        """A render thread: /metrics bodies, handed back to the loop."""
+        while (job := self._jobs.get()) is not None:
+            self._done_jobs.append(self._render_metrics(*job))
+            self._wake()
+
+    def _render_metrics(self, conn: _Conn, request: Request
+                        ) -> tuple[_Conn, Request, int, Sequence[bytes], str]:
+        try:
+            body, content_type = self._render(request.accept)
+            return conn, request, 200, [body] if isinstance(body, bytes) else body, content_type
+        except Exception:
+            log.exception("encoding /metrics failed")
+            return conn, request, 500, [b"metrics unavailable\n"], TEXT
+
+    def _route(self, request: Request) -> tuple[int, Sequence[bytes], str]:
         if request.method not in ("GET", "HEAD"):
             return 405, [b"only GET and HEAD\n"], TEXT
-        if request.path == "/metrics":
-            loop = asyncio.get_running_loop()
-            try:
-                body, content_type = await loop.run_in_executor(self._executor, self._render,
-                                                                request.accept)
-            except Exception:
-                log.exception("encoding /metrics failed")
-                return 500, [b"metrics unavailable\n"], TEXT
-            return 200, [body] if isinstance(body, bytes) else body, content_type
         if request.path == "/healthz":
             ok, why = self._health()
             return (200 if ok else 503), [(why + "\n").encode()], TEXT
         return 404, [b"not found: try /metrics or /healthz\n"], TEXT
 
-    async def _respond(self, writer: asyncio.StreamWriter, method: str, status: int,
-                       parts: Sequence[bytes], content_type: str, *,
-                       keep_alive: bool) -> tuple[bool, bool]:
-        """Write one response within ``write_timeout``: (written whole, keep alive)."""
+    def _respond(self, conn: _Conn, method: str, status: int, parts: Sequence[bytes],
+                 content_type: str, keep_alive: bool) -> None:
+        """Start writing one response; it must be sent whole within ``write_timeout``."""
+        log.debug("%s %s", method, status)
         length = sum(len(p) for p in parts)
         head = (f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n"
                 f"Content-Type: {content_type}\r\nContent-Length: {length}\r\n"
                 f"Connection: {'keep-alive' if keep_alive else 'close'}\r\n")
         if status == 405:
             head += "Allow: GET, HEAD\r\n"
-        try:
-            await asyncio.wait_for(_write(writer, (head + "\r\n").encode(),
-                                          () if method == "HEAD" else parts),
-                                   self.write_timeout)
-        except (TimeoutError, ConnectionError):
-            return False, False
-        return True, keep_alive
+        conn.waiting_since = None
+        conn.keep = keep_alive
+        conn.out.append(memoryview((head + "\r\n").encode()))
+        if method != "HEAD":
+            conn.out.extend(memoryview(p) for p in parts if p)
+        conn.deadline = time.monotonic() + self.write_timeout
+        self._on_write(conn)
+
+    def _on_write(self, conn: _Conn) -> None:
+        """Send what the kernel takes, at most CHUNK at a time from the shared body (a client
+        that does not read holds no copy of it)."""
+        while conn.out:
+            piece = conn.out[0]
+            try:
+                sent = conn.sock.send(piece[:CHUNK])
+            except (BlockingIOError, InterruptedError):
+                self._resume(conn, _WRITE)
+                return
+            except OSError:
+                self._close(conn)
+                return
+            if sent == len(piece):
+                conn.out.popleft()
+            else:
+                conn.out[0] = piece[sent:]
+        if not conn.keep:
+            self._close(conn)  # every byte is with the kernel: it sends them, then the FIN
+            return
+        self._resume(conn, _READ)
+        self._wait_for_head(conn, self.idle_timeout)
 
 
-async def _read_head(reader: asyncio.StreamReader) -> bytes:
-    """Lines up to the empty one; BadRequest(431) past MAX_HEAD_BYTES or MAX_HEADERS lines."""
-    lines: list[bytes] = []
-    size = 0
+def _take_head(buffer: bytearray) -> bytes | None:
+    """Remove and return a whole request head (lines up to the empty one, blank lines before
+    the request line skipped) from ``buffer``; None while incomplete; BadRequest(431) past
+    MAX_HEAD_BYTES or MAX_HEADERS lines."""
+    start = 0
+    while buffer.startswith(b"\r\n", start) or buffer.startswith(b"\n", start):
+        start += 2 if buffer.startswith(b"\r\n", start) else 1
+    pos, lines = start, 0
     while True:
-        try:
-            line = await reader.readuntil(b"\n")
-        except asyncio.LimitOverrunError as err:
-            raise BadRequest(431, "request head too large") from err
-        size += len(line)
-        if size > MAX_HEAD_BYTES or len(lines) > MAX_HEADERS:
+        end = buffer.find(b"\n", pos)
+        if end < 0:
+            if len(buffer) - start > MAX_HEAD_BYTES:
+                raise BadRequest(431, "request head too large")
+            del buffer[:start]
+            return None
+        if end + 1 - start > MAX_HEAD_BYTES or lines > MAX_HEADERS:
             raise BadRequest(431, "request head too large")
-        if line in (b"\r\n", b"\n"):
-            if not lines:  # blank lines before a request line are allowed (RFC 9112 2.2)
-                continue
-            return b"".join(lines)
-        lines.append(line)
+        if end == pos or (end == pos + 1 and buffer[pos] == 0x0D):  # an empty line
+            head = bytes(buffer[start:pos])
+            del buffer[:end + 1]
+            return head
+        lines += 1
+        pos = end + 1
 
 
-async def _write(writer: asyncio.StreamWriter, head: bytes, parts: Sequence[bytes]) -> None:
-    writer.write(head)
-    for part in parts:
-        view = memoryview(part)
-        for start in range(0, len(view), CHUNK):
-            writer.write(view[start:start + CHUNK])
-            await writer.drain()
-    await writer.drain()
-
-
-def make_server(render: Render, health: Health, address: str, port: int) -> MetricsServer:
+def make_server(render: Render, health: Health, address: str, port: int,
+                inline: Callable[[], bool] | None = None) -> MetricsServer:
     """The server with its default limits (what the agent runs)."""
-    return MetricsServer(render, health, address, port)
+    return MetricsServer(render, health, address, port, inline=inline)

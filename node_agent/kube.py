@@ -1,7 +1,8 @@
 """The agent's requests to the API server, over the shared client (`gpu_auditor.base.client`).
 
-Five kinds of request: list this node's pods, read its Node, and get, create or replace its
-cluster-scoped GPUNodeReport (docs/install.md lists each with its grant). The client is built
+Six kinds of request: list this node's pods, read its Node, list its ResourceSlices (DRA), and
+get, create or replace its cluster-scoped GPUNodeReport (docs/install.md lists each with its
+grant). The client is built
 only when the agent talks to the API server and imported lazily all the same (~2 MiB): an agent
 without `--report` and without an API server (the fake node, benchmarks) does not load it.
 """
@@ -21,6 +22,7 @@ __all__ = ["AgentApi", "api_client", "in_cluster"]
 
 USER_AGENT = "gpu-auditor-agent"
 REPORTS = f"/apis/{GROUP}/{VERSION}/{PLURAL}"
+RESOURCE_SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 
 
 class AgentApi:
@@ -33,6 +35,13 @@ class AgentApi:
         """A PodList (raw JSON) over all namespaces."""
         result: dict[str, Any] = self.client.request(
             "GET", "/api/v1/pods", query={"fieldSelector": field_selector}, timeout=timeout)
+        return result
+
+    def list_resource_slices(self, *, field_selector: str,
+                             timeout: float = 10.0) -> dict[str, Any]:
+        """A ResourceSliceList (raw JSON, ``resource.k8s.io/v1``): the DRA devices of a node."""
+        result: dict[str, Any] = self.client.request(
+            "GET", RESOURCE_SLICES, query={"fieldSelector": field_selector}, timeout=timeout)
         return result
 
     def get_node(self, name: str, *, timeout: float = 10.0) -> dict[str, Any]:

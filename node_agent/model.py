@@ -115,15 +115,21 @@ class NodeSharing:
 
 @dataclass(frozen=True, slots=True)
 class Allocations:
-    """GPU device IDs the kubelet allocated, by pod (``namespace/name``).
+    """GPU device IDs the kubelet allocated, by pod (``namespace/name``): a device plugin's
+    devices and, through this node's ResourceSlices, the GPUs of the pod's ResourceClaims.
 
     IDs are normalised: time-slicing replicas ``<UUID>::<n>`` become ``<UUID>``; MIG ids stay
     ``MIG-...``. ``replicated`` / ``mig`` tell whether such IDs were seen at all.
+    ``unresolved``: pods with a claimed device whose GPU is unknown (no slice, no ``uuid``
+    attribute): a GPU such a pod uses outside ``by_pod`` is *unknown*, not unallocated.
+    ``claims``: (pod, GPU UUID) → the ResourceClaims (``namespace/name``) that gave it.
     """
 
     by_pod: Mapping[str, frozenset[str]] = field(default_factory=dict)
     replicated: bool = False
     mig: bool = False
+    unresolved: frozenset[str] = frozenset()
+    claims: Mapping[tuple[str, str], frozenset[str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +153,8 @@ class ContainerUsage:
     used_bytes: int
     pids: tuple[int, ...]
     growth_bytes_per_second: float | None
+    memory_series: tuple[tuple[float, int], ...] = ()
+    """(wall-clock seconds, bytes) of this container on this GPU, oldest first (history.py)."""
 
 
 @dataclass(frozen=True, slots=True)

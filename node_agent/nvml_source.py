@@ -1,4 +1,9 @@
-"""The real GPU source: NVML through ``pynvml`` (nvidia-ml-py).
+"""The real GPU source: NVML through the agent's own binding (``nvml_lite``) or ``pynvml``.
+
+By default NVML is reached through ``node_agent.nvml_lite`` (ctypes alone). When the library
+lacks a call that binding needs at ``nvmlInit`` (``NVMLError_FunctionNotFound``) and
+nvidia-ml-py is installed, the source switches to ``pynvml`` once, logged;
+``--nvml-binding pynvml`` asks for ``pynvml`` from the start.
 
 ``nvmlInit`` runs once (retried at most every ``retry_seconds`` while it fails, logged once).
 Each pass lists every GPU and, when MIG is on, every MIG instance. A GPU whose NVML calls fail
@@ -7,6 +12,7 @@ is dropped from that pass alone and counted as an error; the pass never raises.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import time
 from collections.abc import Callable
@@ -32,21 +38,34 @@ def _name(err: BaseException) -> str:
     return type(err).__name__
 
 
+def load_pynvml() -> ModuleType | None:
+    """nvidia-ml-py's ``pynvml``, or None where it is not installed."""
+    try:
+        return importlib.import_module("pynvml")
+    except ImportError:
+        return None
+
+
 class NvmlSource:
-    """Samples GPUs and their processes. ``nvml`` is the ``pynvml`` module (tests pass a fake)."""
+    """Samples GPUs and their processes. ``nvml`` has the ``pynvml`` module's interface:
+    ``node_agent.nvml_lite`` when not given, with ``fallback`` (default: ``load_pynvml``) tried
+    once if it finds a call missing at init. Tests pass fakes for both."""
 
     def __init__(
         self,
         nvml: ModuleType | Any | None = None,
         *,
+        fallback: Callable[[], ModuleType | Any | None] | None = None,
         retry_seconds: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if nvml is None:
-            import pynvml
+            from node_agent import nvml_lite
 
-            nvml = pynvml
+            nvml = nvml_lite
+            fallback = fallback or load_pynvml
         self._nvml = nvml
+        self._fallback = fallback
         self._retry_seconds = retry_seconds
         self._clock = clock
         self._initialised = False
@@ -68,6 +87,9 @@ class NvmlSource:
         try:
             self._nvml.nvmlInit()
         except self._nvml.NVMLError as err:
+            if _name(err) == "NVMLError_FunctionNotFound" and self._switch_binding(err):
+                self._next_try = 0.0
+                return self._init()
             why = _INIT_FAILURES.get(_name(err), str(err))
             self._log_once(
                 "init",
@@ -81,8 +103,25 @@ class NvmlSource:
         if "init" in self._logged:
             log.warning("NVML initialised after earlier failures")
             self._logged.discard("init")
+        log.info("NVML initialised (binding: %s)", self.binding)
         self._initialised = True
         return True
+
+    def _switch_binding(self, err: BaseException) -> bool:
+        """Our binding misses a call in this library: use the fallback (once) if there is one."""
+        fallback, self._fallback = self._fallback, None
+        other = fallback() if fallback is not None else None
+        if other is None:
+            return False
+        log.warning("the agent's NVML binding found a call missing in libnvidia-ml (%s); "
+                    "using %s instead", err, getattr(other, "__name__", "the fallback"))
+        self._nvml = other
+        return True
+
+    @property
+    def binding(self) -> str:
+        """The module NVML is reached through (``node_agent.nvml_lite``, ``pynvml``)."""
+        return str(getattr(self._nvml, "__name__", type(self._nvml).__name__))
 
     def sample(self) -> NvmlReading:
         if not self._init():

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gpu_auditor.base.errors import ConfigError
+from node_agent.dra import Device, DraSlices, is_device_triplet
 from node_agent.fake_source import load_yaml
 from node_agent.model import Allocated, Allocations, CgroupIdentity, NodeSharing, PodRef
 from node_agent.names import (
@@ -69,15 +70,22 @@ def _pod_key(namespace: object, name: object) -> str | None:
     return None
 
 
-def allocations_from(pods: Iterable[PodDevices]) -> Allocations:
-    """GPU allocations by ``namespace/name`` from the kubelet's List (``nvidia.com/*`` only).
+def allocations_from(pods: Iterable[PodDevices],
+                     dra_uuid: Callable[[Device], str | None] | None = None) -> Allocations:
+    """GPU allocations by ``namespace/name`` from the kubelet's List: device-plugin devices of
+    ``nvidia.com/*`` resources, and the devices of the pods' ResourceClaims (DRA) mapped to GPU
+    UUIDs by ``dra_uuid`` (this node's ResourceSlices; None: no API server to read them).
 
-    A pod whose answer we cannot trust (a malformed name, a device ID that is no device ID, more
-    than ``MAX_DEVICE_IDS_PER_POD`` distinct GPUs) is left out: its allocation is then unknown,
-    never "not allocated", so a bad answer cannot accuse it of using a GPU it did not request.
+    A pod whose answer we cannot trust (a malformed name, a device ID that is no device ID, a
+    claim or device name Kubernetes would not accept, more than ``MAX_DEVICE_IDS_PER_POD``
+    distinct GPUs) is left out: its allocation is then unknown, never "not allocated", so a bad
+    answer cannot accuse it of using a GPU it did not request. A claimed device whose GPU is
+    unknown makes the pod ``unresolved`` (unknown on any GPU it was not shown to have).
     """
     by_pod: dict[str, frozenset[str]] = {}
     untrusted: set[str] = set()
+    unresolved: set[str] = set()
+    claims: dict[tuple[str, str], set[str]] = {}
     replicated = mig = False
     for pod in pods:
         key = _pod_key(pod.namespace, pod.name)
@@ -99,13 +107,39 @@ def allocations_from(pods: Iterable[PodDevices]) -> Allocations:
             if not trusted or len(ids) > MAX_DEVICE_IDS_PER_POD:
                 trusted = False
                 break
+        pod_claims: list[tuple[str, str]] = []  # (claim, GPU UUID)
+        for claim in pod.claims if trusted else ():
+            if not (is_namespace(claim.claim_namespace) and is_pod_name(claim.claim_name)):
+                trusted = False
+                break
+            ref = f"{claim.claim_namespace}/{claim.claim_name}"
+            for dev in claim.devices:
+                if not is_device_triplet(dev.driver, dev.pool, dev.device):
+                    trusted = False
+                    break
+                uuid = dra_uuid((dev.driver, dev.pool, dev.device)) if dra_uuid else None
+                if uuid is None:
+                    unresolved.add(key)
+                    continue
+                mig = mig or uuid.startswith("MIG-")
+                ids.add(uuid)
+                pod_claims.append((ref, uuid))
+            if not trusted or len(ids) > MAX_DEVICE_IDS_PER_POD:
+                trusted = False
+                break
         if not trusted:
             untrusted.add(key)
             continue
         by_pod[key] = by_pod.get(key, frozenset()) | frozenset(ids)
+        for ref, uuid in pod_claims:
+            claims.setdefault((key, uuid), set()).add(ref)
     for key in untrusted:
         by_pod.pop(key, None)
-    return Allocations(by_pod=by_pod, replicated=replicated, mig=mig)
+        unresolved.discard(key)
+    return Allocations(by_pod=by_pod, replicated=replicated, mig=mig,
+                       unresolved=frozenset(unresolved),
+                       claims={k: frozenset(v) for k, v in claims.items()
+                               if k[0] not in untrusted})
 
 
 def strip_runtime(container_id: str) -> str:
@@ -184,7 +218,11 @@ def allocation_of(pod: PodRef, gpu_uuid: str, allocations: Allocations | None) -
     ids = allocations.by_pod.get(pod.key)
     if ids is None:  # not in the kubelet's list (yet): do not accuse it
         return Allocated.UNKNOWN
-    return Allocated.TRUE if gpu_uuid in ids else Allocated.FALSE
+    if gpu_uuid in ids:
+        return Allocated.TRUE
+    if pod.key in allocations.unresolved:  # a claimed device we could not map may be this GPU
+        return Allocated.UNKNOWN
+    return Allocated.FALSE
 
 
 # ---- what the sampler sees each pass ------------------------------------------------------
@@ -384,19 +422,31 @@ class ApiPods:
 
 
 class ClusterPods:
-    """A real node: allocations from the kubelet, identities and labels from the API server."""
+    """A real node: allocations from the kubelet (DRA devices mapped through this node's
+    ResourceSlices), identities and labels from the API server."""
 
-    def __init__(self, kubelet: Kubelet | None, api: ApiPods | None) -> None:
+    def __init__(self, kubelet: Kubelet | None, api: ApiPods | None,
+                 dra: DraSlices | None = None) -> None:
         self._kubelet = kubelet
         self._api = api
+        self._dra = dra
         self._kubelet_was_up: bool | None = None
+
+    def _allocations(self, answer: list[PodDevices], errors: dict[str, int]) -> Allocations:
+        claimed = {(d.driver, d.pool, d.device) for pod in answer for claim in pod.claims
+                   for d in claim.devices}
+        if not claimed or self._dra is None:  # no DRA on this node, or no API server
+            return allocations_from(answer)
+        if self._dra.refresh_if_needed(claimed):
+            errors["apiserver"] = errors.get("apiserver", 0) + 1
+        return allocations_from(answer, self._dra.uuid)
 
     def view(self, wanted_uids: Iterable[str] = ()) -> PodView:
         errors: dict[str, int] = {}
         allocations: Allocations | None = None
         if self._kubelet is not None:
             try:
-                allocations = allocations_from(self._kubelet.list())
+                allocations = self._allocations(self._kubelet.list(), errors)
             except KubeletUnavailable as err:
                 if self._kubelet_was_up is not False:
                     log.warning("kubelet unreachable, GPU allocation unknown: %s", err)
@@ -409,6 +459,6 @@ class ClusterPods:
         labels: Mapping[str, str] = {}
         if self._api is not None:
             if self._api.refresh_if_needed(wanted_uids):
-                errors["apiserver"] = 1
+                errors["apiserver"] = errors.get("apiserver", 0) + 1
             index, labels = self._api.index, self._api.labels
         return PodView(index, allocations, strategy_from(labels, allocations), errors)

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Protocol
 
-from node_agent.history import History, Key
+from node_agent.history import History, Key, MemorySeriesBook, SeriesKey
 from node_agent.model import (
     ERROR_SOURCES,
     Allocated,
@@ -75,6 +76,7 @@ def sum_containers(processes: Iterable[ProcessUsage]) -> tuple[ContainerUsage, .
 class Sampler:
     def __init__(self, node: str, gpus: GpuSource, procs: ProcSource, pods: PodSource,
                  history: History | None = None, *,
+                 series: MemorySeriesBook | None = None,
                  wall_clock: Callable[[], float] = time.time,
                  timer: Callable[[], float] = time.perf_counter) -> None:
         self.node = node
@@ -82,6 +84,7 @@ class Sampler:
         self._procs = procs
         self._pods = pods
         self._history = history if history is not None else History()
+        self._series = series if series is not None else MemorySeriesBook()
         self._wall_clock = wall_clock
         self._timer = timer
         self.errors: dict[str, int] = dict.fromkeys(ERROR_SOURCES, 0)
@@ -110,6 +113,7 @@ class Sampler:
         live: list[Key] = []
         usages = tuple(self._gpu_usage(gpu, infos, view, now, live) for gpu in reading.gpus)
         self._history.forget_all_but(live)
+        usages = self._with_series(usages, now)
         return Snapshot(
             node=self.node,
             taken_at=now,
@@ -118,9 +122,25 @@ class Sampler:
             kubelet_up=view.kubelet_up,
             strategy=view.strategy,
             gpus=usages,
-            findings=findings(usages, view.strategy),
+            findings=findings(usages, view.strategy, view.allocations),
             errors=dict(self.errors),
         )
+
+    def _with_series(self, usages: tuple[GpuUsage, ...], now: float) -> tuple[GpuUsage, ...]:
+        """Each pod container's memory series on each GPU (the report's ``memorySeries``)."""
+        live: list[SeriesKey] = []
+        out = []
+        for u in usages:
+            containers = []
+            for c in u.containers:
+                if c.pod is not None:
+                    key = (c.pod.pod_uid, c.pod.container, u.gpu.uuid)
+                    live.append(key)
+                    c = replace(c, memory_series=self._series.observe(key, now, c.used_bytes))
+                containers.append(c)
+            out.append(replace(u, containers=tuple(containers)))
+        self._series.forget_all_but(live)
+        return tuple(out)
 
     def _gpu_usage(self, gpu: GpuSample, infos: dict[int, ProcInfo | None], view: PodView,
                    now: float, live: list[Key]) -> GpuUsage:

@@ -4,8 +4,10 @@
   (e.g. ``NVIDIA_VISIBLE_DEVICES=all`` without a GPU request).
 - ``unintended-sharing``: processes of two or more pods on one GPU (or one MIG instance) on a
   node that does not share GPUs.
-- ``intended-sharing``: the same on a node whose labels say time-slicing or MPS; reported, not a
-  problem.
+- ``intended-sharing``: the same on a node whose labels say time-slicing or MPS, or where every
+  pod on the GPU was allocated it through a ResourceClaim (DRA: one claim shared by several
+  pods, or a device the scheduler gave to several claims); reported, not a problem. A pod on
+  that GPU without such a claim makes it unintended again (and is ``unrequested-gpu-use``).
 """
 
 from __future__ import annotations
@@ -69,7 +71,29 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:.1f} GiB"
 
 
-def findings_for(usage: GpuUsage, strategy: NodeSharing) -> list[Finding]:
+def _claims_text(claims: Iterable[str]) -> str:
+    names = sorted(claims)
+    text = ", ".join(names[:MESSAGE_PODS])
+    return text + (f" and {len(names) - MESSAGE_PODS} more" if len(names) > MESSAGE_PODS else "")
+
+
+def _dra_sharing(gpu_uuid: str, pods: Iterable[str],
+                 allocations: Allocations | None) -> str | None:
+    """Why the sharing is intended under DRA, when every pod got this GPU through a claim."""
+    if allocations is None or not allocations.claims:
+        return None
+    per_pod = [allocations.claims.get((pod, gpu_uuid)) for pod in pods]
+    if not all(per_pod):
+        return None
+    sets = [c for c in per_pod if c]
+    common = frozenset.intersection(*sets)
+    if common:
+        return f"sharing ResourceClaim {_claims_text(common)}"
+    return f"each allocated it by a ResourceClaim ({_claims_text(frozenset().union(*sets))})"
+
+
+def findings_for(usage: GpuUsage, strategy: NodeSharing,
+                 allocations: Allocations | None = None) -> list[Finding]:
     """Findings for one GPU from who uses it and what each pod was allocated."""
     gpu = usage.gpu
     bytes_by_pod: dict[str, int] = {}
@@ -94,7 +118,11 @@ def findings_for(usage: GpuUsage, strategy: NodeSharing) -> list[Finding]:
         shares = ", ".join(f"{k} {_gib(bytes_by_pod[k])}" for k in largest[:MESSAGE_PODS])
         if len(largest) > MESSAGE_PODS:
             shares += f" and {len(largest) - MESSAGE_PODS} more"
-        if strategy.allows_sharing:
+        dra = _dra_sharing(gpu.uuid, pods, allocations)
+        if dra is not None:
+            kind = FindingKind.INTENDED_SHARING
+            why = dra
+        elif strategy.allows_sharing:
             kind = FindingKind.INTENDED_SHARING
             why = f"shared by {strategy.kind} (replicas {strategy.replicas})"
         else:
@@ -107,5 +135,6 @@ def findings_for(usage: GpuUsage, strategy: NodeSharing) -> list[Finding]:
     return out
 
 
-def findings(usages: Iterable[GpuUsage], strategy: NodeSharing) -> tuple[Finding, ...]:
-    return tuple(f for u in usages for f in findings_for(u, strategy))
+def findings(usages: Iterable[GpuUsage], strategy: NodeSharing,
+             allocations: Allocations | None = None) -> tuple[Finding, ...]:
+    return tuple(f for u in usages for f in findings_for(u, strategy, allocations))

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build the real control-plane binaries the integration tests and the demo run as local
-# processes: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok and helm.
+# processes: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok and helm, and
+# kubectl (tests run the chart NOTES' commands and `kubectl gpu-auditor` with it).
 # Each lands in a cache folder keyed by its version and is reused when present.
 #
 #   scripts/build-control-plane.sh            # build what is missing, print the bin folder
@@ -47,6 +48,6 @@ build_install kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok
 kube_minor="$(echo "$KUBE_VERSION" | cut -d. -f2)"
 build_install helm "$HELM_VERSION" helm.sh/helm/v3/cmd/helm "-k1.$kube_minor" \
   "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$kube_minor"
-build_kube kube-apiserver kube-controller-manager kube-scheduler
+build_kube kube-apiserver kube-controller-manager kube-scheduler kubectl
 say "done in $(( $(date +%s) - start ))s: $BIN"
 echo "$BIN"

@@ -45,9 +45,10 @@ start=$(date +%s)
 context_hash() {
   {
     sha256sum Dockerfile .dockerignore
-    # .dockerignore sends pyproject.toml, README.md, operator/, node_agent/ minus bytecode and
-    # egg-info; hash the same set (tracked or not), in a stable order.
-    find pyproject.toml README.md operator node_agent -type f \
+    # .dockerignore sends pyproject.toml, README.md, operator/, node_agent/ and the probe's
+    # files minus bytecode and egg-info; hash the same set (tracked or not), in a stable order.
+    find pyproject.toml README.md operator node_agent probe/sitecustomize.py \
+      probe/gpu_auditor_probe -type f \
       ! -path '*/__pycache__/*' ! -name '*.pyc' ! -path '*.egg-info/*' -print0 \
       | LC_ALL=C sort -z | xargs -0 sha256sum
     echo "base=$BASE_SUITE:$BASE_PACKAGES"
@@ -120,6 +121,6 @@ for id in $(old_images --filter 'reference=localhost/gpu-auditor:ctx-*') \
   [ "$id" = "$current_id" ] || podman "${STORAGE[@]}" rmi "$id" >/dev/null 2>&1 || true
 done
 ls -1t "$IMAGES"/gpu-auditor-ctx-*.oci.tar 2>/dev/null | tail -n +6 \
-  | while read -r f; do [ -n "$(find "$f" -mmin +60)" ] && rm -f "$f"; done
+  | while read -r f; do if [ -n "$(find "$f" -mmin +60)" ]; then rm -f "$f"; fi; done
 say "done in $(( $(date +%s) - start ))s: $REF (also $IMAGE)"
 echo "$REF"

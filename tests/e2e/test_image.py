@@ -14,7 +14,8 @@ from e2e_support import IMAGE_UID, ROOT, Podman
 
 pytestmark = pytest.mark.e2e
 
-ENTRY_POINTS = ("gpu-auditor", "gpu-auditor-agent", "gpu-auditor-operator")
+ENTRY_POINTS = ("gpu-auditor", "gpu-auditor-agent", "gpu-auditor-operator",
+                "gpu-auditor-webhook")
 FAKE_NODE = ROOT / "examples" / "fake-node"
 LOGS = ROOT / "examples" / "logs"
 # The fake node mounted read-only, as the agent reads it in docs/node-agent.md.
@@ -103,7 +104,7 @@ def test_a_bad_agent_flag_is_a_clear_error_not_a_traceback(podman: Podman) -> No
      ("--volume", f"{LOGS}:/logs:ro")),
     (AGENT_ONCE, MOUNT_FAKE),
     (("gpu-auditor-operator",), ()),
-], ids=["cli-help", "agent-help", "operator-help", "cli-diagnose", "agent-once",
+], ids=["cli-help", "agent-help", "operator-help", "webhook-help", "cli-diagnose", "agent-once",
         "operator-no-config"])
 def test_nothing_is_written_to_the_root_filesystem(
     podman: Podman, command: tuple[str, ...], options: tuple[str, ...],
@@ -111,3 +112,15 @@ def test_nothing_is_written_to_the_root_filesystem(
     result, written = podman.run_and_diff(*command, options=options)
     assert result.returncode in (0, 2), result.stderr
     assert written == set()
+
+
+def test_the_injected_init_container_copies_a_probe_that_arms_in_a_job(podman: Podman) -> None:
+    """The mutating webhook's init container runs `cp -R /opt/gpu-auditor/probe/. /probe/` as
+    the image's user; a job's Python with the injected env then arms the probe."""
+    script = ("cp -R /opt/gpu-auditor/probe/. /probe/ && ls /probe /probe/gpu_auditor_probe && "
+              "PYTHONPATH=/probe GPU_AUDITOR_PROBE=1 python -c "
+              "'import sys; print(\"armed\", \"gpu_auditor_probe\" in sys.modules)'")
+    result = podman.run("sh", "-c", script, options=("--tmpfs", "/probe:rw,mode=1777"))
+    assert result.returncode == 0, result.stderr
+    assert "sitecustomize.py" in result.stdout and "_hook.py" in result.stdout
+    assert "armed True" in result.stdout

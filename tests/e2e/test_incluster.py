@@ -278,5 +278,5 @@ def test_the_agent_container_serves_its_metrics(deployed: Deployed) -> None:
     url = f"http://127.0.0.1:{deployed.agent_port}/metrics"
     with urllib.request.urlopen(url, timeout=10) as response:
         body = response.read().decode()
-    assert f'gpu_auditor_agent_nvml_up{{node="{FAKE_NODE_NAME}"}} 1.0' in body
+    assert f'gpu_auditor_agent_nvml_up{{node="{FAKE_NODE_NAME}"}} 1' in body
     assert 'allocated="false",container="jupyter"' in body

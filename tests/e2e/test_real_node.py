@@ -8,13 +8,19 @@ installed with helm as a user installs it. Then, with nothing simulated but the 
   kubelet's pod-resources socket; the fake NVML file names the real host pids of the pods'
   containers, which the agent maps to their pods through the real containerd cgroup paths;
 - a container over its memory limit is OOM-killed by the kernel, and the in-cluster operator
-  annotates it `host-oom-killed` and posts the Event.
+  annotates it `host-oom-killed` and posts the Event;
+- a container of our image writes a real OOM probe record to its termination-message path and
+  exits 1 after an OOM traceback: the operator builds the diagnosis from the record the kubelet
+  copied into the pod's status; and a job whose host pid the fake NVML file shows rising is
+  diagnosed `leak` from the agent's published memory series, though its log shows only a full
+  GPU.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -321,3 +327,75 @@ def test_a_container_over_its_memory_limit_is_oomkilled_and_diagnosed(
     assert (evidence["container"], evidence["exitCode"]) == ("main", 137)
     events = release.cluster.wait(lambda: our_events(release, ns, "hog"), 30, "its Event")
     assert [(e.reason, e.type) for e in events] == [("OOMKilled", "Warning")]
+
+
+# -- a silent leak and the OOM probe's record, through the real kubelet (issues 10, 17) --------
+
+H200_LOGS = ROOT / "bench" / "gpu" / "logs"
+EMIT = ("import os, sys, time\n"
+        "time.sleep(float(os.environ.get('WAIT', '0')))\n"
+        "if os.environ.get('RECORD'):\n"
+        "    with open('/dev/termination-log', 'w') as f:\n"
+        "        f.write(os.environ['RECORD'])\n"
+        "sys.stderr.write(os.environ['OOM_LOG'])\n"
+        "sys.exit(1)\n")
+"""A job's end as our image can play it: the probe's record written where the probe writes it
+(the container's termination-message path), the job's OOM traceback on stderr, exit 1."""
+
+
+def failing_job(release: Release, ns: str, name: str, env: dict[str, str], *,
+                gpus: int = 0) -> Any:
+    core = release.core()
+    limits = {"nvidia.com/gpu": str(gpus)} if gpus else {}
+    core.create_namespaced_pod(ns, {
+        "metadata": {"name": name},
+        "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+                 "containers": [{"name": "main", "image": release.image,
+                                 "imagePullPolicy": "Never", "command": ["python", "-c", EMIT],
+                                 "env": [{"name": k, "value": v} for k, v in env.items()],
+                                 "resources": {"limits": limits}}]},
+    })
+    return release.cluster.wait(
+        lambda: (p := core.read_namespaced_pod(name, ns)).status.phase in ("Running", "Failed")
+        and p, 120, f"{ns}/{name} started")
+
+
+def test_a_probe_record_written_to_the_termination_log_builds_the_diagnosis(
+    release: Release, ns: str,
+) -> None:
+    """The record is a real one, captured on the H200 (frag_pinned); the log is that job's log
+    without the probe's own stderr line, so the record can only come from the message."""
+    record = (H200_LOGS / "probe" / "frag_pinned__baseline.probe").read_text().strip()
+    log = "\n".join(line for line in (H200_LOGS / "probe" / "frag_pinned__baseline.log")
+                    .read_text().splitlines() if "gpu-auditor-probe-record" not in line) + "\n"
+    failing_job(release, ns, "probed", {"RECORD": record, "OOM_LOG": log})
+    notes = annotations_with(release, ns, "probed", "diagnosis")
+    state = release.core().read_namespaced_pod("probed", ns).status.container_statuses[0]
+    assert state.state.terminated.message == record  # the kubelet copied the file
+    assert notes[f"{PREFIX}diagnosis"] == "fragmentation"
+    evidence = json.loads(notes[f"{PREFIX}evidence"])
+    assert evidence["source"] == "log"
+    assert evidence["probe"] == {"source": "termination-message", "used": True, "status": "ok",
+                                 "verdict": "fragmentation", "inferenceKind": "fragmentation",
+                                 "disagrees": False}
+
+
+def test_a_job_that_leaks_silently_is_a_leak_from_the_agents_series(
+    release: Release, ns: str,
+) -> None:
+    """The agent samples the job's host pid (the fake NVML file says its memory rises 9 GiB
+    every 2 s), publishes its series, and the in-cluster operator reads it when the job dies of
+    a CUDA OOM whose log (a real H200 one) prints no memory figure and shows a full GPU."""
+    log = (H200_LOGS / "capacity_batch__baseline.log").read_text()
+    pod = failing_job(release, ns, "leaky", {"WAIT": "36", "OOM_LOG": log}, gpus=1)
+    pid = pod_host_pids(release.node, pod)["main"]
+    (allocated,) = environ(pid)["NVIDIA_VISIBLE_DEVICES"].split(",")
+    for step in range(14):
+        release.nvml_file.write_text(fake_nvml({allocated: [(pid, (10 + 9 * step) * GIB)]}))
+        time.sleep(2.2)
+    notes = annotations_with(release, ns, "leaky", "diagnosis", timeout=120)
+    evidence = json.loads(notes[f"{PREFIX}evidence"])
+    assert notes[f"{PREFIX}diagnosis"] == "leak", (notes[f"{PREFIX}summary"], evidence)
+    assert evidence["memorySeriesPoints"] >= 5
+    assert evidence["growth"]["source"] == "samples"
+    assert evidence["growth"]["lastBytes"] - evidence["growth"]["firstBytes"] >= 64 * GIB

@@ -302,7 +302,8 @@ def test_namespaced_mode_makes_roles_in_the_watched_namespace_only(locked_down: 
 
 VERSIONS = {"": "v1", "apps": "v1", "batch": "v1", "events.k8s.io": "v1",
             "gpu-auditor.io": "v1alpha1", "apiextensions.k8s.io": "v1",
-            "authentication.k8s.io": "v1", "authorization.k8s.io": "v1"}
+            "authentication.k8s.io": "v1", "authorization.k8s.io": "v1",
+            "resource.k8s.io": "v1"}
 NAMESPACED = {"pods", "events", "replicasets", "jobs", "deployments", "statefulsets", "daemonsets"}
 VERBS = ("get", "list", "watch", "create", "update", "patch", "delete")
 # What the API server grants every authenticated user (system:basic-user): not the chart's.
@@ -914,18 +915,24 @@ def test_the_install_notes_say_where_to_look(install: Install) -> None:
 
 @pytest.fixture(scope="module")
 def monitoring_crds(install: Install) -> Iterator[None]:
-    """Stand-ins for the Prometheus Operator's CRDs (names and kinds only, no schema), so the
-    API server maps ServiceMonitor, PodMonitor and PrometheusRule. Not a check of their fields."""
+    """Stand-ins for the Prometheus Operator's and cert-manager's CRDs (names and kinds only, no
+    schema), so the API server maps ServiceMonitor, PodMonitor, PrometheusRule, Certificate and
+    Issuer. Not a check of their fields."""
     ext = client.ApiextensionsV1Api(install.api())
     created = []
-    for kind, plural in (("ServiceMonitor", "servicemonitors"), ("PodMonitor", "podmonitors"),
-                         ("PrometheusRule", "prometheusrules")):
-        name = f"{plural}.monitoring.coreos.com"
+    for group, kind, plural in (
+        ("monitoring.coreos.com", "ServiceMonitor", "servicemonitors"),
+        ("monitoring.coreos.com", "PodMonitor", "podmonitors"),
+        ("monitoring.coreos.com", "PrometheusRule", "prometheusrules"),
+        ("cert-manager.io", "Certificate", "certificates"),
+        ("cert-manager.io", "Issuer", "issuers"),
+    ):
+        name = f"{plural}.{group}"
         try:
             ext.create_custom_resource_definition({
                 "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
                 "metadata": {"name": name},
-                "spec": {"group": "monitoring.coreos.com", "scope": "Namespaced",
+                "spec": {"group": group, "scope": "Namespaced",
                          "names": {"kind": kind, "plural": plural, "singular": kind.lower(),
                                    "listKind": f"{kind}List"},
                          "versions": [{"name": "v1", "served": True, "storage": True, "schema": {

@@ -106,7 +106,7 @@ def _agent_in_own_pid_namespace(proc_root: str) -> dict[int, dict[str, str]]:
     print(f"\n--- agent reading the {proc_root} /proc inside a new PID namespace "
           f"(rc {result.returncode}) ---\n{result.stderr[-2000:]}")
     assert result.returncode == 0, result.stderr[-4000:]
-    assert 'gpu_auditor_agent_nvml_up{node="gpu-test"} 1.0' in result.stdout, result.stdout[-2000:]
+    assert 'gpu_auditor_agent_nvml_up{node="gpu-test"} 1' in result.stdout, result.stdout[-2000:]
     found: dict[int, dict[str, str]] = {}
     for line in result.stdout.splitlines():
         match = SERIES.match(line)

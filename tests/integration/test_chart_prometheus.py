@@ -1,6 +1,8 @@
 """A real Prometheus scrapes the agent on its fake node and evaluates the chart's alert rules;
 every PromQL expression of the dashboard and the rules must run, and the dashboard's panels
-must show data.
+must show data. A static target shaped as NVIDIA dcgm-exporter renders its series (the fake
+node's GPUs, its host label `Hostname`) stands beside it, with the dcgm interop recording rules
+loaded, so the dashboard's dcgm row and the interop rules run on real Prometheus too.
 
 The agent runs on examples/fake-node (fake NVML, fake /proc, fake pods and kubelet). No operator
 runs here, so queries over the operator's metrics alone (diagnoses, sharing findings annotated,
@@ -10,12 +12,15 @@ still run without error. Prometheus is Debian's `prometheus` package (scripts/in
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -35,15 +40,63 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "gpu-auditor"
 RULES = CHART / "files" / "prometheus-rules.yaml"
+INTEROP_RULES = CHART / "files" / "dcgm-interop-rules.yaml"
 DASHBOARD = CHART / "files" / "dashboards" / "gpu-auditor.json"
 FAKE_NODE = ROOT / "examples" / "fake-node"
 
 # What Grafana sends for its variables with "All" selected.
 GRAFANA_VARIABLES = {"$__rate_interval": "1m", "$__interval": "1m", "$__range": "1h",
-                     "$node": ".*", "$uuid": ".*", "$namespace": ".*"}
+                     "$node": ".*", "$uuid": ".*", "$namespace": ".*",
+                     "$cluster": ".*", "$job": ".+", "$instance": ".+"}
 OPERATOR_METRICS = {"gpu_auditor_diagnoses_total", "gpu_auditor_sharing_findings_total",
                     "gpu_auditor_operator_log_fetch_failures_total",
-                    "gpu_auditor_operator_diagnosis_latency_seconds_bucket"}
+                    "gpu_auditor_operator_diagnosis_latency_seconds_bucket",
+                    "gpu_auditor_operator_diagnosis_latency_seconds_count"}
+MIB = 2**20
+
+
+def dcgm_exposition() -> bytes:
+    """The fake node's GPUs as dcgm-exporter 4.x renders them (gpu, UUID, pci_bus_id, device,
+    modelName, Hostname, then its Labels), values in MiB: what a cluster with both runs."""
+    fake = yaml.safe_load((FAKE_NODE / "nvml.yaml").read_text())
+    node = yaml.safe_load((FAKE_NODE / "pods.yaml").read_text())["node"]["name"]
+    lines = []
+    for field, help_text in (("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB)."),
+                             ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).")):
+        lines += [f"# HELP {field} {help_text}", f"# TYPE {field} gauge"]
+        for gpu in fake["gpus"]:
+            used = sum(p["usedBytes"] for p in gpu["processes"]) // MIB
+            value = used if field == "DCGM_FI_DEV_FB_USED" else 40 + 10 * gpu["index"]
+            lines.append(
+                f'{field}{{gpu="{gpu["index"]}",UUID="{gpu["uuid"]}",pci_bus_id="00000000:'
+                f'{0x18 + gpu["index"]:02x}:00.0",device="nvidia{gpu["index"]}",'
+                f'modelName="{gpu["model"]}",Hostname="{node}",'
+                f'DCGM_FI_DRIVER_VERSION="570.86.15"}} {value}')
+    return ("\n".join(lines) + "\n").encode()
+
+
+@contextlib.contextmanager
+def serving(body: bytes) -> Iterator[int]:
+    """A static /metrics on a free loopback port, in a thread."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 @dataclass
@@ -99,11 +152,15 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]
                   "--proc-root", str(FAKE_NODE / "proc"),
                   "--bind-address", "127.0.0.1", "--port", str(agent_port),
                   "--interval", "1", "--no-report"]
+    dcgm = contextlib.ExitStack()
+    dcgm_port = dcgm.enter_context(serving(dcgm_exposition()))
     config = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "rule_files": [str(RULES)],
+        "rule_files": [str(RULES), str(INTEROP_RULES)],
         "scrape_configs": [{"job_name": "gpu-auditor-agent",
-                            "static_configs": [{"targets": [f"127.0.0.1:{agent_port}"]}]}],
+                            "static_configs": [{"targets": [f"127.0.0.1:{agent_port}"]}]},
+                           {"job_name": "nvidia-dcgm-exporter",
+                            "static_configs": [{"targets": [f"127.0.0.1:{dcgm_port}"]}]}],
     }
     (work / "prometheus.yml").write_text(yaml.safe_dump(config))
     prom_argv = [binary, f"--config.file={work / 'prometheus.yml'}",
@@ -136,6 +193,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        dcgm.close()
 
 
 def dashboard_queries() -> list[tuple[str, str]]:
@@ -161,13 +219,11 @@ def to_promql(expr: str) -> str:
 
 def operator_only(expr: str) -> bool:
     names = set(re.findall(r"\bgpu_auditor_[a-z0-9_]+", expr))
-    if 'job="gpu-auditor-operator"' in expr:
-        return not names
     return bool(names) and names <= OPERATOR_METRICS
 
 
 def rule_expressions() -> list[tuple[str, str]]:
-    groups = yaml.safe_load(RULES.read_text())["groups"]
+    groups = [g for f in (RULES, INTEROP_RULES) for g in yaml.safe_load(f.read_text())["groups"]]
     return [(r.get("alert") or r["record"], r["expr"]) for g in groups for r in g["rules"]]
 
 
@@ -193,6 +249,29 @@ def test_every_rule_expression_runs(prometheus: Prometheus) -> None:
     for name, expr in rule_expressions():
         result = prometheus.query(expr)
         assert result["status"] == "success", f"{name}: {result}"
+
+
+def test_the_dcgm_interop_rules_join_the_two_exporters_on_a_real_prometheus(
+    prometheus: Prometheus,
+) -> None:
+    """Our used bytes and dcgm's (MiB x 1048576) agree GPU by GPU once both are on our keys;
+    our per-pod series carry dcgm's keys and join DCGM_FI_DEV_FB_USED."""
+    fake = yaml.safe_load((FAKE_NODE / "nvml.yaml").read_text())
+
+    def diff() -> dict[str, float]:
+        result = prometheus.query("gpu_auditor_gpu_memory_used_bytes - on (node, gpu) "
+                                  "group_left () gpu_auditor:dcgm_fb_used_bytes")
+        return {r["metric"]["gpu"]: float(r["value"][1]) for r in result["data"]["result"]}
+
+    _wait(lambda: len(diff()) == len(fake["gpus"]), 20, "the interop rules", prometheus.log)
+    for gpu, gap in diff().items():
+        assert abs(gap) < MIB, f"GPU {gpu}: ours and dcgm's differ by {gap} bytes"
+    shares = prometheus.query(
+        "gpu_auditor:container_gpu_memory_mib:dcgm_labels / on (Hostname, gpu, GPU_I_ID) "
+        "group_left () max by (Hostname, gpu, GPU_I_ID) (DCGM_FI_DEV_FB_USED)")["data"]["result"]
+    pods = {r["metric"].get("pod", "") for r in shares}  # "": host processes
+    assert {"trainer-0", "notebook-1"} <= pods
+    assert all(0 < float(r["value"][1]) <= 1 for r in shares)
 
 
 def test_prometheus_loads_and_evaluates_every_rule_without_error(prometheus: Prometheus) -> None:

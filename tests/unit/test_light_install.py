@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import email
 import importlib.util
+import os
 import shutil
 import subprocess
 import sys
@@ -86,7 +87,7 @@ def test_each_extra_brings_what_its_service_imports(wheel: Path) -> None:
     found = requirements(wheel)
     agent = {name for name, extra in found if extra == "agent"}
     operator = {name for name, extra in found if extra == "operator"}
-    assert {"nvidia-ml-py", "prometheus-client", "grpcio", "protobuf", "pyyaml"} <= agent
+    assert agent == {"nvidia-ml-py", "pyyaml"}  # gRPC and /metrics on the standard library
     assert {"kopf", "prometheus-client", "pyyaml"} <= operator
     assert "kubernetes" not in agent | operator
     assert {extra for name, extra in found if name == "kubernetes"} == {"test"}
@@ -115,8 +116,25 @@ def test_a_fresh_venv_with_the_wheel_alone_diagnoses_a_log(wheel: Path, tmp_path
         absent = subprocess.run([str(python), "-c", f"import {dev_only}"], cwd=tmp_path,
                                 capture_output=True, text=True, timeout=60)
         assert "ModuleNotFoundError" in absent.stderr, (dev_only, absent.stderr)
-    for script, extra in (("gpu-auditor-operator", "operator"), ("gpu-auditor-agent", "agent")):
-        missing = subprocess.run([str(env_dir / "bin" / script), "--help"], capture_output=True,
-                                 text=True, timeout=60)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
+    explain = subprocess.run([str(env_dir / "bin" / "kubectl-gpu_auditor"), "explain", "p"],
+                             capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "KUBECONFIG": str(kubeconfig)})
+    assert explain.returncode == 2
+    assert "pip install 'gpu-auditor[kubectl]'" in explain.stderr, explain.stderr
+    # The agent calls NVML through its own ctypes binding; pynvml (--nvml-binding pynvml) is
+    # in its extra.
+    for argv, extra in ((["gpu-auditor-operator", "--help"], "operator"),
+                        (["gpu-auditor-agent", "--once", "--nvml-binding", "pynvml"], "agent")):
+        missing = subprocess.run([str(env_dir / "bin" / argv[0]), *argv[1:]],
+                                 capture_output=True, text=True, timeout=60)
         assert missing.returncode != 0
         assert f"pip install 'gpu-auditor[{extra}]'" in missing.stderr, missing.stderr
+    # ... and needs no extra for it: a pass (NVML up or down, as the host has it) imports
+    # no pynvml
+    lite = subprocess.run([str(python), "-c", "import sys; from node_agent.nvml_source import "
+                           "NvmlSource; s = NvmlSource(); r = s.sample(); "
+                           "print(s.binding, r.up in (True, False), 'pynvml' in sys.modules)"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert lite.stdout.split() == ["node_agent.nvml_lite", "True", "False"], lite.stderr

@@ -101,16 +101,17 @@ def code_metrics() -> dict[str, tuple[str, tuple[str, ...], str]]:
     from prometheus_client.metrics import MetricWrapperBase
 
     from gpu_auditor.controller import metrics as operator_metrics
+    from gpu_auditor.webhook import metrics as webhook_metrics
     from node_agent.collector import AgentCollector
 
     out = {}
     for family in AgentCollector(lambda: None, "n", process_labels=True).describe():
-        labels = tuple(getattr(family, "_labelnames", ()))
-        out[_exposed(family.name, family.type)] = (family.type, labels, "agent")
-    for value in vars(operator_metrics).values():
-        if isinstance(value, MetricWrapperBase):
-            kind = value._type
-            out[_exposed(value._name, kind)] = (kind, tuple(value._labelnames), "operator")
+        out[family.name] = (family.type, family.labels, "agent")  # exposed names (_total)
+    for module, component in ((operator_metrics, "operator"), (webhook_metrics, "webhook")):
+        for value in vars(module).values():
+            if isinstance(value, MetricWrapperBase):
+                kind = value._type
+                out[_exposed(value._name, kind)] = (kind, tuple(value._labelnames), component)
     return out
 
 
@@ -130,6 +131,8 @@ def test_the_chart_queries_only_documented_metrics_and_labels() -> None:
         for name, matchers in re.findall(r"\b(gpu_auditor_[a-z0-9_]+)(\{[^}]*\})?", text):
             base = re.sub(r"_(bucket|sum|count)$", "", name)
             assert base in documented, f"{name} in {text!r} is not in docs/contracts.md"
-            allowed = {*documented[base][1], "job", "instance", "le"}
+            # job and instance come with every scrape; cluster where a Prometheus adds it
+            # (external labels, relabeling): the dashboard's cluster variable matches it or ""
+            allowed = {*documented[base][1], "job", "instance", "le", "cluster"}
             for label in re.findall(r"([a-z_]+)\s*[!=]~?", matchers):
                 assert label in allowed, f"{name}: label {label} is not documented ({text!r})"

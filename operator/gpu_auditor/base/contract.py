@@ -93,6 +93,7 @@ class Subsystem(StrEnum):
 
     AGENT = "agent"
     OPERATOR = "operator"
+    WEBHOOK = "webhook"
 
 
 def metric_name(name: str, subsystem: Subsystem | None = None) -> str:

@@ -13,7 +13,7 @@ import math
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, TypedDict
+from typing import Any, Final, NotRequired, TypedDict
 
 from gpu_auditor.base import names
 from gpu_auditor.base.contract import (
@@ -42,6 +42,14 @@ MAX_MESSAGE = 1024
 MAX_PIDS = 64
 """Pids listed per container (lowest first): a tenant decides how many processes it runs."""
 MAX_BYTES = 2**63 - 1
+MAX_SERIES_POINTS = 32
+"""Points of one container's memory series (`pods[].memorySeries`) at most: the agent keeps 32
+and halves the older ones as the series grows, so they span the container's life."""
+MAX_REPORT_SERIES_POINTS = 8192
+"""Series points in one report at most (about 220 KB of JSON): past it the agent gives each
+series fewer points, then series only to the containers holding the most memory."""
+MAX_SERIES_TIME = 2.0**34
+"""A series time is seconds since the epoch, below 2**34 (the year 2514)."""
 MAX_REPLICAS = 4096
 MAX_GENERATED_AT = 64
 REPORT_ALLOCATED = (Allocated.TRUE, Allocated.FALSE, Allocated.UNKNOWN)
@@ -49,6 +57,11 @@ REPORT_ALLOCATED = (Allocated.TRUE, Allocated.FALSE, Allocated.UNKNOWN)
 
 
 # -- the raw body ----------------------------------------------------------------------------
+
+
+class SeriesBody(TypedDict):
+    times: list[float]  # seconds since the epoch on the node's clock, strictly increasing
+    bytes: list[int]  # the container's GPU memory on this GPU at each time
 
 
 class PodEntryBody(TypedDict):
@@ -60,6 +73,7 @@ class PodEntryBody(TypedDict):
     bytes: int
     pids: list[int]
     growthBytesPerSecond: float | None
+    memorySeries: NotRequired[SeriesBody]
 
 
 class GpuBody(TypedDict):
@@ -119,6 +133,9 @@ class PodEntry:
     bytes: int
     pids: tuple[int, ...] = ()
     growth_bytes_per_second: float | None = None
+    memory_series: tuple[tuple[float, int], ...] = ()
+    """(seconds since the epoch, bytes) of the container on this GPU, oldest first, at most
+    MAX_SERIES_POINTS; empty when the agent sent none or it was not valid."""
 
     @property
     def ref(self) -> str:
@@ -198,12 +215,20 @@ def _gpu_body(g: Gpu) -> GpuBody:
         "uuid": g.uuid, "index": g.index or 0, "model": g.model,
         "memoryTotalBytes": g.total_bytes or 0, "memoryUsedBytes": g.used_bytes or 0,
         "memoryFreeBytes": g.free_bytes or 0,
-        "pods": [{
-            "namespace": p.namespace, "pod": p.pod, "podUID": p.uid, "container": p.container,
-            "allocated": p.allocated.value, "bytes": p.bytes, "pids": list(p.pids[:MAX_PIDS]),
-            "growthBytesPerSecond": p.growth_bytes_per_second,
-        } for p in g.pods],
+        "pods": [_pod_body(p) for p in g.pods],
     }
+
+
+def _pod_body(p: PodEntry) -> PodEntryBody:
+    body: PodEntryBody = {
+        "namespace": p.namespace, "pod": p.pod, "podUID": p.uid, "container": p.container,
+        "allocated": p.allocated.value, "bytes": p.bytes, "pids": list(p.pids[:MAX_PIDS]),
+        "growthBytesPerSecond": p.growth_bytes_per_second,
+    }
+    if p.memory_series:  # left out when empty: most entries of a young report have none
+        points = p.memory_series[-MAX_SERIES_POINTS:]
+        body["memorySeries"] = {"times": [t for t, _ in points], "bytes": [b for _, b in points]}
+    return body
 
 
 def to_body(spec: SpecBody) -> ReportBody:
@@ -234,8 +259,9 @@ def parse_report(obj: object) -> NodeReport:
         raise InvalidReport("name-mismatch", f"report {str(meta.get('name'))[:80]!r} "
                                              f"claims node {node!r}")
     dropped: Counter[str] = Counter()
-    gpus = tuple(g for g in (_gpu(raw, dropped) for raw in _items(spec.get("gpus"), MAX_GPUS,
-                                                                   dropped)) if g)
+    budget = [MAX_REPORT_SERIES_POINTS]
+    gpus = tuple(g for g in (_gpu(raw, dropped, budget)
+                             for raw in _items(spec.get("gpus"), MAX_GPUS, dropped)) if g)
     findings = tuple(f for f in (_finding(raw, dropped)
                                  for raw in _items(spec.get("findings"), MAX_FINDINGS, dropped))
                      if f)
@@ -269,13 +295,13 @@ def _items(value: object, limit: int, dropped: Counter[str]) -> list[Mapping[str
     return kept
 
 
-def _gpu(raw: Mapping[str, Any], dropped: Counter[str]) -> Gpu | None:
+def _gpu(raw: Mapping[str, Any], dropped: Counter[str], budget: list[int]) -> Gpu | None:
     uuid = raw.get("uuid")
     if not _short_str(uuid, MAX_UUID) or not uuid:
         dropped["malformed-entry"] += 1
         return None
-    pods = tuple(p for p in (_pod(e, dropped) for e in _items(raw.get("pods"), MAX_PODS_PER_GPU,
-                                                              dropped)) if p)
+    pods = tuple(p for p in (_pod(e, dropped, budget)
+                             for e in _items(raw.get("pods"), MAX_PODS_PER_GPU, dropped)) if p)
     model = raw.get("model")
     return Gpu(uuid=str(uuid), index=_size(raw.get("index")),
                model="".join(c if c.isprintable() else "?" for c in str(model))
@@ -296,7 +322,7 @@ def _allocated(value: object) -> Allocated | None:
     return Allocated(str(value)) if value in REPORT_ALLOCATED else None
 
 
-def _pod(raw: Mapping[str, Any], dropped: Counter[str]) -> PodEntry | None:
+def _pod(raw: Mapping[str, Any], dropped: Counter[str], budget: list[int]) -> PodEntry | None:
     namespace, pod, uid = raw.get("namespace") or "", raw.get("pod") or "", raw.get("podUID")
     container = raw.get("container") or ""
     named = (names.is_label(namespace) and names.is_subdomain(pod)) or (not namespace and not pod)
@@ -315,7 +341,36 @@ def _pod(raw: Mapping[str, Any], dropped: Counter[str]) -> PodEntry | None:
         if isinstance(pids, list) else (),
         growth_bytes_per_second=float(growth) if isinstance(growth, int | float) and _finite(
             growth) else None,
+        memory_series=_memory_series(raw.get("memorySeries"), dropped, budget),
     )
+
+
+def _memory_series(value: object, dropped: Counter[str],
+                   budget: list[int]) -> tuple[tuple[float, int], ...]:
+    """A container's series, whole or not at all: `times` and `bytes` lists of one length (at
+    most MAX_SERIES_POINTS), finite times in 0..2**34 strictly increasing, byte counts. A series
+    past the report's MAX_REPORT_SERIES_POINTS (`budget[0]` left) is dropped as `too-many`."""
+    if value is None:
+        return ()
+    times = value.get("times") if isinstance(value, Mapping) else None
+    sizes = value.get("bytes") if isinstance(value, Mapping) else None
+    if (not isinstance(times, list) or not isinstance(sizes, list)
+            or len(times) != len(sizes) or len(times) > MAX_SERIES_POINTS):
+        dropped["malformed-series"] += 1
+        return ()
+    points: list[tuple[float, int]] = []
+    for t, b in zip(times, sizes, strict=True):
+        size = _size(b)
+        if (size is None or not _finite(t) or not 0 <= t < MAX_SERIES_TIME
+                or (points and t <= points[-1][0])):
+            dropped["malformed-series"] += 1
+            return ()
+        points.append((float(t), size))
+    if len(points) > budget[0]:
+        dropped["too-many"] += 1
+        return ()
+    budget[0] -= len(points)
+    return tuple(points)
 
 
 def _finding(raw: Mapping[str, Any], dropped: Counter[str]) -> Finding | None:

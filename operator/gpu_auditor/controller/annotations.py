@@ -26,6 +26,7 @@ from gpu_auditor.base.contract import (
 from gpu_auditor.base.nodereport import Finding
 from gpu_auditor.controller import bounded
 from gpu_auditor.controller.pod import AllocConf, Pod, Termination
+from gpu_auditor.controller.probe import ProbeUse
 from gpu_auditor.diagnosis import ALLOC_CONF_ENV, Diagnosis, DiagnosisKind, Figures, NodeEvidence
 
 DEFAULT_PREFIX = DEFAULT_ANNOTATION_PREFIX
@@ -121,10 +122,13 @@ def diagnosis_annotations(
     now: dt.datetime,
     node: NodeEvidence | None = None,
     alloc_conf: AllocConf | None = None,
+    samples: int = 0,
+    probe: ProbeUse | None = None,
 ) -> Written:
     """The annotation patch, the owner's annotations and the Event for one diagnosed
     termination, from the typed diagnosis. The problems of the job's current setting are the
-    core's (checked against the release and backend the core settled on)."""
+    core's (checked against the release and backend the core settled on). `samples`: points of
+    the node's memory series the diagnosis had; `probe`: what it did with a probe record."""
     recommendation = diagnosis.recommendation
     other_pods = [f"{p.namespace}/{p.pod}" for p in (node.other_pods if node else ()) if p.pod]
     fields: list[tuple[str, Any]] = [
@@ -140,6 +144,14 @@ def diagnosis_annotations(
         ("contributing", list(diagnosis.contributing)),
         ("otherPodsOnGPU", other_pods),
     ]
+    if samples:
+        fields.append(("memorySeriesPoints", samples))
+    if diagnosis.growth is not None:
+        g = diagnosis.growth
+        fields.append(("growth", {"source": g.source, "points": g.points,
+                                  "firstBytes": g.first_bytes, "lastBytes": g.last_bytes}))
+    if probe is not None:
+        fields.append(("probe", probe.evidence()))
     if alloc_conf is not None and alloc_conf.ignored:
         fields.append(("currentAllocConf", alloc_conf.ignored))
     if diagnosis.alloc_conf_problems:

@@ -59,3 +59,16 @@ REPORT_ITEMS_IGNORED = Counter(
     "Parts of GPUNodeReports the operator did not act on, by reason (see docs/operator.md).",
     ["reason"], namespace=NS, subsystem=OPERATOR,
 )
+PROBE_DISAGREEMENTS = Counter(
+    "probe_disagreements",
+    "Diagnoses where the OOM probe's record changed the kind the OOM message alone gave (the "
+    "record wins), by the kind written and the message's kind: where the inference is wrong.",
+    ["kind", "inferred_kind"], namespace=NS,
+)
+PROBE_RECORDS = Counter(
+    "probe_records",
+    "OOM probe records the operator met in a failed container's termination message or log, by "
+    "result: used (the diagnosis was built from it), invalid (not a valid record), unmatched "
+    "(it describes another failure than the OOM message).",
+    ["result"], namespace=NS, subsystem=OPERATOR,
+)

@@ -1,8 +1,9 @@
 """The OOM path: a failed container's termination, from the typed pod to the annotation.
 
     Pod (parsed once) ─► pending terminations ─► diagnosis (worker process, the node's report
-    as evidence, the log if the termination message holds no OOM) ─► annotations and Event
-    built from the typed Diagnosis ─► Event, pod patch, owner patch
+    as evidence, the container's memory series from it as samples, the OOM probe's record from
+    the termination message, the log if the termination message holds no OOM) ─► annotations
+    and Event built from the typed Diagnosis ─► Event, pod patch, owner patch
 
 Idempotency: one diagnosis per (pod UID, container, restart count). The pod's `diagnosed-key`
 annotation records what was written, so operator restarts and watch re-lists find it done;
@@ -20,6 +21,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gpu_auditor.base import names
@@ -30,6 +32,7 @@ from gpu_auditor.controller.diagnoser import DiagnosisFailed
 from gpu_auditor.controller.kube import KubeApi, LogUnavailable, ObjectRef
 from gpu_auditor.controller.lru import Lru
 from gpu_auditor.controller.pod import AllocConf, Container, Pod, Termination, parse_pod
+from gpu_auditor.controller.probe import ProbeUse, probe_use, record_in_message
 from gpu_auditor.controller.reports import NodeReports
 from gpu_auditor.controller.retry import Attempts
 from gpu_auditor.diagnosis import Diagnosis, NodeEvidence, diagnose_host_oom
@@ -39,6 +42,19 @@ log = logging.getLogger("gpu_auditor.operator")
 
 class Diagnoser(Protocol):
     def diagnose(self, text: bytes | str, **options: Any) -> Diagnosis: ...
+
+
+@dataclass(frozen=True)
+class Diagnosed:
+    """A diagnosis and what it was built from."""
+
+    diagnosis: Diagnosis | None
+    """None when nothing could be read this time (the log)."""
+    source: str
+    node: NodeEvidence | None = None
+    samples: int = 0
+    """Points of the node's memory series passed to the diagnosis."""
+    probe: ProbeUse | None = None
 
 
 class OomPath:
@@ -98,11 +114,10 @@ class OomPath:
         container = next((c for c in pod.containers if c.name == t.container),
                          Container(t.container, AllocConf(None), None, None, None))
         failure = self.failures.get((pod.uid, t.key))
-        diagnosis: Diagnosis | None = None
-        source, node = "", None
+        found = Diagnosed(None, "")
         if failure is None:
             try:
-                diagnosis, source, node = self._diagnose(pod, t, container)
+                found = self._diagnose(pod, t, container)
             except DiagnosisFailed as exc:
                 metrics.DIAGNOSIS_FAILURES.labels(exc.reason).inc()
                 log.warning("%s [%s]: diagnosis failed: %s", pod.ref, t.container, exc)
@@ -111,33 +126,42 @@ class OomPath:
         if failure is not None:
             self._write_failure(pod, t, keys, failure)
             return
+        diagnosis = found.diagnosis
         if diagnosis is None:  # the log could not be read this time
             self._failed(pod, (pod.uid, t.key))
             return
         if not diagnosis.detected:
             self.attempts.done((pod.uid, t.key))
             return
-        self._write(pod, t, keys, diagnosis, source, node, container)
+        self._write(pod, t, keys, diagnosis, found, container)
 
-    def _diagnose(
-        self, pod: Pod, t: Termination, container: Container,
-    ) -> tuple[Diagnosis | None, str, NodeEvidence | None]:
-        """(diagnosis, source, node evidence); the diagnosis is None when nothing was read.
-        The tenant's text (termination message, log) is diagnosed in a worker process, within
-        the budget; raises DiagnosisFailed."""
+    def _diagnose(self, pod: Pod, t: Termination, container: Container) -> Diagnosed:
+        """The diagnosis and what it was built from; its diagnosis is None when nothing was
+        read. The tenant's text (termination message, log) is diagnosed in a worker process,
+        within the budget; raises DiagnosisFailed."""
         if t.host_oom_killed:
-            return (diagnose_host_oom(container=t.container,
-                                      memory_limit_bytes=container.memory_limit_bytes,
-                                      memory_request_bytes=container.memory_request_bytes,
-                                      exit_code=t.exit_code),
-                    "termination-state", None)
+            return Diagnosed(diagnose_host_oom(container=t.container,
+                                               memory_limit_bytes=container.memory_limit_bytes,
+                                               memory_request_bytes=container.memory_request_bytes,
+                                               exit_code=t.exit_code),
+                             "termination-state")
         node = self.reports.evidence(pod.node_name, pod.uid, pod.ref)
+        samples = self.reports.samples(pod.node_name, pod.uid, t)
+        record = record_in_message(t.message) if t.message else None
         options: dict[str, Any] = {"torch_version": container.torch_version,
-                                   "alloc_conf": container.alloc_conf.value, "node": node}
+                                   "alloc_conf": container.alloc_conf.value, "node": node,
+                                   "samples": samples}
+        if record is not None and record.record is not None:
+            options["probe_record"] = record.record
+
+        def built(diagnosis: Diagnosis | None, source: str) -> Diagnosed:
+            use = probe_use(diagnosis, record) if diagnosis is not None else None
+            return Diagnosed(diagnosis, source, node, len(samples), use)
+
         if t.message:
             found = self.diagnoser.diagnose(t.message, **options)
             if found.detected:
-                return found, "termination-message", node
+                return built(found, "termination-message")
         try:
             text = self.kube.read_log(
                 pod.namespace, pod.name, t.container, previous=t.previous,
@@ -146,16 +170,17 @@ class OomPath:
             metrics.LOG_FETCH_FAILURES.labels(exc.reason).inc()
             log.warning("log of %s [%s] unavailable: %s", pod.ref, t.container, exc)
             if exc.reason == "forbidden":  # final: no point asking again; say so on the pod
-                return self.diagnoser.diagnose(b"", **options), "log-forbidden", node
-            return None, "log", node
-        return self.diagnoser.diagnose(text, **options), "log", node
+                return built(self.diagnoser.diagnose(b"", **options), "log-forbidden")
+            return Diagnosed(None, "log", node)
+        return built(self.diagnoser.diagnose(text, **options), "log")
 
     def _write(self, pod: Pod, t: Termination, keys: Sequence[str], diagnosis: Diagnosis,
-               source: str, node: NodeEvidence | None, container: Container) -> None:
+               found: Diagnosed, container: Container) -> None:
         now = dt.datetime.now(dt.UTC)
         result = notes.diagnosis_annotations(
-            diagnosis, t, pod, prefix=self.prefix, previous_keys=keys, source=source, now=now,
-            node=node, alloc_conf=container.alloc_conf)
+            diagnosis, t, pod, prefix=self.prefix, previous_keys=keys, source=found.source,
+            now=now, node=found.node, alloc_conf=container.alloc_conf, samples=found.samples,
+            probe=found.probe)
         self.kube.post_event(ObjectRef(pod.namespace, pod.name, pod.uid),
                              name=result.event_name, reason=result.event_reason,
                              message=result.event_message)
@@ -163,6 +188,7 @@ class OomPath:
                                         uid=pod.uid)
         self.written.add(pod.uid, [*keys, t.key])
         metrics.DIAGNOSES.labels(pod.namespace, diagnosis.kind).inc()
+        _count_probe(pod, t, diagnosis, found.probe)
         if t.finished_at is not None:
             metrics.DIAGNOSIS_LATENCY.observe(max((now - t.finished_at).total_seconds(), 0.0))
         log.warning("%s [%s]: %s", pod.ref, t.container, diagnosis.summary)
@@ -208,3 +234,20 @@ class OomPath:
             log.info("retry of %s/%s: %s", namespace, name, exc)
             return
         self.handle(parse_pod(body, self.prefix))
+
+
+def _count_probe(pod: Pod, t: Termination, diagnosis: Diagnosis, use: ProbeUse | None) -> None:
+    """The probe record's metrics and log line, once per written diagnosis."""
+    if use is None:
+        return
+    if not use.used:
+        result = "invalid" if (use.ignored or "").startswith("invalid") else "unmatched"
+        metrics.PROBE_RECORDS.labels(result).inc()
+        log.info("%s [%s]: probe record in the %s not used: %s", pod.ref, t.container,
+                 use.source, use.ignored)
+        return
+    metrics.PROBE_RECORDS.labels("used").inc()
+    if use.disagrees:
+        metrics.PROBE_DISAGREEMENTS.labels(diagnosis.kind, use.inference_kind or "").inc()
+        log.warning("%s [%s]: the probe record says %s where the OOM message alone says %s",
+                    pod.ref, t.container, diagnosis.kind, use.inference_kind)

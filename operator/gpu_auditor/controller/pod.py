@@ -17,15 +17,11 @@ from typing import Any
 
 from gpu_auditor.base import names
 from gpu_auditor.base.contract import IGNORE_LABEL, Annotation
+from gpu_auditor.base.podspec import ALLOC_CONF_VARIABLES, env_value, torch_version_hint
 
-ALLOC_CONF_VARIABLES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
-"""Both names work from torch 2.10; the old one wins when both are set, so it is read first."""
 MAX_ALLOC_CONF = 1024
 """Characters of a job's allocator setting the operator reads: every key torch has, each with a
 long value, takes about 700. A longer value is not read, not merged, not echoed."""
-MAX_IMAGE = 1024
-"""Characters of an image reference searched for a torch release (a registry path, a 128-char
-tag and a digest fit in 512)."""
 MAX_QUANTITY = 64
 MAX_REASON = 128
 
@@ -34,10 +30,6 @@ _SUFFIX = {
     "": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
     "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60, "m": 0,
 }
-# pytorch/pytorch:2.1.0-cuda12.1-...: a torch release in the tag. NGC's nvcr.io/nvidia/pytorch:24.01
-# tags are year.month, not torch releases: only majors 1 and 2 count.
-_TORCH_IN_IMAGE = re.compile(r"(?:pytorch|torch)[^:/]*:v?([12]\.\d{1,2})(?![\d])", re.IGNORECASE)
-_TORCH_IN_ENV = re.compile(r"(\d{1,3}\.\d{1,3})(?:[.+-]|$)")
 
 
 @dataclass(frozen=True)
@@ -54,6 +46,8 @@ class Termination:
     previous: bool
     """True when the termination is the container's lastState (it has restarted since):
     its log is then read with previous=true."""
+    started_at: dt.datetime | None = None
+    """When the run that ended started (the node's memory series is cut to the run)."""
     key: str = field(init=False)
     """Identifies this termination: one diagnosis per (pod UID, key)."""
     host_oom_killed: bool = field(init=False)
@@ -127,16 +121,8 @@ def _termination(
         container=container, restart_count=restart_count, reason=reason, exit_code=exit_code,
         message=str(terminated.get("message") or ""),
         finished_at=_time(terminated.get("finishedAt")), previous=previous,
+        started_at=_time(terminated.get("startedAt")),
     )
-
-
-def env_value(container: Mapping[str, Any], variable: str) -> str | None:
-    """A literal env value from the spec (valueFrom references are not resolved)."""
-    for item in _list(container.get("env")):
-        item = _map(item)
-        if item.get("name") == variable and "value" in item:
-            return str(item["value"])
-    return None
 
 
 def current_alloc_conf(container: Mapping[str, Any]) -> AllocConf:
@@ -154,20 +140,6 @@ def current_alloc_conf(container: Mapping[str, Any]) -> AllocConf:
                                    "ASCII")
         return AllocConf(value)
     return AllocConf(None)
-
-
-def torch_version_hint(container: Mapping[str, Any]) -> str | None:
-    """The torch release the job declares: env TORCH_VERSION / PYTORCH_VERSION, else an image
-    tag like pytorch/pytorch:2.1.0-cuda12.1-cudnn8-runtime. Only `major.minor`, each at most
-    three digits, is ever passed on."""
-    for variable in ("TORCH_VERSION", "PYTORCH_VERSION"):
-        value = env_value(container, variable)
-        match = _TORCH_IN_ENV.match(value[:32]) if value else None
-        if match:
-            return match.group(1)
-    image = str(container.get("image") or "")
-    match = _TORCH_IN_IMAGE.search(image) if len(image) <= MAX_IMAGE else None
-    return match.group(1) if match else None
 
 
 def memory_limits(container: Mapping[str, Any]) -> tuple[int | None, int | None]:

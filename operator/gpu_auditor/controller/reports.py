@@ -26,7 +26,9 @@ from gpu_auditor.base.nodereport import (
 )
 from gpu_auditor.controller import metrics
 from gpu_auditor.controller.lru import Lru
-from gpu_auditor.diagnosis import NodeEvidence, OtherPod
+from gpu_auditor.controller.memoryseries import SeriesMemory, samples_for
+from gpu_auditor.controller.pod import Termination
+from gpu_auditor.diagnosis import MemorySample, NodeEvidence, OtherPod
 
 log = logging.getLogger("gpu_auditor.operator")
 
@@ -165,17 +167,23 @@ def _allocated(value: Allocated) -> bool | None:
 
 
 class NodeReports:
-    """The latest report of each node and where each pod was last seen; a node's report is read
-    on demand (`read`: the API's GET of the raw object) when none came by the watch yet."""
+    """The latest report of each node, where each pod was last seen and each pod container's
+    last memory series; a node's report is read on demand (`read`: the API's GET of the raw
+    object) when none came by the watch yet."""
 
     def __init__(self, read: Callable[[str], object | None]) -> None:
         self._read = read
         self.latest = Lru(MAX_NODES)
         self.sightings = PodSightings()
+        self.series = SeriesMemory()
 
     def note(self, report: NodeReport) -> None:
+        if report.dropped:  # counted by the caller (count_ignored); said here once a report
+            log.info("GPUNodeReport %s: parts left out: %s", report.node,
+                     ", ".join(f"{reason} x{n}" for reason, n in sorted(report.dropped.items())))
         self.latest.add(report.node, report)
         self.sightings.update(report)
+        self.series.update(report)
 
     def get(self, node: str) -> NodeReport | None:
         report: NodeReport | None = self.latest.get(node)
@@ -203,3 +211,10 @@ class NodeReports:
     def evidence(self, node: str, uid: str, ref: str) -> NodeEvidence | None:
         """What the report of the pod's own node says about the GPU it used."""
         return evidence(self.of_node(node), uid, ref, self.sightings.get(uid))
+
+    def samples(self, node: str, uid: str, t: Termination) -> tuple[MemorySample, ...]:
+        """The failed run's memory series from the pod's own node (`memoryseries.py`)."""
+        self.of_node(node)
+        return samples_for(self.series.get(node, uid, t.container), node,
+                           started_at=t.started_at, finished_at=t.finished_at,
+                           previous=t.previous)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Final
 
 from .torchversion import UNKNOWN, Release, TorchRange, format_release, parse_torch_version
@@ -63,6 +64,32 @@ KEYS: Final[dict[str, KeySpec]] = {
 }
 
 
+NEWEST: Final[Release] = max(spec.first for spec in KEYS.values())
+"""The newest release these rules know (its keys' first release): what an unknown release is
+checked as where a caller asks for the newest rules (the admission webhook)."""
+
+
+class IssueKind(StrEnum):
+    """What is wrong with one entry (the admission webhook's and check-manifest's classes)."""
+
+    SYNTAX = "syntax"
+    UNKNOWN_KEY = "unknown-key"
+    NOT_IN_RELEASE = "not-in-release"
+    INVALID_VALUE = "invalid-value"
+    IGNORED = "ignored"
+    """Accepted and does nothing: a key the backend or the build ignores, or a value that is
+    the default (``max_split_size_mb:-1``)."""
+
+
+@dataclass(frozen=True)
+class Issue:
+    kind: IssueKind
+    message: str
+    entry: Entry | None  # None for a syntax error
+    problem: bool = True
+    """False for a harmless no-op (a default value): the diagnosis keeps such an entry."""
+
+
 def tokenize(value: str) -> list[str]:
     """Torch's ConfigTokenizer: separators are tokens, spaces vanish."""
     tokens: list[str] = []
@@ -96,6 +123,9 @@ class Checked:
     problems: tuple[str, ...]
     bad_keys: frozenset[str]  # keys whose entry the release or backend rejects or ignores
     backend: str
+    issues: tuple[Issue, ...] = ()
+    """Every problem with its class and entry, and the harmless no-ops that are not problems
+    (``max_split_size_mb:-1``: the default, no limit)."""
 
 
 def _parse(tokens: list[str]) -> tuple[list[Entry], list[str]]:
@@ -304,27 +334,40 @@ def check(
     value: str, release: TorchRange = UNKNOWN, backend: str | None = None, *, rocm: bool = False
 ) -> Checked:
     """Parse ``value`` and list every certain problem for ``release`` and ``backend``."""
-    entries, problems = _parse(tokenize(value))
+    entries, syntax = _parse(tokenize(value))
     chosen = effective_backend(entries, backend)
-    bad: set[str] = set()
+    issues = [Issue(IssueKind.SYNTAX, problem, None) for problem in syntax]
     for entry in entries:
-        spec = KEYS.get(entry.key)
-        problem: str | None
-        if spec is None:
-            problem = _unrecognized(entry.key, release)
-        else:
-            problem = _release_problem(spec, release) or _VALUE_CHECKS[spec.kind](entry, release)
-            if problem is None and rocm and not spec.on_rocm:
-                problem = f"{entry.key} is not supported on ROCm builds of torch"
-            if problem is None and spec.native_only and chosen == ASYNC:
-                problem = (
-                    f"{entry.key} is an option of the native allocator; "
-                    "backend:cudaMallocAsync ignores it"
-                )
-        if problem is not None:
-            problems.append(problem)
-            bad.add(entry.key)
-    return Checked(tuple(entries), tuple(problems), frozenset(bad), chosen)
+        issue = _entry_issue(entry, release, chosen, rocm)
+        if issue is not None:
+            issues.append(issue)
+    problems = [i for i in issues if i.problem]
+    return Checked(
+        tuple(entries), tuple(i.message for i in problems),
+        frozenset(i.entry.key for i in problems if i.entry is not None), chosen, tuple(issues),
+    )
+
+
+def _entry_issue(entry: Entry, release: TorchRange, backend: str, rocm: bool) -> Issue | None:
+    spec = KEYS.get(entry.key)
+    if spec is None:
+        return Issue(IssueKind.UNKNOWN_KEY, _unrecognized(entry.key, release), entry)
+    problem = _release_problem(spec, release)
+    if problem is not None:
+        return Issue(IssueKind.NOT_IN_RELEASE, problem, entry)
+    problem = _VALUE_CHECKS[spec.kind](entry, release)
+    if problem is not None:
+        return Issue(IssueKind.INVALID_VALUE, problem, entry)
+    if rocm and not spec.on_rocm:
+        return Issue(IssueKind.IGNORED, f"{entry.key} is not supported on ROCm builds of torch",
+                     entry)
+    if spec.native_only and backend == ASYNC:
+        return Issue(IssueKind.IGNORED, f"{entry.key} is an option of the native allocator; "
+                     "backend:cudaMallocAsync ignores it", entry)
+    if spec.kind == "split_mb" and (_as_int(entry.value) or 0) < 0:
+        return Issue(IssueKind.IGNORED, f"max_split_size_mb:{entry.value} means no limit, the "
+                     "default: this entry does nothing", entry, problem=False)
+    return None
 
 
 def validate_alloc_conf(

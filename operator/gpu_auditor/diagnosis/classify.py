@@ -140,6 +140,17 @@ class _Facts:
             return False
         return f.free_bytes + self.unallocated >= f.requested_bytes
 
+    def cap_short(self) -> bool:
+        """The device had room for the request, the cap's headroom did not: what PyTorch has
+        reserved counts against the cap, so a cap can run out before allocated + request reach
+        it. Raising the fraction is then the fix; "capacity" would name a GPU that was not full."""
+        f, head = self.f, self.cap_headroom
+        if head is None or f.allowed_bytes is None or f.requested_bytes is None:
+            return False
+        if f.total_bytes is not None and f.allowed_bytes >= f.total_bytes:
+            return False
+        return self.cap_withholds() and head < f.requested_bytes
+
     def cap_withholds(self) -> bool:
         """A cap is set and the device alone had room for the request."""
         f = self.f
@@ -293,6 +304,8 @@ def _primary(x: _Facts) -> str:
         return "capacity" if x.family in (formats.VLLM, formats.RETRY_EXHAUSTED) else "unknown"
     if x.fits():
         return "unknown"
+    if x.cap_short():
+        return "memory-fraction-cap"
     return "capacity"
 
 
@@ -374,6 +387,12 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
     if kind == "capacity" and x.too_big():
         return f"capacity: the {fs(r)} request alone exceeds the GPU's {fs(t)}"
     if kind == "memory-fraction-cap":
+        if not x.cap_binding():
+            return (
+                f"memory-fraction-cap: {fs(f.reserved_bytes)} reserved + the {fs(r)} request "
+                f"exceed the {fs(f.allowed_bytes)} allowed by the memory fraction, while the GPU "
+                f"had {fs(free)} free"
+            )
         return (
             f"memory-fraction-cap: {fs(a)} allocated + the {fs(r)} request exceed the "
             f"{fs(f.allowed_bytes)} allowed by the memory fraction, while the GPU had "

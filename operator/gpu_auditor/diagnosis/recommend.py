@@ -253,7 +253,10 @@ def _kind_actions(ctx: Context) -> list[str]:
     if kind == "memory-fraction-cap":
         fraction = ""
         if f.total_bytes and f.requested_bytes is not None:
-            need = ((f.allocated_bytes or 0) + f.requested_bytes) / f.total_bytes
+            held = f.allocated_bytes or 0
+            if f.allowed_bytes is not None and held + f.requested_bytes <= f.allowed_bytes:
+                held = max(held, f.reserved_bytes or 0)  # the cache, not allocations, filled it
+            need = (held + f.requested_bytes) / f.total_bytes
             fraction = f" to about {_fraction_with_headroom(need):.2f}"
         if ctx.event.framework == "jax":
             return [f"raise XLA_PYTHON_CLIENT_MEM_FRACTION{fraction}"]

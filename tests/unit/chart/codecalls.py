@@ -49,7 +49,7 @@ HTTP_CLIENTS = ("http.client", "urllib.request", "urllib3", "aiohttp", "requests
                 "kubernetes", "kubernetes_asyncio", "pykube", "grpc")
 OTHER_CONNECTIONS = {
     TRANSPORT_MODULE: "the transport itself",
-    "node_agent.podresources.client": "gRPC to the kubelet's pod-resources unix socket",
+    "node_agent.podresources.h2grpc": "gRPC (HTTP/2) to the kubelet's pod-resources unix socket",
 }
 
 # kopf functions our code may call that send no request.

@@ -38,7 +38,7 @@ _ONE_OPERATOR = ("One replica replaced with Recreate: kopf runs without peering,
                  "operators at once would write every diagnosis and Event twice.")
 
 _CONTAINERS = (("agent", "agent"), ("agent", "kube-rbac-proxy"), ("operator", "operator"),
-               ("operator", "kube-rbac-proxy"), ("test", "healthz"))
+               ("operator", "kube-rbac-proxy"), ("test", "healthz"), ("webhook", "webhook"))
 
 ACCEPTED: dict[Finding, str] = {
     **{(check, component, container): _BURSTABLE
@@ -50,7 +50,7 @@ ACCEPTED: dict[Finding, str] = {
     **{("container-image-pull-policy", component, container): _PULL
        for component, container in _CONTAINERS},
     **{("pod-networkpolicy", component, ""): _NO_NETPOL
-       for component in ("agent", "operator", "test")},
+       for component in ("agent", "operator", "test", "webhook")},
     ("container-security-context-user-group-id", "agent", "agent"): _ROOT,
     ("deployment-strategy", "operator", ""): _ONE_OPERATOR,
     ("deployment-replicas", "operator", ""): _ONE_OPERATOR,

@@ -559,6 +559,8 @@ def _sent_by_agent() -> dict[str, set[Triple]]:
     runs: dict[str, Any] = {
         "list_pods": lambda api: api.list_pods(field_selector="spec.nodeName=n"),
         "get_node": lambda api: api.get_node("n"),
+        "list_resource_slices": lambda api: api.list_resource_slices(
+            field_selector="spec.nodeName=n"),
         "read_report": lambda api: api.read_report("n"),
         "create_report": lambda api: api.create_report({}),
         "replace_report": lambda api: api.replace_report("n", {}),

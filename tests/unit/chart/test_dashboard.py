@@ -20,7 +20,8 @@ RULES = CHART / "files" / "prometheus-rules.yaml"
 
 # Grafana's variables, replaced by what Grafana would send with "All" selected.
 GRAFANA_VARIABLES = {"$__rate_interval": "1m", "$__interval": "1m", "$__range": "1h",
-                     "$node": ".*", "$uuid": ".*", "$namespace": ".*"}
+                     "$node": ".*", "$uuid": ".*", "$namespace": ".*",
+                     "$cluster": ".*", "$job": ".+", "$instance": ".+"}
 
 
 def load() -> dict[str, Any]:

@@ -154,3 +154,15 @@ def test_the_chart_runs_console_scripts_of_the_wheel(wheel: Path, render: Render
         if obj["kind"] in ("DaemonSet", "Deployment"):
             for c in obj["spec"]["template"]["spec"]["containers"]:
                 assert c["command"][0] in scripts, c["command"]
+
+
+def test_the_runtime_stage_carries_the_probe_where_the_injection_copies_it_from() -> None:
+    """The mutating webhook's init container copies /opt/gpu-auditor/probe (issue 17)."""
+    from gpu_auditor.admission.inject import PROBE_DIR
+
+    copies = [a for i, a in stages()[1] if i == "COPY" and "--from" not in a]
+    assert f"probe/sitecustomize.py {PROBE_DIR}/" in copies
+    assert f"probe/gpu_auditor_probe/ {PROBE_DIR}/gpu_auditor_probe/" in copies
+    ignore = (ROOT / ".dockerignore").read_text().splitlines()
+    for source in ("probe/sitecustomize.py", "probe/gpu_auditor_probe/"):
+        assert f"!{source}" in ignore and (ROOT / source).exists()

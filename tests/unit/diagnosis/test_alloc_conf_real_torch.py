@@ -98,4 +98,18 @@ def test_validator_flags_what_real_torch_rejects(value: str) -> None:
         setter(value)
     problems = validate_alloc_conf(value, torch_version=RELEASE or "")
     assert problems
-    assert str(raised.value).splitlines()[0].strip() == problems[0].strip()
+    assert _same_words(str(raised.value).splitlines()[0].strip(), problems[0].strip())
+
+
+def _same_words(torch_says: str, we_say: str) -> bool:
+    """Equal, except for the name torch gives its config parser: on torch 2.11 (H200,
+    bench/results/gpu-alloc-conf-check.json) the env var a job sets is parsed by the CUDA config
+    ("Unrecognized key 'foo' in CUDA allocator config.", which we print, since that is what the
+    job's log shows) while this test's setter, ``_accelerator_setAllocatorSettings``, words the
+    same rejection "... in Accelerator allocator config."."""
+    if torch_says == we_say:
+        return True
+    names = ("in CUDA allocator config.", "in Accelerator allocator config.")
+    return any(
+        torch_says.replace(a, "@") == we_say.replace(b, "@") for a in names for b in names
+    )

@@ -213,7 +213,8 @@ def test_idle_cache_counts_from_20_mib() -> None:
     assert inside.kind == "fragmentation"
     assert "left under the 1.08 GiB cap" in inside.summary
     outside = verdict(R=64 * M, T=80 * G, F=70 * G, A=1 * G, U=20 * M - 1, L=1 * G + 80 * M)
-    assert outside.kind == "capacity"
+    # not fragmentation: the device had room and the cap's headroom (60 MiB + 1) did not
+    assert outside.kind == "memory-fraction-cap"
     assert "fragmentation" not in outside.contributing
 
 

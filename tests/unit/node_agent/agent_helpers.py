@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from node_agent.model import GpuSample, NvmlReading, ProcessSample
 from node_agent.podresources.client import ContainerDevices, PodDevices
@@ -69,3 +70,29 @@ def fake_pods(allocated: dict[str, list[str]] | None = None, *, kubelet_up: bool
         for p in pods
     )
     return FakePods(FakeNode("node-1", labels or {}, kubelet_up, pods, devices))
+
+
+class Scrape:
+    """What a scraper reads from a collector: every access collects and renders afresh, and
+    the text is parsed by prometheus_client's parser (an independent reader of the format)."""
+
+    def __init__(self, collector: Any) -> None:
+        self.collector = collector
+
+    @property
+    def body(self) -> bytes:
+        from node_agent.exposition import render
+
+        return render(self.collector.collect())
+
+    def collect(self) -> list[Any]:
+        from prometheus_client.parser import text_string_to_metric_families
+
+        return list(text_string_to_metric_families(self.body.decode()))
+
+    def get_sample_value(self, name: str, labels: dict[str, str] | None = None) -> float | None:
+        for family in self.collect():
+            for s in family.samples:
+                if s.name == name and s.labels == (labels or {}):
+                    return float(s.value)
+        return None

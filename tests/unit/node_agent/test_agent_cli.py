@@ -141,7 +141,7 @@ def test_http_serves_metrics_and_healthz(served: str) -> None:
     with urllib.request.urlopen(f"{served}/metrics", timeout=5) as r:
         body = r.read().decode()
         assert r.headers["Content-Type"].startswith("text/plain")
-    assert 'gpu_auditor_agent_nvml_up{node="gpu-node-1"} 1.0' in body
+    assert 'gpu_auditor_agent_nvml_up{node="gpu-node-1"} 1' in body
     assert "process_resident_memory_bytes" in body
     with urllib.request.urlopen(f"{served}/healthz", timeout=5) as r:
         assert (r.status, r.read()) == (200, b"ok\n")

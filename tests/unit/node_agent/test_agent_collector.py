@@ -1,4 +1,4 @@
-"""What a scrape shows, asserted sample by sample with registry.get_sample_value."""
+"""What a scrape shows, asserted sample by sample (the rendered text, parsed)."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ from agent_helpers import (
     GPU1,
     UID_A,
     UID_B,
+    Scrape,
     StaticGpus,
     fake_pods,
     gpu,
     pod_cgroup,
     write_proc,
 )
-from prometheus_client import CollectorRegistry, generate_latest
 
 from node_agent.collector import AgentCollector
 from node_agent.model import Snapshot
@@ -32,11 +32,9 @@ pytestmark = pytest.mark.unit
 NODE = "node-1"
 
 
-def scrape(sampler: Sampler, *, process_labels: bool = False) -> CollectorRegistry:
+def scrape(sampler: Sampler, *, process_labels: bool = False) -> Scrape:
     snapshot = sampler.sample()
-    registry = CollectorRegistry()
-    registry.register(AgentCollector(lambda: snapshot, NODE, process_labels))
-    return registry
+    return Scrape(AgentCollector(lambda: snapshot, NODE, process_labels))
 
 
 def proc_labels(uuid: str, ns: str, pod: str, container: str, uid: str, allocated: str,
@@ -128,7 +126,7 @@ def test_no_nvml_still_serves_with_nvml_up_0(node) -> None:
     r = scrape(sampler_for(node))
     assert r.get_sample_value("gpu_auditor_agent_nvml_up", {"node": NODE}) == 0
     assert r.get_sample_value("gpu_auditor_agent_kubelet_up", {"node": NODE}) == 1
-    assert b"gpu_auditor_container_gpu_memory_bytes{" not in generate_latest(r)
+    assert b"gpu_auditor_container_gpu_memory_bytes{" not in r.body
 
 
 def test_a_failed_gpu_drops_only_its_own_series_and_counts_an_nvml_error(node) -> None:
@@ -170,7 +168,7 @@ def test_a_garbage_cgroup_is_unknown_with_no_pod_and_no_finding(node) -> None:
                               proc_labels(GPU0, "", "", "", "", "host")) is None
     assert r.get_sample_value("gpu_auditor_gpu_pods",
                               {"node": NODE, "gpu": "0", "uuid": GPU0}) == 1
-    assert b"gpu_auditor_sharing_finding{" not in generate_latest(r)
+    assert b"gpu_auditor_sharing_finding{" not in r.body
 
 
 def test_kubelet_down_makes_allocation_unknown_and_counts_an_error(node) -> None:
@@ -183,29 +181,28 @@ def test_kubelet_down_makes_allocation_unknown_and_counts_an_error(node) -> None
 
 
 def test_before_the_first_pass_a_scrape_is_empty_but_fine() -> None:
-    registry = CollectorRegistry()
-    registry.register(AgentCollector(lambda: None, NODE))
+    registry = Scrape(AgentCollector(lambda: None, NODE))
     assert registry.get_sample_value("gpu_auditor_agent_nvml_up", {"node": NODE}) is None
-    assert b"# TYPE gpu_auditor_agent_nvml_up gauge" in generate_latest(registry)
+    assert b"# TYPE gpu_auditor_agent_nvml_up gauge" in registry.body
 
 
 def test_a_broken_snapshot_does_not_crash_the_scrape() -> None:
     def broken() -> Snapshot:
         raise RuntimeError("boom")
 
-    registry = CollectorRegistry()
-    registry.register(AgentCollector(broken, NODE))
-    assert b"gpu_auditor_gpu_pods" in generate_latest(registry)
+    registry = Scrape(AgentCollector(broken, NODE))
+    assert b"gpu_auditor_gpu_pods" in registry.body
 
 
-def test_registering_does_not_collect() -> None:
+def test_describing_does_not_collect() -> None:
     calls = []
 
     def latest() -> None:
         calls.append(1)
 
-    CollectorRegistry().register(AgentCollector(latest, NODE))
+    families = AgentCollector(latest, NODE).describe()
     assert calls == []
+    assert "gpu_auditor_agent_nvml_up" in {f.name for f in families}
 
 
 def test_label_sets_are_fresh_each_scrape(node) -> None:
@@ -215,8 +212,7 @@ def test_label_sets_are_fresh_each_scrape(node) -> None:
     snapshots = [sampler.sample()]
     gpus.gpus = [gpu(0, GPU0, [(100, GIB)])]
     snapshots.append(sampler.sample())
-    registry = CollectorRegistry()
-    registry.register(AgentCollector(lambda: snapshots[-1], NODE))
+    registry = Scrape(AgentCollector(lambda: snapshots[-1], NODE))
     assert registry.get_sample_value("gpu_auditor_container_gpu_memory_bytes",
                                      proc_labels(GPU0, "ml", "b", "side", UID_B, "false")) is None
     assert registry.get_sample_value("gpu_auditor_container_gpu_memory_bytes",

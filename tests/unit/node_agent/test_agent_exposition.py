@@ -1,15 +1,25 @@
-"""/metrics bodies: rendered once per sampling pass, live process metrics added per scrape."""
+"""/metrics bodies: rendered once per sampling pass, live process metrics added per scrape, and
+the text format itself (escaping, numbers) read back by an independent parser."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 from agent_helpers import GIB, GPU0, StaticGpus, fake_pods, gpu
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client.parser import text_string_to_metric_families
 
 from node_agent.collector import AgentCollector
-from node_agent.exposition import Exposition
+from node_agent.exposition import (
+    CONTENT_TYPE,
+    COUNTER,
+    GAUGE,
+    Exposition,
+    Family,
+    process_families,
+    render,
+)
 from node_agent.model import Snapshot
 from node_agent.procfs import ProcReader
 from node_agent.sampler import Sampler
@@ -25,16 +35,18 @@ def setup(proc_root: Path):
     sampler = Sampler("n", gpus, ProcReader(proc_root), fake_pods())
     latest: list[Snapshot] = [sampler.sample()]
     collects: list[int] = []
+    scrapes = [0]
 
     def current() -> Snapshot:
         collects.append(1)
         return latest[-1]
 
-    registry = CollectorRegistry()
-    registry.register(AgentCollector(current, "n"))
-    live = CollectorRegistry()
-    scrapes = Gauge("live_scrapes", "changes on every scrape", registry=live)
-    return gpus, sampler, latest, collects, Exposition(registry, live), scrapes
+    def live() -> list[Family]:
+        return [Family("live_scrapes", "changes on every scrape", GAUGE, (),
+                       [((), scrapes[0])])]
+
+    collector = AgentCollector(current, "n")
+    return gpus, sampler, latest, collects, Exposition(collector.collect, live), scrapes
 
 
 def test_a_primed_snapshot_is_served_without_collecting_again(setup) -> None:
@@ -44,7 +56,7 @@ def test_a_primed_snapshot_is_served_without_collecting_again(setup) -> None:
     for _ in range(3):
         body, content_type = exposition.render("", latest[-1])
     assert collects == []
-    assert content_type.startswith("text/plain")
+    assert content_type == "text/plain; version=0.0.4; charset=utf-8"
     assert b'gpu_auditor_gpu_pods{gpu="0",node="n"' in body
 
 
@@ -60,26 +72,93 @@ def test_a_new_snapshot_is_rendered_afresh(setup) -> None:
 def test_live_metrics_are_read_on_every_scrape(setup) -> None:
     _, _, latest, _, exposition, scrapes = setup
     exposition.prime(latest[-1])
-    scrapes.set(1)
+    scrapes[0] = 1
     first, _ = exposition.render("", latest[-1])
-    scrapes.set(2)
+    scrapes[0] = 2
     second, _ = exposition.render("", latest[-1])
-    assert b"live_scrapes 1.0" in first and b"live_scrapes 2.0" in second
+    assert b"\nlive_scrapes 1\n" in first and b"\nlive_scrapes 2\n" in second
 
 
-def test_openmetrics_is_negotiated_and_ends_with_one_eof(setup) -> None:
+def test_an_openmetrics_accept_header_gets_the_text_format(setup) -> None:
+    """No negotiation: the text format 0.0.4 is what every scraper accepts, OpenMetrics ones
+    included (Prometheus lists it in its Accept header)."""
     _, _, latest, _, exposition, _ = setup
     body, content_type = exposition.render(OPENMETRICS, latest[-1])
-    assert content_type.startswith("application/openmetrics-text")
-    assert body.endswith(b"# EOF\n") and body.count(b"# EOF") == 1
+    assert content_type == CONTENT_TYPE
+    assert b"# EOF" not in body
+    assert [f.name for f in text_string_to_metric_families(body.decode())]
 
 
-def test_formats_asked_for_once_are_primed_after_each_pass(setup) -> None:
-    _, sampler, latest, collects, exposition, _ = setup
-    exposition.render(OPENMETRICS, latest[-1])
-    latest.append(sampler.sample())
+def test_label_values_and_help_are_escaped_and_parse_back() -> None:
+    tricky = 'a "quoted" back\\slash\nnew line \u00e9'
+    family = Family("x_bytes", "help with \\ and\nnewline", GAUGE, ("v",), [((tricky,), 7)])
+    text = render([family]).decode()
+    assert text == ('# HELP x_bytes help with \\\\ and\\nnewline\n# TYPE x_bytes gauge\n'
+                    'x_bytes{v="a \\"quoted\\" back\\\\slash\\nnew line \u00e9"} 7\n')
+    [parsed] = text_string_to_metric_families(text)
+    assert parsed.samples[0].labels == {"v": tricky}
+    assert parsed.documentation == "help with \\ and\nnewline"
+
+
+def test_integers_are_exact_and_floats_special_values_are_spelled_as_the_format_says() -> None:
+    family = Family("n", "numbers", GAUGE, ("k",), [
+        (("max",), 9223372036854775807), (("half",), 0.5), (("nan",), float("nan")),
+        (("inf",), float("inf")), (("ninf",), float("-inf")), (("true",), True)])
+    lines = render([family]).decode().splitlines()[2:]
+    assert lines == ['n{k="max"} 9223372036854775807', 'n{k="half"} 0.5', 'n{k="nan"} NaN',
+                     'n{k="inf"} +Inf', 'n{k="ninf"} -Inf', 'n{k="true"} 1']
+
+
+def test_a_sample_with_the_wrong_number_of_labels_is_refused() -> None:
+    family = Family("x_total", "c", COUNTER, ("a", "b"))
+    with pytest.raises(ValueError, match="1 label values for 2 labels"):
+        family.add(["only-one"], 1)
+
+
+def test_process_metrics_describe_this_process() -> None:
+    families = {f.name: f for f in process_families()}
+    assert families["process_cpu_seconds_total"].type == COUNTER
+    rss = families["process_resident_memory_bytes"].samples[0][1]
+    with open("/proc/self/status") as f:
+        vm_rss = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS"))
+    assert 0.5 * vm_rss < rss < 2 * vm_rss
+    assert families["process_open_fds"].samples[0][1] == len(os.listdir("/proc/self/fd"))
+    start = families["process_start_time_seconds"].samples[0][1]
+    assert abs(start - os.stat(f"/proc/{os.getpid()}").st_mtime) < 3600 * 24 * 365
+
+
+def test_process_metrics_without_a_readable_proc_are_left_out(tmp_path: Path) -> None:
+    assert process_families(str(tmp_path)) == []
+
+
+def test_the_heap_trimmer_is_only_where_ctypes_is_loaded_and_runs_after_a_pass(
+        setup, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from node_agent.agent import heap_trimmer
+
+    _, _, latest, _, _, _ = setup
+    monkeypatch.delitem(sys.modules, "ctypes", raising=False)
+    assert heap_trimmer() is None
+    import ctypes  # noqa: F401  (what pynvml loads on a real node)
+
+    trimmer = heap_trimmer()
+    assert trimmer is not None
+    trimmer(latest[-1])  # glibc's malloc_trim(0): returns, changes nothing observable here
+
+
+def test_cached_says_whether_this_snapshot_is_rendered(setup) -> None:
+    _, sampler, latest, _, exposition, _ = setup
+    assert not exposition.cached(latest[-1])
     exposition.prime(latest[-1])
-    collects.clear()
-    exposition.render(OPENMETRICS, latest[-1])
-    exposition.render("", latest[-1])
-    assert collects == []
+    assert exposition.cached(latest[-1])
+    latest.append(sampler.sample())
+    assert not exposition.cached(latest[-1])
+
+
+def test_max_fds_is_the_soft_limit() -> None:
+    import resource
+
+    families = {f.name: f for f in process_families()}
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    assert families["process_max_fds"].samples[0][1] == soft

@@ -172,6 +172,6 @@ def test_hostile_proc_root_content_is_unknown_pods_and_proc_errors_never_a_trace
     out, err = capsys.readouterr()
     assert rc == 0 and "Traceback" not in err
     assert ('gpu_auditor_container_gpu_memory_bytes{allocated="unknown",container="",gpu="0",'
-            'namespace="",node="n",pod="",pod_uid="",uuid="GPU-a"} 7.340032e+06') in out
-    assert 'gpu_auditor_agent_errors_total{node="n",source="proc"} 6.0' in out
+            'namespace="",node="n",pod="",pod_uid="",uuid="GPU-a"} 7340032') in out
+    assert 'gpu_auditor_agent_errors_total{node="n",source="proc"} 6\n' in out
     assert 'allocated="host"' not in out

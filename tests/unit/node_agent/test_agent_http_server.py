@@ -245,3 +245,47 @@ def test_a_port_in_use_is_a_config_error_not_a_traceback(
                    "--no-report"])
     err = capsys.readouterr().err
     assert rc == 2 and f"cannot serve on 127.0.0.1:{port}: " in err and "Traceback" not in err
+
+
+def test_pipelined_requests_are_answered_in_order_without_deep_recursion() -> None:
+    """2,000 requests in one send (~52 KiB): answered one after another from the buffer, in
+    order, by the loop (not by recursion), and /healthz still answers another client."""
+    with serving() as server, closing(connect(server)) as s:
+        s.sendall(b"GET /healthz HTTP/1.1\r\n\r\n" * 1999 + b"GET /nope HTTP/1.1\r\n\r\n")
+        s.settimeout(10)
+        received = b""
+        while received.count(b"HTTP/1.1 ") < 2000:
+            chunk = s.recv(1 << 20)
+            assert chunk
+            received += chunk
+        assert received.count(b"HTTP/1.1 200 OK") == 1999
+        assert received.rindex(b"HTTP/1.1 404 ") > received.rindex(b"HTTP/1.1 200 ")
+        assert get(server, "/healthz") == (200, b"ok\n")
+
+
+def test_the_server_imports_neither_asyncio_nor_ssl() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, node_agent.http_server, node_agent.cli; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'asyncio', 'ssl'}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_metrics_are_answered_on_the_loop_when_inline_says_they_are_cheap() -> None:
+    """A rendered pass is a lookup: no hand-off to a render thread (and back) for it."""
+    where: list[str] = []
+
+    def render(accept: str) -> tuple[bytes, str]:
+        where.append(threading.current_thread().name)
+        return BODY, "text/plain; version=0.0.4"
+
+    cheap = [True]
+    with serving(render) as server:
+        server._inline = lambda: cheap[0]
+        assert get(server, "/metrics") == (200, BODY)
+        cheap[0] = False
+        assert get(server, "/metrics") == (200, BODY)
+    assert not where[0].startswith("render-") and where[1].startswith("render-")

@@ -36,6 +36,10 @@ class NVMLError_NotFound(NVMLError):
     pass
 
 
+class NVMLError_FunctionNotFound(NVMLError):
+    pass
+
+
 @dataclass
 class FakeDevice:
     uuid: str
@@ -177,3 +181,41 @@ def test_mig_instances_are_sampled_one_by_one() -> None:
     assert [(g.gpu, g.uuid, g.index, g.mig) for g in reading.gpus] == [
         ("0/1", "MIG-1", 0, True), ("0/2", "MIG-2", 0, True)]
     assert [p.pid for p in reading.gpus[0].processes] == [7]
+
+
+def test_a_binding_missing_a_call_at_init_switches_to_the_fallback_once(
+        caplog: pytest.LogCaptureFixture) -> None:
+    lite = FakeNvml([], init_error=NVMLError_FunctionNotFound)
+    other = FakeNvml([FakeDevice("GPU-a", procs=[(7, GIB)])])
+    asked: list[int] = []
+
+    def fallback() -> FakeNvml:
+        asked.append(1)
+        return other
+
+    source = NvmlSource(lite, fallback=fallback)
+    with caplog.at_level(logging.WARNING):
+        first, second = source.sample(), source.sample()
+    assert first.up and [g.uuid for g in first.gpus] == ["GPU-a"]
+    assert second.gpus[0].processes[0].used_bytes == GIB
+    assert (lite.init_calls, other.init_calls, len(asked)) == (1, 1, 1)
+    assert "NVML binding found a call missing" in caplog.text
+    assert "NVML unavailable" not in caplog.text
+
+
+def test_without_a_fallback_a_missing_call_is_nvml_down_and_tried_again_later() -> None:
+    now = [0.0]
+    lite = FakeNvml([], init_error=NVMLError_FunctionNotFound)
+    source = NvmlSource(lite, fallback=lambda: None, retry_seconds=60, clock=lambda: now[0])
+    assert not source.sample().up
+    now[0] = 61.0
+    assert not source.sample().up
+    assert lite.init_calls == 2
+
+
+def test_other_init_failures_do_not_switch_binding() -> None:
+    lite = FakeNvml([], init_error=NVMLError_LibraryNotFound)
+    asked: list[int] = []
+    source = NvmlSource(lite, fallback=lambda: asked.append(1))
+    assert not source.sample().up
+    assert asked == []

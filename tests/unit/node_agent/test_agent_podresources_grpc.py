@@ -1,4 +1,6 @@
-"""The pod-resources client against a real gRPC server on a unix socket (a stand-in kubelet)."""
+"""The agent's own pod-resources client (HTTP/2 + protobuf wire format on the standard library)
+against a real grpcio server on a unix socket, answering with the kubelet's generated messages
+(a stand-in kubelet: device-plugin devices and DRA claims)."""
 
 from __future__ import annotations
 
@@ -14,33 +16,63 @@ from agent_helpers import GIB, GPU0, StaticGpus, gpu, pod_cgroup, write_proc
 
 from node_agent.model import Allocated
 from node_agent.podresources.client import KubeletUnavailable, PodResourcesClient
-from node_agent.podresources.v1 import api_pb2, api_pb2_grpc
 from node_agent.pods import ApiPods, ClusterPods, PodInfo, index_pods
 from node_agent.procfs import ProcReader
 from node_agent.sampler import Sampler
+from tests.podresources.v1 import api_pb2, api_pb2_grpc
 
 pytestmark = pytest.mark.unit
 
 
+def claim(namespace: str, name: str, *devices: tuple[str, str, str]) -> Any:
+    return api_pb2.DynamicResource(claim_name=name, claim_namespace=namespace, claim_resources=[
+        api_pb2.ClaimResource(driver_name=driver, pool_name=pool, device_name=device,
+                              cdi_devices=[api_pb2.CDIDevice(name=f"k8s.{driver}/gpu={device}")])
+        for driver, pool, device in devices])
+
+
 class Lister(api_pb2_grpc.PodResourcesListerServicer):
-    def __init__(self, delay: float = 0.0) -> None:
+    def __init__(self, delay: float = 0.0, extra_pods: int = 0,
+                 status: Any = None) -> None:
         self.delay = delay
         self.calls = 0
+        self.extra_pods = extra_pods
+        self.status = status
 
     def List(self, request: Any, context: Any) -> Any:
         self.calls += 1
         time.sleep(self.delay)
+        if self.status is not None:
+            context.abort(self.status, "refused: 100% sure")
         return api_pb2.ListPodResourcesResponse(pod_resources=[
             api_pb2.PodResources(name="trainer-0", namespace="ml", containers=[
                 api_pb2.ContainerResources(name="main", devices=[
                     api_pb2.ContainerDevices(resource_name="nvidia.com/gpu",
-                                             device_ids=[GPU0]),
-                ], cpu_ids=[2, 3]),
+                                             device_ids=[GPU0],
+                                             topology=api_pb2.TopologyInfo(
+                                                 nodes=[api_pb2.NUMANode(ID=1)])),
+                ], cpu_ids=[2, 3], memory=[api_pb2.ContainerMemory(memory_type="memory",
+                                                                   size=2**40)]),
             ]),
             api_pb2.PodResources(name="notebook-1", namespace="ml", containers=[
                 api_pb2.ContainerResources(name="jupyter"),
             ]),
+            api_pb2.PodResources(name="dra-0", namespace="team", containers=[
+                api_pb2.ContainerResources(name="ctr", dynamic_resources=[
+                    claim("team", "two-gpus", ("gpu.nvidia.com", "node-1", "gpu-0"),
+                          ("gpu.nvidia.com", "node-1", "gpu-1")),
+                ]),
+            ]),
+            *[api_pb2.PodResources(name=f"filler-{i}", namespace="bulk", containers=[
+                api_pb2.ContainerResources(name="c", devices=[api_pb2.ContainerDevices(
+                    resource_name="example.com/nic", device_ids=[f"nic-{i}-{'x' * 40}"])])])
+              for i in range(self.extra_pods)],
         ])
+
+    def GetAllocatableResources(self, request: Any, context: Any) -> Any:
+        return api_pb2.AllocatableResourcesResponse(devices=[
+            api_pb2.ContainerDevices(resource_name="nvidia.com/gpu", device_ids=[GPU0, "GPU-b"])],
+            cpu_ids=[0, 1, 2])
 
 
 def serve(socket: Path, lister: Lister) -> grpc.Server:
@@ -61,14 +93,75 @@ def kubelet(tmp_path: Path) -> Iterator[tuple[Path, Lister]]:
 
 
 def test_client_lists_pods_and_their_devices(kubelet: tuple[Path, Lister]) -> None:
-    socket, _ = kubelet
+    socket, lister = kubelet
     client = PodResourcesClient(str(socket), timeout=2)
     pods = {(p.namespace, p.name): p for p in client.list()}
-    client.close()
     trainer = pods[("ml", "trainer-0")]
     assert [(d.container, d.resource_name, d.device_ids) for d in trainer.devices] == [
         ("main", "nvidia.com/gpu", (GPU0,))]
+    assert trainer.claims == ()
     assert pods[("ml", "notebook-1")].devices == ()
+    assert lister.calls == 1
+
+
+def test_client_reads_dra_claims_with_driver_pool_device_and_cdi_ids(
+        kubelet: tuple[Path, Lister]) -> None:
+    socket, _ = kubelet
+    pods = {(p.namespace, p.name): p for p in PodResourcesClient(str(socket)).list()}
+    [c] = pods[("team", "dra-0")].claims
+    assert (c.container, c.claim_namespace, c.claim_name) == ("ctr", "team", "two-gpus")
+    assert [(d.driver, d.pool, d.device, d.cdi_ids) for d in c.devices] == [
+        ("gpu.nvidia.com", "node-1", "gpu-0", ("k8s.gpu.nvidia.com/gpu=gpu-0",)),
+        ("gpu.nvidia.com", "node-1", "gpu-1", ("k8s.gpu.nvidia.com/gpu=gpu-1",))]
+    assert pods[("team", "dra-0")].devices == ()
+
+
+def test_client_reads_allocatable_devices(kubelet: tuple[Path, Lister]) -> None:
+    socket, _ = kubelet
+    [devices] = PodResourcesClient(str(socket)).allocatable()
+    assert (devices.resource_name, devices.device_ids) == ("nvidia.com/gpu", (GPU0, "GPU-b"))
+
+
+def test_an_answer_larger_than_the_http2_window_and_frame_size_is_read_whole(
+        tmp_path: Path) -> None:
+    """3,000 pods: ~250 KiB, so many DATA frames and more than HTTP/2's default 64 KiB
+    window: our SETTINGS opened the window for it."""
+    socket = tmp_path / "big.sock"
+    server = serve(socket, Lister(extra_pods=3000))
+    try:
+        pods = PodResourcesClient(str(socket), timeout=5).list()
+    finally:
+        server.stop(grace=None)
+    fillers = [p for p in pods if p.namespace == "bulk"]
+    assert len(fillers) == 3000
+    assert fillers[2999].devices[0].device_ids == (f"nic-2999-{'x' * 40}",)
+
+
+def test_a_grpc_error_status_is_kubelet_unavailable_with_the_code_and_message(
+        tmp_path: Path) -> None:
+    socket = tmp_path / "denied.sock"
+    server = serve(socket, Lister(status=grpc.StatusCode.PERMISSION_DENIED))
+    try:
+        with pytest.raises(KubeletUnavailable,
+                           match=r"List on .*: PERMISSION_DENIED: refused: 100% sure"):
+            PodResourcesClient(str(socket), timeout=2).list()
+    finally:
+        server.stop(grace=None)
+
+
+def test_an_unimplemented_method_is_reported_as_such(tmp_path: Path) -> None:
+    """A kubelet without the method (an older one) answers UNIMPLEMENTED."""
+    socket = tmp_path / "old.sock"
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(
+        "v1.PodResourcesLister", {})])
+    server.add_insecure_port(f"unix://{socket}")
+    server.start()
+    try:
+        with pytest.raises(KubeletUnavailable, match="UNIMPLEMENTED"):
+            PodResourcesClient(str(socket), timeout=2).allocatable()
+    finally:
+        server.stop(grace=None)
 
 
 def test_missing_socket_is_kubelet_unavailable(tmp_path: Path) -> None:
@@ -77,24 +170,16 @@ def test_missing_socket_is_kubelet_unavailable(tmp_path: Path) -> None:
         client.list()
 
 
-def test_stubs_that_refuse_the_installed_grpcio_are_kubelet_unavailable(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Seen on a GPU image with grpcio 1.84: the generated stubs raise RuntimeError on import.
-    import importlib
+def test_the_client_imports_neither_grpc_nor_protobuf() -> None:
+    import subprocess
+    import sys
 
-    real = importlib.import_module
-
-    def refuse(name: str, *args: Any) -> Any:
-        if name.endswith("api_pb2_grpc"):
-            raise RuntimeError("The grpc package installed is at version 1.84.0, but the "
-                               "generated code depends on grpcio>=1.85.1")
-        return real(name, *args)
-
-    monkeypatch.setattr(importlib, "import_module", refuse)
-    client = PodResourcesClient(str(tmp_path / "kubelet.sock"), timeout=0.5)
-    with pytest.raises(KubeletUnavailable, match=r"grpcio>=1\.85\.1"):
-        client.list()
+    code = ("import sys, node_agent.podresources.client, node_agent.cli; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('grpc', 'google', 'prometheus_client', 'yaml')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert done.stdout.strip() == "[]"
 
 
 def test_a_slow_kubelet_times_out(tmp_path: Path) -> None:

@@ -74,7 +74,7 @@ def test_the_agent_in_a_new_pid_namespace_names_a_host_pid_through_proc_root(
 
     through_host_proc = agent(str(hostproc))
     assert f'pid="{host_process}",pod="",pod_uid="",process="sleep"' in through_host_proc
-    assert 'gpu_auditor_agent_errors_total{node="n",source="proc"} 0.0' in through_host_proc
+    assert 'gpu_auditor_agent_errors_total{node="n",source="proc"} 0' in through_host_proc
     # The same agent reading its own /proc does not find the pid: the setup proves something.
     own_proc = agent("/proc")
     assert 'allocated="unknown"' in own_proc and 'process="sleep"' not in own_proc

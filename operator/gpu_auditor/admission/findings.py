@@ -1,0 +1,121 @@
+"""One container's allocator setting, checked against its torch release by the diagnosis core's
+rules (`diagnosis.allocconf`), and worded for the job's owner with a did-you-mean.
+
+The release comes from the container's env or image tag (`base.podspec`, the operator's own
+inference); an unknown release is checked as the newest release the rules know, and the finding
+says so (set TORCH_VERSION to check against yours).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from gpu_auditor.base.podspec import ALLOC_CONF_VARIABLES, env_value, torch_version_hint
+from gpu_auditor.diagnosis.allocconf import KEYS, NEWEST, IssueKind, check, key_available
+from gpu_auditor.diagnosis.torchversion import TorchRange, format_release, parse_torch_version
+
+CUDA_VARIABLE, GENERIC_VARIABLE = ALLOC_CONF_VARIABLES
+MAX_VALUE: Final = 4096
+"""Characters of a setting that are checked; a longer one is reported, not parsed (every key
+torch has, each with a long value, takes about 700)."""
+MAX_SHOWN: Final = 40
+"""Characters of a tenant's key or value echoed in a finding."""
+
+CONFLICTING_VARIABLES: Final = "conflicting-variables"
+NOT_CHECKED: Final = "not-checked"
+KINDS: Final = (*(k.value for k in IssueKind), CONFLICTING_VARIABLES, NOT_CHECKED)
+"""Every finding kind, in the order of the classes in docs/webhook.md."""
+
+
+@dataclass(frozen=True)
+class Finding:
+    container: str
+    variable: str
+    kind: str  # one of KINDS
+    message: str
+
+    def text(self) -> str:
+        """The one line a user sees (an admission warning, a check-manifest line)."""
+        return f'container "{self.container}": {self.variable}: {self.message}'
+
+
+def shown(text: str) -> str:
+    """A tenant's text fit to echo: printable ASCII, at most MAX_SHOWN characters."""
+    clean = "".join(c if " " <= c <= "~" else "?" for c in text[: MAX_SHOWN + 1])
+    return clean if len(clean) <= MAX_SHOWN else clean[: MAX_SHOWN - 3] + "..."
+
+
+def release_of(container: Mapping[str, Any]) -> tuple[TorchRange, str]:
+    """The container's release and how it is named in a finding."""
+    release = parse_torch_version(torch_version_hint(container))
+    if release is None:
+        return TorchRange.exact(NEWEST), (
+            f"torch release unknown, checked as {format_release(NEWEST)}; "
+            "set TORCH_VERSION to check yours"
+        )
+    return TorchRange.exact(release), f"torch {format_release(release)}"
+
+
+def check_container(container: Mapping[str, Any]) -> list[Finding]:
+    """Every finding for one container's allocator variables; [] when they are fine or unset."""
+    name = shown(str(container.get("name") or "?"))
+    cuda = env_value(container, CUDA_VARIABLE)
+    generic = env_value(container, GENERIC_VARIABLE)
+    if cuda is None and generic is None:
+        return []
+    release, about = release_of(container)
+    findings: list[Finding] = []
+    if cuda is not None and generic is not None and cuda != generic:
+        findings.append(Finding(name, GENERIC_VARIABLE, CONFLICTING_VARIABLES,
+                                f"set to a different value than {CUDA_VARIABLE}; torch reads "
+                                f"{CUDA_VARIABLE} and ignores this one"))
+    if cuda is None and generic is not None and release.surely_below((2, 9)):
+        findings.append(Finding(name, GENERIC_VARIABLE, IssueKind.IGNORED.value,
+                                f"{about} reads only {CUDA_VARIABLE}: this setting does nothing"))
+        return findings
+    variable, value = (CUDA_VARIABLE, cuda) if cuda is not None else (GENERIC_VARIABLE, generic)
+    assert value is not None
+    findings += _check_value(name, variable, value, release, about)
+    return findings
+
+
+def _check_value(
+    name: str, variable: str, value: str, release: TorchRange, about: str
+) -> list[Finding]:
+    if len(value) > MAX_VALUE:
+        return [Finding(name, variable, NOT_CHECKED,
+                        f"{len(value)} characters, over the {MAX_VALUE} checked")]
+    findings = []
+    for issue in check(value, release).issues:
+        hint = _did_you_mean(issue.kind, issue.entry.key if issue.entry else "",
+                             issue.entry.value if issue.entry else "", release)
+        where = f" ({about})" if issue.kind in _RELEASE_BOUND else ""
+        findings.append(Finding(name, variable, issue.kind.value,
+                                f"{_bounded(issue.message)}{hint}{where}"))
+    return findings
+
+
+_RELEASE_BOUND: Final = frozenset({IssueKind.UNKNOWN_KEY, IssueKind.NOT_IN_RELEASE})
+
+
+def _bounded(message: str) -> str:
+    """The core's message (it may quote the tenant's key): printable ASCII, at most 200."""
+    clean = "".join(c if " " <= c <= "~" else "?" for c in message[:201])
+    return clean if len(clean) <= 200 else clean[:197] + "..."
+
+
+def _did_you_mean(kind: IssueKind, key: str, value: str, release: TorchRange) -> str:
+    if kind is IssueKind.UNKNOWN_KEY:
+        known = [k for k, spec in KEYS.items() if key_available(spec, release)] or list(KEYS)
+        match = difflib.get_close_matches(key.lower(), known, n=1, cutoff=0.7)
+        return f"; did you mean {match[0]}?" if match else ""
+    spec = KEYS.get(key)
+    if kind is IssueKind.INVALID_VALUE and spec is not None and spec.kind == "bool" and (
+        value.lower() in ("true", "false", "1", "0", "yes", "no", "on", "off")
+    ):
+        wanted = "True" if value.lower() in ("true", "1", "yes", "on") else "False"
+        return f"; did you mean {key}:{wanted}?"
+    return ""

@@ -1,0 +1,150 @@
+"""The probe's injection into an opted-in pod, as a JSON patch (issue 17; probe/README.md).
+
+Only a pod labelled ``gpu-auditor.io/probe=true``, or in a namespace labelled so (the server
+learns that from the path the API server calls) and not labelled ``false`` itself, is changed:
+
+- an init container of our image copies ``/opt/gpu-auditor/probe`` into an emptyDir;
+- every app container mounts it read-only at the same path and gets ``GPU_AUDITOR_PROBE=1`` and
+  ``PYTHONPATH`` with that folder in front (an existing literal value is kept after it), so the
+  probe's ``sitecustomize`` arms it at interpreter start;
+- a container whose ``terminationMessagePath`` is not the default gets
+  ``GPU_AUDITOR_PROBE_PATH`` set to it (the probe writes its record there).
+
+A container that sets ``GPU_AUDITOR_PROBE`` itself, mounts something at the probe's path, or
+takes ``PYTHONPATH`` from a reference (which cannot be prefixed) is left as it is, with a
+warning naming it; a pod that already has the probe's volume is left alone (idempotent).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from .findings import shown
+
+PROBE_LABEL: Final = "gpu-auditor.io/probe"
+"""On a pod or a namespace: ``true`` opts in; on a pod, ``false`` opts out of its namespace's."""
+OPT_IN: Final = "true"
+OPT_OUT: Final = "false"
+VOLUME: Final = "gpu-auditor-probe"
+PROBE_DIR: Final = "/opt/gpu-auditor/probe"
+COPY_TO: Final = "/probe"
+SWITCH: Final = "GPU_AUDITOR_PROBE"
+PATH_VARIABLE: Final = "GPU_AUDITOR_PROBE_PATH"
+DEFAULT_TERMINATION_PATH: Final = "/dev/termination-log"
+
+
+@dataclass(frozen=True)
+class Injection:
+    patch: list[dict[str, Any]]  # [] when nothing is to change
+    warnings: tuple[str, ...]
+    containers: tuple[str, ...]  # the containers that got the probe
+
+
+def wants_probe(pod: Mapping[str, Any], *, namespace_opted_in: bool) -> bool:
+    """The pod's own label decides; without one, its namespace's opt-in (never by default)."""
+    meta = pod.get("metadata")
+    labels = meta.get("labels") if isinstance(meta, Mapping) else None
+    label = labels.get(PROBE_LABEL) if isinstance(labels, Mapping) else None
+    if label == OPT_IN:
+        return True
+    if label == OPT_OUT:
+        return False
+    return namespace_opted_in
+
+
+def init_container(image: str, pull_policy: str | None) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": VOLUME,
+        "image": image,
+        "command": ["cp", "-R", f"{PROBE_DIR}/.", f"{COPY_TO}/"],
+        "volumeMounts": [{"name": VOLUME, "mountPath": COPY_TO}],
+        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"},
+                      "limits": {"memory": "32Mi"}},
+        "securityContext": {
+            "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+    }
+    if pull_policy:
+        container["imagePullPolicy"] = pull_policy
+    return container
+
+
+def inject(pod: Mapping[str, Any], image: str, pull_policy: str | None = None) -> Injection:
+    """The patch that brings the probe into ``pod`` (call only where `wants_probe`)."""
+    spec = pod.get("spec")
+    if not isinstance(spec, Mapping):
+        return Injection([], (), ())
+    volumes = spec.get("volumes")
+    if any(isinstance(v, Mapping) and v.get("name") == VOLUME for v in _list(volumes)):
+        return Injection([], (), ())  # injected already (or the owner brought the probe)
+    patch: list[dict[str, Any]] = []
+    warnings: list[str] = []
+    done: list[str] = []
+    for index, container in enumerate(_list(spec.get("containers"))):
+        if not isinstance(container, Mapping):
+            continue
+        ops, why = _container_patch(index, container)
+        name = shown(str(container.get("name") or "?"))
+        if why:
+            warnings.append(f'gpu-auditor: probe not injected into container "{name}": {why}')
+        else:
+            patch += ops
+            done.append(name)
+    if not done:
+        return Injection([], tuple(warnings), ())
+    volume = {"name": VOLUME, "emptyDir": {"sizeLimit": "1Mi"}}
+    patch += _append("/spec/volumes", volumes, volume)
+    inits = spec.get("initContainers")
+    first = init_container(image, pull_policy)
+    if isinstance(inits, list) and inits:
+        patch.append({"op": "add", "path": "/spec/initContainers/0", "value": first})
+    else:
+        patch.append({"op": "add", "path": "/spec/initContainers", "value": [first]})
+    return Injection(patch, tuple(warnings), tuple(done))
+
+
+def _container_patch(index: int, container: Mapping[str, Any]) -> tuple[list[dict[str, Any]],
+                                                                         str | None]:
+    env = _list(container.get("env"))
+    named = {e.get("name"): (i, e) for i, e in enumerate(env) if isinstance(e, Mapping)}
+    if SWITCH in named:
+        return [], f"it sets {SWITCH} itself"
+    mounts = _list(container.get("volumeMounts"))
+    if any(isinstance(m, Mapping) and m.get("mountPath") == PROBE_DIR for m in mounts):
+        return [], f"it mounts something at {PROBE_DIR}"
+    base = f"/spec/containers/{index}"
+    ops: list[dict[str, Any]] = []
+    add_env = [{"name": SWITCH, "value": "1"}]
+    if "PYTHONPATH" in named:
+        at, item = named["PYTHONPATH"]
+        if not isinstance(item.get("value"), str):
+            return [], "its PYTHONPATH comes from a reference, which cannot be prefixed"
+        prefixed = f"{PROBE_DIR}:{item['value']}" if item["value"] else PROBE_DIR
+        ops.append({"op": "replace", "path": f"{base}/env/{at}/value", "value": prefixed})
+    else:
+        add_env.append({"name": "PYTHONPATH", "value": PROBE_DIR})
+    path = container.get("terminationMessagePath")
+    if isinstance(path, str) and path and path != DEFAULT_TERMINATION_PATH:
+        add_env.append({"name": PATH_VARIABLE, "value": path})
+    if isinstance(container.get("env"), list):
+        ops += [{"op": "add", "path": f"{base}/env/-", "value": item} for item in add_env]
+    else:
+        ops.append({"op": "add", "path": f"{base}/env", "value": add_env})
+    ops += _append(f"{base}/volumeMounts", container.get("volumeMounts"),
+                   {"name": VOLUME, "mountPath": PROBE_DIR, "readOnly": True})
+    return ops, None
+
+
+def _append(path: str, current: object, value: dict[str, Any]) -> list[dict[str, Any]]:
+    """Add ``value`` to the list at ``path``, creating the list when there is none."""
+    if isinstance(current, list):
+        return [{"op": "add", "path": f"{path}/-", "value": value}]
+    return [{"op": "add", "path": path, "value": [value]}]
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []

@@ -1,0 +1,101 @@
+"""The pod specs inside a Kubernetes object: a Pod, the template of a workload, a List's items.
+
+Objects are the tenant's (a manifest file, an AdmissionReview): any shape is accepted, and what
+is not of the documented shape has no pod spec.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from .findings import NOT_CHECKED, Finding, check_container, shown
+
+TEMPLATE: Final = ("spec", "template", "spec")
+POD_SPEC_PATHS: Final[dict[str, tuple[str, ...]]] = {
+    "Pod": ("spec",),
+    "PodTemplate": ("template", "spec"),
+    "Deployment": TEMPLATE,
+    "StatefulSet": TEMPLATE,
+    "DaemonSet": TEMPLATE,
+    "ReplicaSet": TEMPLATE,
+    "ReplicationController": TEMPLATE,
+    "Job": TEMPLATE,
+    "CronJob": ("spec", "jobTemplate", "spec", "template", "spec"),
+}
+"""Where each kind keeps its pod spec (the webhook is registered for Pods, Deployments,
+StatefulSets, DaemonSets, Jobs and CronJobs; check-manifest reads the others too)."""
+MAX_LIST_DEPTH: Final = 4
+CONTAINER_LISTS: Final = ("initContainers", "containers")
+MAX_CONTAINERS: Final = 128
+"""Containers of one pod spec that are checked; the rest are named in one finding (a pod with
+more is either hostile or generated, and the API server stops waiting after a few seconds)."""
+
+
+@dataclass(frozen=True)
+class Checked:
+    """One object with a pod spec, and its findings."""
+
+    kind: str
+    namespace: str
+    name: str
+    findings: tuple[Finding, ...]
+
+    @property
+    def ref(self) -> str:
+        where = f"{self.namespace}/" if self.namespace else ""
+        return f"{self.kind} {where}{self.name or '(no name)'}"
+
+
+def pod_spec(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The pod spec of a Pod or a workload, None for any other kind or shape."""
+    path = POD_SPEC_PATHS.get(str(obj.get("kind")))
+    node: Any = obj
+    for step in path or ():
+        node = node.get(step) if isinstance(node, Mapping) else None
+    return node if path and isinstance(node, Mapping) else None
+
+
+def containers(spec: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
+    for field in CONTAINER_LISTS:
+        items = spec.get(field)
+        for item in items if isinstance(items, list) else ():
+            if isinstance(item, Mapping):
+                yield item
+
+
+def check_spec(spec: Mapping[str, Any]) -> list[Finding]:
+    findings: list[Finding] = []
+    for count, container in enumerate(containers(spec)):
+        if count == MAX_CONTAINERS:
+            rest = sum(1 for _ in containers(spec)) - MAX_CONTAINERS
+            findings.append(Finding("*", "PYTORCH_CUDA_ALLOC_CONF", NOT_CHECKED,
+                                    f"{rest} containers after the first {MAX_CONTAINERS} "
+                                    "not checked"))
+            break
+        findings += check_container(container)
+    return findings
+
+
+def check_object(obj: object, depth: int = 0) -> Iterator[Checked]:
+    """Each object with a pod spec in ``obj`` (itself, or a List's items), with its findings."""
+    if not isinstance(obj, Mapping):
+        return
+    kind = str(obj.get("kind") or "")
+    items = obj.get("items")
+    if kind.endswith("List") and isinstance(items, list) and depth < MAX_LIST_DEPTH:
+        for item in items:
+            yield from check_object(item, depth + 1)
+        return
+    spec = pod_spec(obj)
+    if spec is None:
+        return
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    yield Checked(kind, _name(meta.get("namespace")), _name(meta.get("name")),
+                  tuple(check_spec(spec)))
+
+
+def _name(value: object) -> str:
+    return shown(value) if isinstance(value, str) else ""

@@ -1,0 +1,47 @@
+"""What a container's spec declares for the allocator: its literal env values, its allocator
+setting variables and the torch release from its env or image tag.
+
+One definition for both readers: the operator (a failed pod, `controller.pod`) and the
+admission checks (a pod or a pod template before it runs, `admission`). The spec is the
+tenant's: any shape is accepted, and what is not of the documented shape reads as absent.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, Final
+
+ALLOC_CONF_VARIABLES: Final = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+"""Both names work from torch 2.10; the old one wins when both are set, so it is read first."""
+MAX_IMAGE: Final = 1024
+"""Characters of an image reference searched for a torch release (a registry path, a 128-char
+tag and a digest fit in 512)."""
+
+# pytorch/pytorch:2.1.0-cuda12.1-...: a torch release in the tag. NGC's nvcr.io/nvidia/pytorch:24.01
+# tags are year.month, not torch releases: only majors 1 and 2 count.
+_TORCH_IN_IMAGE = re.compile(r"(?:pytorch|torch)[^:/]*:v?([12]\.\d{1,2})(?![\d])", re.IGNORECASE)
+_TORCH_IN_ENV = re.compile(r"(\d{1,3}\.\d{1,3})(?:[.+-]|$)")
+
+
+def env_value(container: Mapping[str, Any], variable: str) -> str | None:
+    """A literal env value from the spec (valueFrom references are not resolved)."""
+    env = container.get("env")
+    for item in env if isinstance(env, list) else ():
+        if isinstance(item, Mapping) and item.get("name") == variable and "value" in item:
+            return str(item["value"])
+    return None
+
+
+def torch_version_hint(container: Mapping[str, Any]) -> str | None:
+    """The torch release the job declares: env TORCH_VERSION / PYTORCH_VERSION, else an image
+    tag like pytorch/pytorch:2.1.0-cuda12.1-cudnn8-runtime. Only `major.minor`, each at most
+    three digits, is ever passed on."""
+    for variable in ("TORCH_VERSION", "PYTORCH_VERSION"):
+        value = env_value(container, variable)
+        match = _TORCH_IN_ENV.match(value[:32]) if value else None
+        if match:
+            return match.group(1)
+    image = str(container.get("image") or "")
+    match = _TORCH_IN_IMAGE.search(image) if len(image) <= MAX_IMAGE else None
+    return match.group(1) if match else None

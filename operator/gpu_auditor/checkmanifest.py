@@ -1,0 +1,122 @@
+"""``gpu-auditor check-manifest FILE|DIR|- ...``: the admission webhook's allocator checks for
+CI pipelines and pre-commit, over any Kubernetes YAML or JSON (multi-document files, Lists,
+``helm template`` output).
+
+Each finding is one line, ``FILE:LINE: KIND NAMESPACE/NAME: container "C": VARIABLE: message``.
+Exit status: 0 when nothing was found; 1 on findings; 2 when an input cannot be read or is not
+YAML (each such input named with the reason; the others are still checked and printed).
+Needs PyYAML (the ``operator`` or ``agent`` extra, or the pre-commit hook's environment).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Iterator
+from typing import Any, BinaryIO, TextIO
+
+from .admission.objects import check_object
+
+COMMAND = "check-manifest"
+SUFFIXES = (".yaml", ".yml", ".json")
+MAX_INPUT = 64 << 20
+"""Bytes read of one input; a larger one is refused (no manifest is that large)."""
+EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+
+
+def add_parser(sub: Any) -> None:
+    """Register the subcommand on the CLI's subparsers."""
+    parser = sub.add_parser(COMMAND, help="check the allocator settings in Kubernetes manifests")
+    parser.add_argument("paths", nargs="*", default=["-"], metavar="FILE|DIR|-",
+                        help="manifest files, folders (their *.yaml, *.yml, *.json, recursively) "
+                             "or - for stdin (default)")
+
+
+class BadInput(Exception):
+    """An input that cannot be read or parsed; the message says why."""
+
+
+def inputs(paths: list[str]) -> Iterator[tuple[str, str | None]]:
+    """(name, path) of every input: a folder's manifests in sorted order; None for stdin."""
+    for path in paths:
+        if path == "-":
+            yield "stdin", None
+        elif os.path.isdir(path):
+            found = sorted(
+                os.path.join(root, name)
+                for root, dirs, files in os.walk(path)
+                if not dirs.sort()  # walk in a stable order
+                for name in files if name.endswith(SUFFIXES)
+            )
+            yield from ((name, name) for name in found)
+        else:
+            yield path, path
+
+
+def read(path: str | None, stdin: BinaryIO | None) -> bytes:
+    try:
+        if path is None:
+            if stdin is None:
+                raise BadInput("stdin is closed")
+            data = stdin.read(MAX_INPUT + 1)
+        else:
+            with open(path, "rb") as f:
+                data = f.read(MAX_INPUT + 1)
+    except OSError as exc:
+        raise BadInput(exc.strerror or type(exc).__name__) from None
+    if len(data) > MAX_INPUT:
+        raise BadInput(f"larger than {MAX_INPUT >> 20} MiB")
+    return data
+
+
+def documents(data: bytes) -> Iterator[tuple[int, object]]:
+    """(first line, object) of each YAML document."""
+    import yaml
+
+    loader_class = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    loader = loader_class(data)
+    try:
+        while loader.check_node():
+            node = loader.get_node()
+            if node is None:
+                break
+            yield node.start_mark.line + 1, loader.construct_document(node)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        helm = "; a Helm template? render it first: helm template ... | gpu-auditor " \
+               "check-manifest -" if b"{{" in data else ""
+        raise BadInput(f"not YAML: {where}{problem}{helm}") from None
+    finally:
+        loader.dispose()
+
+
+def check_input(name: str, data: bytes, out: TextIO) -> int:
+    """Print the findings of one input; their number."""
+    found = 0
+    for line, obj in documents(data):
+        for checked in check_object(obj):
+            for finding in checked.findings:
+                print(f"{name}:{line}: {checked.ref}: {finding.text()}", file=out)
+                found += 1
+    return found
+
+
+def run(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: BinaryIO | None) -> int:
+    try:
+        import yaml  # noqa: F401
+    except ImportError:
+        print("gpu-auditor: check-manifest needs PyYAML: pip install PyYAML (or "
+              "'gpu-auditor[operator]')", file=err)
+        return EXIT_USAGE
+    found, bad = 0, 0
+    for name, path in inputs(list(args.paths)):
+        try:
+            found += check_input(name, read(path, stdin), out)
+        except BadInput as exc:
+            print(f"gpu-auditor: {name}: {exc}", file=err)
+            bad += 1
+    if bad:
+        return EXIT_USAGE
+    return EXIT_FINDINGS if found else EXIT_OK

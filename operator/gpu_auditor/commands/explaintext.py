@@ -1,0 +1,159 @@
+"""An `Explanation` as a person reads it (`render`), and as JSON for scripts (`to_json`).
+
+The text answers, in order: what died and why (the diagnosis and its summary), the figures
+behind it, who else is on the GPU (by pod, from the node report), what to do (the actions in
+order), and the setting to apply as a line to paste. Every string it prints was cleaned when
+the explanation was built (`explanation.text`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from gpu_auditor.commands.explanation import Diagnosis, Explanation, Figures, GpuTenants
+from gpu_auditor.diagnosis.sizes import format_size
+
+HOST_OOM = "host-oom-killed"
+ALLOCATED_SAYS = {
+    "true": "allocated this GPU",
+    "false": "NOT allocated this GPU (no nvidia.com/gpu request for it)",
+    "unknown": "allocation unknown (kubelet not reachable)",
+    "host": "host process",
+}
+INDENT = "  "
+
+
+def _figures(f: Figures) -> list[str]:
+    named = (
+        ("requested", f.requested_bytes, "the allocation that failed"),
+        ("GPU total", f.total_bytes, ""),
+        ("GPU free", f.free_bytes, "when it failed"),
+        ("this process", f.process_bytes, "in use by the job's process"),
+        ("allocated", f.allocated_bytes, "by PyTorch, live tensors"),
+        ("reserved, unallocated", f.reserved_unallocated_bytes, "cached by PyTorch, unused"),
+        ("allowed", f.allowed_bytes, "the process's cap (memory fraction)"),
+    )
+    lines = [f"{name:<22} {format_size(v):>12}" + (f"  {why}" if why else "")
+             for name, v, why in named if v is not None]
+    for p in f.other_processes:
+        who = f"pod {p.pod}" if p.pod else "not in any pod the node report lists"
+        lines.append(f"{'other process':<22} {format_size(p.bytes):>12}  pid {p.pid}: {who}")
+    return lines
+
+
+def _diagnosis(d: Diagnosis) -> list[str]:
+    about = ", ".join(x for x in (d.framework, d.torch_version_hint and
+                                  f"torch {d.torch_version_hint}") if x)
+    lines = [f"Diagnosis: {d.kind}" + (f" ({about})" if about else "")]
+    where = []
+    if d.container:
+        where.append(f"container {d.container}")
+    if d.restart_count is not None:
+        where.append(f"restart {d.restart_count}")
+    if d.termination_reason or d.exit_code is not None:
+        code = f" exit code {d.exit_code}" if d.exit_code is not None else ""
+        where.append(f"terminated: {d.termination_reason or '?'}{code and ',' + code}")
+    if d.source:
+        where.append(f"read from the {d.source}")
+    if d.diagnosed_at:
+        where.append(f"at {d.diagnosed_at}")
+    if where:
+        lines.append(INDENT + ", ".join(where))
+    if d.summary:
+        lines.append(INDENT + d.summary)
+    if d.oom_count and d.oom_count > 1:
+        lines.append(f"{INDENT}{d.oom_count} out-of-memory errors in the log; this is the last")
+    if d.contributing:
+        lines.append(f"{INDENT}also contributing: {', '.join(d.contributing)}")
+    return lines
+
+
+def _gpu(g: GpuTenants) -> list[str]:
+    index = f"GPU {g.index} " if g.index is not None else "GPU "
+    size = ""
+    if g.total_bytes:
+        size = f": {format_size(g.used_bytes)} of {format_size(g.total_bytes)} used"
+        if g.free_bytes is not None:
+            size += f", {format_size(g.free_bytes)} free"
+    lines = [f"{INDENT}{index}{g.uuid}" + (f" ({g.model})" if g.model else "") + size]
+    for t in g.tenants:
+        me = "  <- this pod" if t.this_pod else ""
+        container = f" [{t.container}]" if t.container else ""
+        pids = f", pids {', '.join(map(str, t.pids[:8]))}" if t.pids else ""
+        lines.append(f"{INDENT * 2}{format_size(t.bytes):>12}  {t.pod}{container}: "
+                     f"{ALLOCATED_SAYS.get(t.allocated.value, t.allocated.value)}{pids}{me}")
+    rest = g.unattributed_bytes
+    if rest:
+        lines.append(f"{INDENT * 2}{format_size(rest):>12}  in no pod the report lists "
+                     "(host processes, the driver)")
+    return lines
+
+
+def render(e: Explanation) -> str:
+    """The explanation for a person."""
+    owner = f", owned by {' <- '.join(reversed(e.owners))}" if e.owners else ", no owner"
+    lines = [f"Pod {e.ref}{owner}", f"{INDENT}node {e.node or '(none)'}, phase {e.phase or '?'}"]
+    d = e.diagnosis
+    if d is None and e.sharing is None and not e.diagnosis_failed:
+        lines += ["", "No gpu-auditor diagnosis on this pod (no OOM seen, or the operator does "
+                  "not watch its namespace)."]
+    if e.diagnosis_failed:
+        lines += ["", f"The operator could not diagnose a failure: {e.diagnosis_failed}"]
+    if d is not None:
+        lines += ["", *_diagnosis(d)]
+        figures = _figures(d.figures)
+        if figures:
+            lines += ["", "Figures:", *(INDENT + f for f in figures)]
+    if e.sharing is not None:
+        sh = e.sharing
+        lines += ["", f"GPU sharing: {', '.join(sh.findings)} on {', '.join(sh.gpus) or '?'}",
+                  f"{INDENT}shared with {', '.join(sh.shared_with) or '(nobody named)'}"]
+    if e.gpus:
+        lines += ["", f"Tenants of its GPU, from {e.report}:"]
+        for g in e.gpus:
+            lines += _gpu(g)
+    elif e.report and (d is None or d.kind != HOST_OOM):
+        lines += ["", f"Tenants of its GPU: {e.report}"]
+    if d is not None and d.actions:
+        lines += ["", "What to do, in order:"]
+        lines += [f"{INDENT}{n}. {a}" for n, a in enumerate(d.actions, 1)]
+    if d is not None and d.current_alloc_conf_problems:
+        lines += ["", "Problems of the job's current allocator setting:"]
+        lines += [f"{INDENT}- {p}" for p in d.current_alloc_conf_problems]
+    if e.setting is not None:
+        s = e.setting
+        if s.set_env_command:
+            lines += ["", f"Apply {s.variable}={s.value} to {s.workload}:",
+                      INDENT + s.set_env_command, f"{INDENT}or in its pod template:"]
+        else:
+            to = f" to {s.workload}" if s.workload else ""
+            lines += ["", f"Apply {s.variable}={s.value}{to}: {s.no_command}:"]
+        lines += [INDENT * 2 + line for line in s.yaml.splitlines()]
+    elif e.setting_withheld:
+        lines += ["", f"No setting offered: {e.setting_withheld}"]
+    if e.events:
+        lines += ["", "Events from gpu-auditor:"]
+        for ev in e.events:
+            times = f" (x{ev.count})" if ev.count > 1 else ""
+            lines.append(f"{INDENT}{ev.last_seen}  {ev.type} {ev.reason}{times}: {ev.message}")
+    if e.notes:
+        lines += ["", "Not shown:", *(f"{INDENT}- {n}" for n in e.notes)]
+    return "\n".join(lines)
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def to_json(e: Explanation) -> dict[str, Any]:
+    """The explanation as one JSON object (snake_case, like `diagnose --json`), sizes in
+    bytes."""
+    out: dict[str, Any] = _plain(e)
+    for gpu, typed in zip(out["gpus"], e.gpus, strict=True):
+        gpu["unattributed_bytes"] = typed.unattributed_bytes
+    return out

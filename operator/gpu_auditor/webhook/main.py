@@ -1,0 +1,96 @@
+"""`gpu-auditor-webhook`: the admission webhook server (docs/webhook.md).
+
+It needs no Kubernetes credentials: the API server calls it, it calls nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+try:
+    from prometheus_client import start_http_server
+except ImportError as missing:  # the light install: the CLI and the core only
+    raise SystemExit(f"gpu-auditor-webhook needs the operator extra ({missing.name} is not "
+                     "installed): pip install 'gpu-auditor[operator]'") from None
+
+import contextlib
+
+from .server import Settings, WebhookServer
+from .tls import Certificate
+
+log = logging.getLogger("gpu_auditor.webhook")
+PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="gpu-auditor-webhook",
+        description="Admission webhooks: warn about invalid PYTORCH_CUDA_ALLOC_CONF settings, "
+                    "inject the OOM probe into opted-in pods.",
+    )
+    parser.add_argument("--bind-address", default="0.0.0.0")
+    parser.add_argument("--port", type=int, default=8443, help="HTTPS port (default %(default)s)")
+    parser.add_argument("--cert-file", help="serving certificate (PEM); reloaded when it changes")
+    parser.add_argument("--key-file", help="its private key (PEM)")
+    parser.add_argument("--insecure-http", action="store_true",
+                        help="serve plain HTTP (tests and benchmarks only: the API server "
+                             "calls webhooks over HTTPS)")
+    parser.add_argument("--metrics-port", type=int, default=9403, help="0 disables /metrics")
+    parser.add_argument("--metrics-bind-address", default="0.0.0.0")
+    parser.add_argument("--probe-image", help="image holding /opt/gpu-auditor/probe; without "
+                        "it, the inject webhooks change nothing")
+    parser.add_argument("--probe-image-pull-policy", choices=PULL_POLICIES)
+    parser.add_argument("--verbose", action="store_true")
+    args = parser.parse_args(argv)
+    for flag in ("bind_address", "metrics_bind_address"):
+        try:
+            ipaddress.ip_address(getattr(args, flag))
+        except ValueError:
+            parser.error(f"--{flag.replace('_', '-')} must be an IP address")
+    if not args.insecure_http and not (args.cert_file and args.key_file):
+        parser.error("--cert-file and --key-file are required (or --insecure-http)")
+    if not 0 < args.port < 65536 or not 0 <= args.metrics_port < 65536:
+        parser.error("--port must be in 1..65535 and --metrics-port in 0..65535")
+    if args.probe_image is not None and not 0 < len(args.probe_image) <= 512:
+        parser.error("--probe-image must be an image reference")
+    return args
+
+
+def build(args: argparse.Namespace) -> WebhookServer:
+    certificate = None if args.insecure_http else Certificate(args.cert_file, args.key_file)
+    settings = Settings(args.probe_image, args.probe_image_pull_policy)
+    return WebhookServer((args.bind_address, args.port), certificate, settings)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        server = build(args)
+    except (OSError, ValueError) as exc:  # a missing or bad key pair, a port in use
+        print(f"gpu-auditor-webhook: cannot start: {exc}", file=sys.stderr)
+        return 2
+    if args.metrics_port:
+        start_http_server(args.metrics_port, addr=args.metrics_bind_address)
+
+    def stop(*_: Any) -> None:
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    log.info("serving admission webhooks on %s:%d", args.bind_address, server.server_port)
+    with contextlib.suppress(KeyboardInterrupt):
+        server.serve_forever()
+    server.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""`gpu-auditor check-manifest`: every class of mistake found in files, folders, Lists and
+stdin; exit 1 on findings, 2 on input it cannot read, 0 on clean manifests."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from gpu_auditor.cli import main
+
+pytestmark = pytest.mark.unit
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "manifests"
+
+
+def run(*argv: str, stdin: bytes = b"") -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["check-manifest", *argv], stdout=out, stderr=err, stdin=io.BytesIO(stdin))
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_each_class_of_mistake_is_one_line_naming_object_and_container() -> None:
+    code, out, err = run(str(FIXTURES / "mistakes.yaml"))
+    assert code == 1 and err == ""
+    lines = out.splitlines()
+    expected = [
+        ("Deployment team/unknown-key", "did you mean expandable_segments?"),
+        ("StatefulSet lower-case-bool", "did you mean expandable_segments:True?"),
+        ("DaemonSet out-of-range", "set it in (0.0, 1.0)"),
+        ("Job backend-ignores", "backend:cudaMallocAsync ignores it"),
+        ("CronJob no-op-default", 'container "warmup"'),
+        ("Pod both-variables", "torch reads PYTORCH_CUDA_ALLOC_CONF and ignores this one"),
+        ("Pod not-in-release", "needs torch >= 2.1"),
+        ("Pod syntax", "Expected ':'"),
+    ]
+    assert len(lines) == len(expected)
+    for line, (ref, words) in zip(lines, expected, strict=True):
+        assert f": {ref}: " in line and words in line, line
+    assert lines[0].startswith(f"{FIXTURES / 'mistakes.yaml'}:3: ")
+
+
+def test_a_list_nested_in_a_list_in_json() -> None:
+    code, out, _ = run(str(FIXTURES / "list.json"))
+    assert code == 1
+    assert 'Pod ns/in-a-list: container "train": PYTORCH_ALLOC_CONF: ' in out
+
+
+def test_valid_manifests_exit_0_and_print_nothing() -> None:
+    assert run(str(FIXTURES / "valid.yaml")) == (0, "", "")
+
+
+def test_a_folder_is_walked_in_sorted_order() -> None:
+    code, out, _ = run(str(FIXTURES))
+    assert code == 1
+    files = [line.split(":", 1)[0] for line in out.splitlines()]
+    assert files == sorted(files) and len(out.splitlines()) == 9
+
+
+def test_stdin_is_read_with_dash(tmp_path: Path) -> None:
+    data = (FIXTURES / "mistakes.yaml").read_bytes()
+    code, out, _ = run("-", stdin=data)
+    assert code == 1 and out.startswith("stdin:3: Deployment team/unknown-key")
+
+
+@pytest.mark.parametrize(("content", "reason"), [
+    (b"a: [\n", "not YAML: line 2"),
+    (b"kind: Deployment\nspec: {{ .Values.x }}\n", "render it first: helm template"),
+    (b"a: !!python/object:os.system x\n", "not YAML"),
+])
+def test_bad_input_exits_2_with_the_reason(tmp_path: Path, content: bytes, reason: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_bytes(content)
+    code, out, err = run(str(path))
+    assert code == 2 and out == ""
+    assert err.startswith(f"gpu-auditor: {path}: ") and reason in err
+
+
+def test_a_bad_input_does_not_hide_the_findings_of_the_others(tmp_path: Path) -> None:
+    missing = tmp_path / "missing.yaml"
+    code, out, err = run(str(missing), str(FIXTURES / "mistakes.yaml"))
+    assert code == 2
+    assert "No such file or directory" in err and len(out.splitlines()) == 8
+
+
+def test_alias_bomb_is_read_without_blowing_up(tmp_path: Path) -> None:
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}]"
+              for i in range(1, 30)]
+    path = tmp_path / "bomb.yaml"
+    path.write_text("\n".join(lines) + "\nkind: Pod\nspec: {containers: *a29}\n")
+    assert run(str(path))[0] == 0

