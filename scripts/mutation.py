@@ -76,6 +76,7 @@ GROUPS: dict[str, dict[str, Any]] = {
             "classify": [
                 "diagnosis/test_boundaries_classify.py",
                 "diagnosis/test_boundaries_classify_found.py",
+                "diagnosis/test_cap_reserved_boundary.py",
                 "diagnosis/test_diagnosis_classify.py",
                 *_CORPORA,
             ],
