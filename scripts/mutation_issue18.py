@@ -73,8 +73,11 @@ MUTANTS = [
            "return f.free_bytes >= f.requested_bytes",
            (T + "diagnosis/test_boundaries_classify.py",)),
     Mutant("classify-cap-at-total", "a cap >= the GPU's total no longer ignored",
-           D + "classify.py", "if f.total_bytes is not None and f.allowed_bytes >= f.total_bytes:",
-           "if False:", (T + "diagnosis/test_boundaries_classify.py",)),
+           D + "classify.py",  # the first of two such lines: cap_binding's (cap_short has one too)
+           "if f.total_bytes is not None and f.allowed_bytes >= f.total_bytes:\n"
+           "            return False\n        return (f.allocated_bytes or 0)",
+           "if False:\n            return False\n        return (f.allocated_bytes or 0)",
+           (T + "diagnosis/test_boundaries_classify.py",)),
     Mutant("classify-frag-need-share", "the fragmentation share (its one test built its input "
            "from the production constant)", D + "thresholds.py",
            "FRAG_MAX_NEED_SHARE: Final = 0.40", "FRAG_MAX_NEED_SHARE: Final = 0.45",
