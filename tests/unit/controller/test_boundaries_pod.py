@@ -206,3 +206,25 @@ def test_the_setting_is_read_only_in_printable_ascii(value: str, read: bool) -> 
     got = current_alloc_conf(env(PYTORCH_CUDA_ALLOC_CONF=value))
     assert (got.value == value) is read
     assert (got.ignored is None) is read
+
+
+def test_a_time_is_read_up_to_64_characters() -> None:
+    at = "2026-11-29T10:00:00." + "0" * 38 + "+00:00"  # 64 characters, a valid time
+    over = "2026-11-29T10:00:00." + "0" * 39 + "+00:00"  # 65: not read
+    (t,) = terminations(pod_with(status(exitCode=1, finishedAt=at, startedAt=over)))
+    assert t.finished_at == dt.datetime(2026, 11, 29, 10, tzinfo=UTC)
+    assert t.started_at is None
+
+
+def test_a_boolean_count_is_0_and_a_missing_reason_is_empty() -> None:
+    (t,) = terminations(pod_with(status(True, exitCode=1)))
+    assert (t.restart_count, t.reason) == (0, "")
+
+
+def test_milli_units_divide_by_1000() -> None:
+    assert parse_quantity("1000m") == 1  # 1000/1001 would be 0
+
+
+def test_only_an_upper_case_z_is_utc() -> None:
+    (t,) = terminations(pod_with(status(exitCode=1, finishedAt="2026-11-29T10:00:00z")))
+    assert t.finished_at is None  # Kubernetes writes 'Z'; Python does not read 'z'
