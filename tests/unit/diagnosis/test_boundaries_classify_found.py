@@ -201,3 +201,14 @@ def test_the_retry_loop_note_comes_after_what_pytorch_holds() -> None:
         "holds 70.00 GiB allocated and 0 bytes reserved but unallocated; the job's retry loop "
         "halved the batch down to zero (figures of the last OOM it caught, from the probe record)"
     )
+
+
+def test_a_cap_filled_by_reserved_cache_names_the_reserved_memory() -> None:
+    # allocated + request reach the 10 GiB cap exactly (not binding), but 10 MiB of idle cache
+    # (under the 20 MiB floor) leaves the cap's headroom short while the device has 20 GiB
+    v = verdict(R=2 * G, T=80 * G, F=20 * G, A=8 * G, U=10 * M, L=10 * G)
+    assert v.kind == "memory-fraction-cap"
+    assert v.summary == (
+        "memory-fraction-cap: 8.01 GiB reserved + the 2.00 GiB request exceed the 10.00 GiB "
+        "allowed by the memory fraction, while the GPU had 20.00 GiB free"
+    )
