@@ -93,6 +93,8 @@ GROUPS: dict[str, dict[str, Any]] = {
                 "diagnosis/test_boundaries_recommend.py",
                 "diagnosis/test_boundaries_recommend_found.py",
                 "diagnosis/test_alloc_conf_real_torch.py",
+                "admission/test_findings.py",  # the issue kinds the admission checks read
+                "admission/test_checkmanifest.py",
             ],
             "recommend": [
                 "diagnosis/test_boundaries_recommend.py",
