@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test unit lint control-plane tools manifest-checkers dashboard-linter manifests bench clean image node e2e
+.PHONY: demo test unit lint mutation control-plane tools manifest-checkers dashboard-linter manifests bench clean image node e2e
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,7 @@ demo: $(STAMP) control-plane
 ## without a GPU, with the reason shown).
 test: $(STAMP) control-plane node tools image lint
 	GPU_AUDITOR_REQUIRE_CLUSTER=1 GPU_AUDITOR_REQUIRE_E2E=1 $(PY) -m pytest
+	$(PY) scripts/mutation.py --changed-vs HEAD~1 --max-seconds 600 --fail-under 85 --out .mutation/ci
 
 ## e2e: only the tests that run our image (tests/e2e, docs/real-node.md).
 e2e: $(STAMP) control-plane node image
@@ -28,6 +29,12 @@ e2e: $(STAMP) control-plane node image
 
 unit: $(STAMP)
 	$(PY) -m pytest -m unit
+
+## mutation: mutation testing of the diagnosis core with mutmut 3 (scripts/mutation.py): the
+## score per module and every survivor in bench/results/mutation.md (+ .json). `make test` runs
+## the modules the last commit changed, time-boxed; this runs them all.
+mutation: $(STAMP)
+	$(PY) scripts/mutation.py --fail-under 85
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check operator node_agent devtools tests bench

@@ -4,21 +4,24 @@ A small, fast subset of ``bench/gpu/run_proof.py`` (the full proof runs every sc
 baseline fix): the pinned-segment fragmentation scenario under a 7 GiB memory fraction, and the
 memory-fraction-cap scenario. Each baseline must end in ``torch.OutOfMemoryError``; the
 ``gpu-auditor diagnose --json`` kind must be the intended one; where we recommend an allocator
-setting it must remove the OOM, and where we do not (the cap) the named action must.
+setting it must remove the OOM, and where we do not (the cap) the fraction we recommend, read
+from the diagnosis, must.
 
-Run on the GPU machine: ``PYTHONPATH=operator:. python3 -m pytest -m gpu tests/gpu -q``.
-Skipped when torch or a CUDA device is missing.
+Run on the GPU machine: ``GPU_AUDITOR_REQUIRE_GPU=1 .venv/bin/python -m pytest -m gpu tests/gpu``.
+Skipped when torch or a CUDA device is missing (a failure under GPU_AUDITOR_REQUIRE_GPU=1).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from gpu_helpers import require_torch_cuda
 
 pytestmark = pytest.mark.gpu
 
@@ -26,25 +29,9 @@ REPO = Path(__file__).resolve().parents[2]
 SCEN = REPO / "bench" / "gpu" / "scenarios"
 
 
-def _skip_reason() -> str | None:
-    probe = subprocess.run(
-        [sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    if probe.returncode != 0:
-        return "torch is not importable"
-    if probe.stdout.strip() != "True":
-        return "torch reports no CUDA device"
-    return None
-
-
 @pytest.fixture(scope="module", autouse=True)
 def _needs_cuda() -> None:
-    reason = _skip_reason()
-    if reason:
-        pytest.skip(f"gpu test skipped: {reason}")
+    require_torch_cuda()
 
 
 def run(script: str, *args: str, conf: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -95,12 +82,21 @@ def test_pinned_fragmentation_diagnosed_and_fixed(tmp_path: Path) -> None:
     assert still.returncode != 0 and "OutOfMemoryError" in still.stdout
 
 
-def test_fraction_cap_diagnosed_no_allocator_setting(tmp_path: Path) -> None:
+FRACTION = re.compile(r"raise the per-process memory fraction to about (\d\.\d\d) ")
+CAP = re.compile(r"^memory fraction ([0-9.]+) ", re.MULTILINE)
+
+
+def test_fraction_cap_diagnosed_and_the_recommended_fraction_fixes_it(tmp_path: Path) -> None:
     base = run("fraction_cap.py")
     assert base.returncode != 0 and "OutOfMemoryError" in base.stdout, base.stdout[-2000:]
     d = diagnose(base.stdout, tmp_path)
     assert d["kind"] == "memory-fraction-cap", d
     assert d["recommendation"]["alloc_conf"] is None, d
-    assert any("fraction" in a for a in d["recommendation"]["actions"]), d
-    raised = run("fraction_cap.py", "--fix", "fraction=0.2")
+    found = [m.group(1) for a in d["recommendation"]["actions"] if (m := FRACTION.search(a))]
+    assert len(found) == 1, d["recommendation"]["actions"]
+    capped = CAP.search(base.stdout)
+    assert capped is not None, base.stdout[:2000]
+    assert float(found[0]) > float(capped.group(1))  # a raise, not the cap it failed under
+    print(f"\nfailed under fraction {capped.group(1)}; we recommend {found[0]}")
+    raised = run("fraction_cap.py", "--fix", f"fraction={found[0]}")
     assert raised.returncode == 0, raised.stdout[-2000:]

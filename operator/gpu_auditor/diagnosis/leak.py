@@ -174,6 +174,9 @@ def _label(line: str, start: int, floor: int) -> str:
 def _unit_of(label_words: list[str], unit: str | None) -> str | None:
     if unit:
         return unit
+    binary = "".join(label_words[-2:])  # the camelCase split cuts "MiB" in two: "mi", "b"
+    if len(label_words) >= 2 and binary in ("kib", "mib", "gib", "tib"):
+        return _UNIT_WORDS[binary]
     if label_words and label_words[-1] in _UNIT_WORDS:
         return _UNIT_WORDS[label_words[-1]]
     return None

@@ -1,0 +1,167 @@
+"""Where the job failed, from its last traceback: each pattern, innermost first, forward last."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpu_auditor.diagnosis.phase import failure_phase
+
+pytestmark = pytest.mark.unit
+
+SITE = "/usr/lib/python3.11/site-packages"
+OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
+
+
+def tb(*frames: tuple[str, str, str]) -> str:
+    """A traceback, outermost frame first: (file, function, code line)."""
+    body = "".join(f'  File "{f}", line 7, in {fn}\n    {code}\n' for f, fn, code in frames)
+    return "Traceback (most recent call last):\n" + body + OOM
+
+
+MAIN = ("/app/train.py", "<module>", "main()")
+FORWARD = (f"{SITE}/torch/nn/modules/module.py", "_call_impl", "return forward_call(*a)")
+
+
+@pytest.mark.parametrize(
+    ("frame", "phase"),
+    [
+        (
+            (f"{SITE}/torch/optim/adamw.py", "step", "exp_avg = torch.zeros_like(p)"),
+            "optimizer-step",
+        ),
+        (("/app/train.py", "train", "optimizer.step()"), "optimizer-step"),
+        (("/app/train.py", "train", "self.optim.step()"), "optimizer-step"),
+        ((f"{SITE}/torch/autograd/__init__.py", "backward", "_engine_run_backward("), "backward"),
+        (
+            (f"{SITE}/torch/autograd/graph.py", "_engine_run_backward", "return Variable._x()"),
+            "backward",
+        ),
+        (("/app/lib.py", "run_backward", "x = 1"), "backward"),
+        (("/app/train.py", "train", "loss.backward()"), "backward"),
+        (
+            (f"{SITE}/torch/cuda/graphs.py", "__enter__", "self.cuda_graph.capture_begin()"),
+            "graph-capture",
+        ),
+        (("/app/vllm/cuda_graph_runner.py", "capture_model", "x = 1"), "graph-capture"),
+        (("/app/runner.py", "capture_graphs", "x = 1"), "graph-capture"),
+        (("/app/cudagraph_runner.py", "capture", "x = 1"), "graph-capture"),
+        (("/app/runner.py", "run_cudagraph", "x = 1"), "graph-capture"),
+        ((f"{SITE}/torch/serialization.py", "load", "return _load(f)"), "loading"),
+        ((f"{SITE}/safetensors/torch.py", "load_file", "x = 1"), "loading"),
+        (("/app/model.py", "load_state_dict", "x = 1"), "loading"),
+        (("/app/model.py", "_load_from_state_dict", "x = 1"), "loading"),
+        (("/app/model.py", "from_pretrained", "x = 1"), "loading"),
+        (("/app/model.py", "_load_pretrained_model", "x = 1"), "loading"),
+        (("/app/model.py", "load_checkpoint", "x = 1"), "loading"),
+        (("/app/train.py", "main", "sd = torch.load(path)"), "loading"),
+        (("/app/train.py", "main", "m = Model.from_pretrained(name)"), "loading"),
+        ((f"{SITE}/torch/nn/modules/module.py", "_apply", "param_applied = fn(param)"), "loading"),
+        (FORWARD, "forward"),
+        ((f"{SITE}/torch/nn/modules/module.py", "_wrapped_call_impl", "return x"), "forward"),
+    ],
+)
+def test_each_pattern_names_its_phase(frame: tuple[str, str, str], phase: str) -> None:
+    assert failure_phase(tb(MAIN, frame)) == phase
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        ("/app/train.py", "train", "x = model(batch)"),
+        ("/app/capture.py", "capture", "x = 1"),  # capture but no graph
+        ("/app/vllm/model_runner.py", "capture_model", "x = 1"),  # idem (module doc's example)
+        ("/app/my/torch/nn/modules/module.py", "_apply_x", "x = 1"),
+        (f"{SITE}/torch/nn/modules/module.py", "_apply_x", "x = 1"),  # no phase of its own
+        (f"{SITE}/torch/nn/modules/linear.py", "_call_impl", "x = 1"),
+    ],
+)
+def test_frames_of_no_phase(frame: tuple[str, str, str]) -> None:
+    assert failure_phase(tb(MAIN, frame)) is None
+
+
+def test_windows_paths_and_upper_case_are_read() -> None:
+    frame = ("C:\\Python\\Lib\\site-packages\\Torch\\Optim\\adam.py", "step", "x = 1")
+    assert failure_phase(tb(MAIN, frame)) == "optimizer-step"
+
+
+def test_the_innermost_phase_wins() -> None:
+    backward = ("/app/train.py", "train", "loss.backward()")
+    optim = (f"{SITE}/torch/optim/adamw.py", "step", "x = 1")
+    assert failure_phase(tb(MAIN, backward, optim)) == "optimizer-step"
+    assert failure_phase(tb(MAIN, optim, backward)) == "backward"
+
+
+def test_forward_only_when_nothing_more_specific_matched() -> None:
+    backward = ("/app/train.py", "train", "loss.backward()")
+    # a forward frame inside the backward (checkpoint recomputation) is the backward
+    assert failure_phase(tb(MAIN, backward, FORWARD)) == "backward"
+    assert failure_phase(tb(MAIN, FORWARD, backward)) == "backward"
+    assert failure_phase(tb(MAIN, FORWARD, ("/app/x.py", "f", "y = 1"))) == "forward"
+
+
+def test_only_the_last_traceback_is_read() -> None:
+    first = tb(MAIN, ("/app/train.py", "train", "loss.backward()"))
+    second = tb(MAIN, FORWARD)
+    assert failure_phase(first + "retrying\n" + second) == "forward"
+    assert failure_phase(second + "retrying\n" + first) == "backward"
+    assert failure_phase("no traceback here\n" + OOM) is None
+    assert failure_phase(tb(MAIN, FORWARD)[1:]) is None  # the header is what starts one
+
+
+def test_a_traceback_at_the_very_start_is_read() -> None:
+    assert failure_phase(tb(("/app/train.py", "train", "loss.backward()"))) == "backward"
+
+
+def test_the_code_line_is_the_one_right_under_its_frame() -> None:
+    # the lines after a frame's code line (a comment, 3.11's carets) are not its code
+    text = tb(MAIN, ("/app/a.py", "f", "y = 1"), FORWARD).replace(
+        "    y = 1\n", "    y = 1\n    # loss.backward( in a comment\n    ^^^^^\n"
+    )
+    assert failure_phase(text) == "forward"
+
+
+def test_a_frame_without_a_code_line_has_no_code() -> None:
+    # no source line under the second frame: the next frame's header is not its code, even
+    # when the header's file name looks like a call
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "/app/train.py", line 1, in <module>\n'
+        "    main()\n"
+        '  File "<stdin>", line 2, in main\n'
+        '  File "/app/loss.backward(x).py", line 3, in f\n'
+        "    y = 1\n" + OOM
+    )
+    assert failure_phase(text) is None
+
+
+def test_a_code_line_is_read_up_to_512_characters() -> None:
+    def code(pad: int) -> str:
+        return tb(MAIN, ("/app/t.py", "t", "x" * pad + ".backward()"))
+
+    assert failure_phase(code(502)) == "backward"  # ".backward(" ends at character 512
+    assert failure_phase(code(503)) is None
+
+
+def test_only_the_first_64_kib_of_the_traceback_are_read() -> None:
+    filler = "".join(f'  File "/app/f{i}.py", line 1, in f\n    pass\n' for i in range(3000))
+    head = "Traceback (most recent call last):\n" + filler
+    assert len(head) > 64 * 1024
+    assert failure_phase(head + '  File "/app/t.py", line 1, in t\n    loss.backward()\n') is None
+    short = "Traceback (most recent call last):\n" + filler[: 60 * 1024]
+    short = short[: short.rfind("  File")]
+    assert failure_phase(short + '  File "/app/t.py", line 1, in t\n    loss.backward()\n') == (
+        "backward"
+    )
+
+
+@pytest.mark.parametrize(
+    "marker",
+    [
+        "find_executable_batch_size",
+        "Decreasing batch size to: 16",
+        "No executable batch size found",
+    ],
+)
+def test_a_retry_loop_that_shrank_the_batch_wins_over_the_frames(marker: str) -> None:
+    text = marker + "\n" + tb(MAIN, ("/app/train.py", "train", "loss.backward()"))
+    assert failure_phase(text) == "retry-exhausted"

@@ -1,0 +1,413 @@
+"""Boundary table for the recommendation: which setting, when none, the fraction, the first action.
+
+Contexts are built by hand (a verdict and its figures), so each case is decided by the
+recommender alone, not by what the classifier makes of a message.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from gpu_auditor.diagnosis import allocconf
+from gpu_auditor.diagnosis.classify import Verdict
+from gpu_auditor.diagnosis.model import (
+    Figures,
+    Growth,
+    NodeEvidence,
+    OomEvent,
+    OtherProcess,
+    Recommendation,
+)
+from gpu_auditor.diagnosis.recommend import Context, recommend
+from gpu_auditor.diagnosis.torchversion import TorchRange
+
+pytestmark = pytest.mark.unit
+
+G = 2**30
+FRAG_FIGURES = Figures(
+    requested_bytes=2 * G,
+    total_bytes=80 * G,
+    free_bytes=1 * G,
+    allocated_bytes=70 * G,
+    reserved_unallocated_bytes=7 * G,
+)
+TORCH_2_11 = TorchRange((2, 11), (2, 11))
+SMALLER_BATCH = "reduce peak memory: a smaller batch with gradient accumulation"
+
+
+def rec(
+    kind: str = "fragmentation",
+    *,
+    release: TorchRange = TORCH_2_11,
+    current: str | None = None,
+    rocm: bool = False,
+    framework: str = "pytorch",
+    figures: Figures = FRAG_FIGURES,
+    contributing: tuple[str, ...] = (),
+    phase: str | None = None,
+    precontext: str = "",
+    backend: str = allocconf.NATIVE,
+    node: NodeEvidence | None = None,
+    growth: Growth | None = None,
+) -> Recommendation:
+    event = OomEvent("torch", framework, "CUDA out of memory", figures, rocm=rocm)
+    verdict = Verdict(kind, contributing, "", figures)
+    checked = allocconf.check(current, release, backend, rocm=rocm) if current is not None else None
+    ctx = Context(event, verdict, release, checked, backend, node, growth, precontext, phase)
+    return recommend(ctx)
+
+
+@pytest.mark.parametrize(
+    "kind",
+    ["capacity", "gpu-shared", "memory-fraction-cap", "leak", "non-pytorch-memory", "unknown"],
+)
+def test_only_fragmentation_gets_a_setting(kind: str) -> None:
+    r = rec(kind)
+    assert (r.env, r.alloc_conf) == (None, None)
+    assert rec("fragmentation").alloc_conf == "expandable_segments:True"
+
+
+def test_only_pytorch_gets_a_setting() -> None:
+    assert rec(framework="jax").alloc_conf is None
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "setting"),
+    [
+        ((2, 1), (2, 1), "expandable_segments:True"),
+        ((2, 1), None, "expandable_segments:True"),
+        ((2, 0), (2, 0), "max_split_size_mb:128"),
+        ((2, 0), (2, 1), "max_split_size_mb:128"),  # 2.0 or 2.1: not every release has it
+        ((1, 10), (1, 10), "max_split_size_mb:128"),
+        ((1, 9), (1, 9), None),
+        ((1, 9), (1, 10), None),
+        (None, None, None),
+    ],
+)
+def test_the_setting_by_release(
+    low: tuple[int, int] | None, high: tuple[int, int] | None, setting: str | None
+) -> None:
+    assert rec(release=TorchRange(low, high)).alloc_conf == setting
+
+
+def test_rocm_gets_max_split_size_mb_on_any_release() -> None:
+    assert rec(rocm=True).alloc_conf == "max_split_size_mb:128"
+
+
+@pytest.mark.parametrize(
+    ("current", "setting"),
+    [
+        ("max_split_size_mb:20", "max_split_size_mb:128"),  # 2.10+ accepts 20: not in (20, 128]
+        ("max_split_size_mb:21", None),
+        ("max_split_size_mb:128", None),
+        ("max_split_size_mb:129", "max_split_size_mb:128"),  # too big to stop splits of 128
+        ("max_split_size_mb:-1", "max_split_size_mb:128"),  # "no limit" on 2.10+
+    ],
+)
+def test_max_split_already_set_within_20_to_128(current: str, setting: str | None) -> None:
+    # ROCm on 2.11: expandable_segments is not available, max_split_size_mb is the setting
+    r = rec(rocm=True, current=current)
+    assert r.alloc_conf == setting
+    if setting is None:
+        already = current.split(":")[1]
+        assert r.actions[0].startswith(f"max_split_size_mb is already {already}, so no allocator")
+        assert "torch >= 2.1 has expandable_segments" not in r.actions[0]  # not on ROCm
+
+
+def test_max_split_already_set_before_2_1_points_at_expandable_segments() -> None:
+    r = rec(release=TorchRange((2, 0), (2, 0)), current="max_split_size_mb:64")
+    assert r.alloc_conf is None
+    assert "(torch >= 2.1 has expandable_segments:True)" in r.actions[0]
+
+
+def test_max_split_20_is_rejected_before_2_10_so_it_is_replaced() -> None:
+    r = rec(release=TorchRange((2, 0), (2, 0)), current="max_split_size_mb:20")
+    assert r.alloc_conf == "max_split_size_mb:128"
+    r = rec(release=TorchRange((2, 0), (2, 0)), current="max_split_size_mb:21")
+    assert r.alloc_conf is None
+
+
+@pytest.mark.parametrize(
+    ("current", "setting"),
+    [
+        ("expandable_segments:True", None),
+        ("expandable_segments:False", "expandable_segments:True"),
+        ("expandable_segments:true", "expandable_segments:True"),  # rejected value: replaced
+    ],
+)
+def test_expandable_segments_already_true(current: str, setting: str | None) -> None:
+    r = rec(current=current)
+    assert r.alloc_conf == setting
+    if setting is None:
+        assert r.actions[0].startswith("expandable_segments is already True")
+
+
+def test_a_merged_value_the_release_rejects_is_not_recommended() -> None:
+    # async backend from the caller: the native-only setting is not recommended
+    r = rec(backend=allocconf.ASYNC)
+    assert r.alloc_conf is None
+    assert r.actions[0].startswith("the job uses backend:cudaMallocAsync")
+
+
+def test_caveats_before_2_5_only() -> None:
+    current = "garbage_collection_threshold:0.6"
+    before = rec(release=TorchRange((2, 4), (2, 4)), current=current)
+    assert any("could assert" in a for a in before.actions)
+    assert any("CUDA IPC" in a for a in before.actions)
+    after = rec(release=TorchRange((2, 5), (2, 5)), current=current)
+    assert not any("could assert" in a or "CUDA IPC" in a for a in after.actions)
+    plain = rec(release=TorchRange((2, 4), (2, 4)))
+    assert not any("could assert" in a for a in plain.actions)
+    assert any("CUDA IPC" in a for a in plain.actions)
+
+
+def test_fragmentation_notes_for_contributing_capacity_and_leak() -> None:
+    r = rec(contributing=("capacity", "leak"))
+    assert r.alloc_conf == "expandable_segments:True"
+    assert r.actions[0].startswith("set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: lets")
+    assert "7.00 GiB reserved" in r.actions[0]
+    assert any(a.startswith("the GPU stays nearly full") for a in r.actions)
+    assert any(a.startswith("memory also rose steadily") for a in r.actions)
+    assert not any(a.startswith("the GPU stays") for a in rec().actions)
+
+
+# -- the memory fraction: twice what the failing step needed, rounded up to 0.05 -------------
+
+
+def cap_figures(allocated: int, requested: int) -> Figures:
+    return Figures(requested_bytes=requested, total_bytes=100 * G, free_bytes=50 * G,
+                   allocated_bytes=allocated, allowed_bytes=8 * G)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("allocated", "requested", "fraction"),
+    [
+        (6 * G, 4 * G, "0.20"),  # needs 0.10 of the GPU: twice is 0.20 exactly
+        (6 * G, 4 * G + 2**20, "0.25"),  # a MiB more: rounded up to the next 0.05
+        (10 * G, 2 * G + 512 * 2**20, "0.25"),  # 0.125 * 2 = 0.25
+        (40 * G, 10 * G, "1.00"),  # 0.5 * 2
+        (50 * G, 10 * G, "1.00"),  # 0.6 * 2, capped at the whole GPU
+    ],
+)
+def test_the_fraction_to_raise_the_cap_to(allocated: int, requested: int, fraction: str) -> None:
+    r = rec("memory-fraction-cap", figures=cap_figures(allocated, requested))
+    assert r.actions[0] == (
+        f"raise the per-process memory fraction to about {fraction} "
+        "(torch.cuda.set_per_process_memory_fraction): the cap, not the GPU, ran out"
+    )
+
+
+def test_the_fraction_for_jax_and_vllm_names_their_knob() -> None:
+    figures = cap_figures(6 * G, 4 * G)
+    jax = rec("memory-fraction-cap", framework="jax", figures=figures)
+    assert jax.actions == ("raise XLA_PYTHON_CLIENT_MEM_FRACTION to about 0.20",)
+    vllm = rec("memory-fraction-cap", framework="vllm", figures=figures)
+    assert vllm.actions == ("raise gpu_memory_utilization to about 0.20",)
+
+
+# -- the first action of a capacity failure, by phase ----------------------------------------
+
+CAPACITY = Figures(requested_bytes=2 * G, total_bytes=80 * G, free_bytes=1 * G,
+                   allocated_bytes=77 * G, reserved_unallocated_bytes=0)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("phase", "start"),
+    [
+        ("optimizer-step", "it failed in optimizer.step() creating the optimizer's state"),
+        ("backward", "it failed in the backward pass"),
+        ("graph-capture", "it failed capturing a CUDA graph"),
+        ("loading", "it failed loading or moving the model to the GPU"),
+        ("retry-exhausted", "the job's own retry loop already shrank the batch"),
+    ],
+)
+def test_a_capacity_failure_starts_with_its_phases_action(phase: str, start: str) -> None:
+    r = rec("capacity", figures=CAPACITY, phase=phase)
+    assert r.actions[0].startswith(start)
+    smaller = [a for a in r.actions if a.startswith(SMALLER_BATCH)]
+    assert smaller == ([] if phase == "retry-exhausted" else [smaller[0]])
+
+
+def test_forward_or_no_phase_starts_with_the_smaller_batch() -> None:
+    for phase in ("forward", None):
+        assert rec("capacity", figures=CAPACITY, phase=phase).actions[0].startswith(SMALLER_BATCH)
+
+
+def test_inference_without_a_backward_frame_starts_with_inference_mode() -> None:
+    r = rec("capacity", figures=CAPACITY, precontext="running inference on 100 prompts\n")
+    assert r.actions[0].startswith("for inference, run under torch.inference_mode()")
+    r = rec("capacity", figures=CAPACITY, precontext="inference\n  loss.backward()\n")
+    assert r.actions[0].startswith(SMALLER_BATCH)
+    r = rec("capacity", figures=CAPACITY, precontext="inference done\n", framework="jax")
+    assert r.actions[0].startswith("JAX preallocates 75% of the GPU")
+
+
+def test_fragmentation_without_a_setting_or_a_note_gets_the_capacity_actions() -> None:
+    # torch 1.9: no setting exists, and the reason is in the actions already
+    r = rec(release=TorchRange((1, 9), (1, 9)), phase="backward")
+    assert r.actions[0].startswith("this torch release has no allocator setting")
+    assert not any(a.startswith("it failed in the backward pass") for a in r.actions)
+
+
+def test_a_request_larger_than_the_gpu_says_to_split_the_work() -> None:
+    huge = Figures(requested_bytes=81 * G, total_bytes=80 * G, free_bytes=1 * G)
+    r = rec("capacity", figures=huge)
+    assert r.actions[0] == (
+        "split the work: one 81.00 GiB tensor cannot fit a 80.00 GiB GPU whatever the setting"
+    )
+    same = Figures(requested_bytes=80 * G, total_bytes=80 * G, free_bytes=1 * G)
+    assert rec("capacity", figures=same).actions[0].startswith(SMALLER_BATCH)
+
+
+def test_gpu_shared_tells_an_unallocated_pod_to_request_the_gpu() -> None:
+    shared = Figures(requested_bytes=2 * G, total_bytes=80 * G, free_bytes=1 * G)
+    says = "this pod used a GPU the kubelet did not allocate to it: request nvidia.com/gpu"
+    assert says in rec("gpu-shared", figures=shared, node=NodeEvidence(allocated=False)).actions
+    assert says not in rec("gpu-shared", figures=shared, node=NodeEvidence(allocated=True)).actions
+    assert says not in rec("gpu-shared", figures=shared).actions
+
+
+def test_a_current_setting_with_problems_is_named_and_left_out() -> None:
+    r = rec(current="foo:1")
+    assert r.alloc_conf == "expandable_segments:True"
+    assert r.actions[-1] == (
+        "the current PYTORCH_CUDA_ALLOC_CONF has problems for this release (left out of the "
+        "recommended value): Unrecognized key 'foo' in CUDA allocator config."
+    )
+    r = rec("capacity", figures=CAPACITY, current="foo:1")
+    assert r.actions[-1].startswith(
+        "the current PYTORCH_CUDA_ALLOC_CONF has problems for this release: "
+    )
+
+
+# -- the actions a job owner reads, in full, by kind and stack ---------------------------------
+
+JAX_FRACTION = (  # {} is " if the GPU has room" unless other processes hold it
+    "JAX preallocates 75% of the GPU: raise XLA_PYTHON_CLIENT_MEM_FRACTION (e.g. 0.9){}, or set "
+    "XLA_PYTHON_CLIENT_PREALLOCATE=false to allocate on demand"
+)
+VLLM_FIRST = (
+    "raise gpu_memory_utilization (default 0.9) if nothing else uses the GPU, or lower "
+    "max_model_len / max_num_seqs"
+)
+TF_FIRST = (
+    "reduce the batch size; use mixed precision "
+    "(tf.keras.mixed_precision.set_global_policy('mixed_float16'))"
+)
+ISOLATE = (
+    "isolate the GPU: other processes hold 3.00 GiB of it; stop them or make sure one pod gets "
+    "the whole GPU (request nvidia.com/gpu; check time-slicing/MPS)"
+)
+SHARED = Figures(requested_bytes=2 * G, total_bytes=80 * G, free_bytes=1 * G,
+                 other_processes=(OtherProcess(9, 3 * G),))  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("framework", "actions"),
+    [
+        ("jax", (JAX_FRACTION.format(" if the GPU has room"),
+                 "reduce the batch size or shard the computation across devices")),
+        ("tensorflow", (TF_FIRST, "with other processes on the GPU, enable "
+                                  "tf.config.experimental.set_memory_growth")),
+        ("cupy", ("free cached blocks between phases: "
+                  "cupy.get_default_memory_pool().free_all_blocks()",
+                  "process the data in smaller pieces")),
+        ("vllm", (VLLM_FIRST, "use tensor_parallel_size > 1 or a quantized model")),
+    ],
+)  # fmt: skip
+def test_capacity_actions_by_stack(framework: str, actions: tuple[str, ...]) -> None:
+    assert rec("capacity", figures=CAPACITY, framework=framework).actions == actions
+
+
+@pytest.mark.parametrize(
+    ("framework", "actions"),
+    [
+        ("pytorch", (ISOLATE,)),
+        ("cupy", (ISOLATE,)),
+        ("jax", (ISOLATE, JAX_FRACTION.format(""))),
+        ("tensorflow", (ISOLATE, TF_FIRST)),
+        ("vllm", (ISOLATE, VLLM_FIRST)),
+    ],
+)
+def test_gpu_shared_actions_by_stack(framework: str, actions: tuple[str, ...]) -> None:
+    assert rec("gpu-shared", figures=SHARED, framework=framework).actions == actions
+
+
+def test_pytorch_capacity_actions() -> None:
+    assert rec("capacity", figures=CAPACITY).actions == (
+        "reduce peak memory: a smaller batch with gradient accumulation to keep the effective "
+        "batch",
+        "use mixed precision (torch.autocast(device_type='cuda', dtype=torch.bfloat16))",
+        "enable activation checkpointing "
+        "(torch.utils.checkpoint / model.gradient_checkpointing_enable())",
+        "for inference, run under torch.inference_mode() so no autograd graph is kept",
+        "shard the model (FSDP / DeepSpeed ZeRO) or use a GPU with more memory",
+    )
+
+
+def test_leak_actions_name_the_growth() -> None:
+    grew = Growth("samples", 12, 40 * G, 43 * G, 1.0)
+    actions = rec("leak", figures=CAPACITY, growth=grew).actions
+    assert actions[0] == (
+        "memory grew by 3.00 GiB over 12 points: something keeps tensors alive across steps"
+    )
+    assert actions[1:] == rec("leak", figures=CAPACITY).actions
+    assert actions[1].startswith("accumulate numbers, not tensors: total_loss += loss.item()")
+
+
+def test_non_pytorch_memory_actions_by_family() -> None:
+    def actions(family: str) -> tuple[str, ...]:
+        event = OomEvent(family, "pytorch", "m", CAPACITY)
+        verdict = Verdict("non-pytorch-memory", (), "", CAPACITY)
+        ctx = Context(event, verdict, TORCH_2_11, None, allocconf.NATIVE, None, None)
+        return recommend(ctx).actions
+
+    assert actions("nccl") == (
+        "leave NCCL headroom: create the process group (and run a first collective) before "
+        "loading the model, call torch.cuda.empty_cache() before collectives, or lower "
+        "NCCL_BUFFSIZE",
+        "cap PyTorch with torch.cuda.set_per_process_memory_fraction(0.9) so the cache leaves "
+        "room for NCCL",
+    )
+    assert actions("cuda-library") == (
+        "leave room for cuBLAS/cuDNN workspaces: torch.cuda.empty_cache() before the failing "
+        "call, a smaller batch, or CUBLAS_WORKSPACE_CONFIG=:4096:8",
+    )
+    assert actions("torch") == (
+        "find what else allocates in this process outside PyTorch (CuPy/JAX/TensorRT/custom CUDA "
+        "extensions, cuDNN benchmark workspaces) and free or limit it",
+    )
+
+
+def test_unknown_actions() -> None:
+    assert rec("unknown", figures=Figures()).actions == (
+        "the log has no usable memory figures: check what else holds the GPU "
+        "(nvidia-smi --query-compute-apps=pid,used_memory --format=csv, or the node agent's "
+        "GPUNodeReport)",
+        "if it fails at start-up (context creation, .cuda()), the GPU was already full: isolate "
+        "the GPU",
+    )
+    host = OomEvent("host-alloc", "pytorch", "m", Figures())
+    ctx = Context(host, Verdict("unknown", (), "", Figures()), TORCH_2_11, None, "native", None,
+                  None)  # fmt: skip
+    assert recommend(ctx).actions[0] == (
+        "raise the container's memory limit (and set the request equal to it)"
+    )
+
+
+def test_host_oom_actions_by_limit_and_request() -> None:
+    from gpu_auditor.diagnosis.recommend import host_recommendation
+
+    first = "raise the container's memory limit (and set the request equal to it)"
+    assert host_recommendation(None, None).actions[:2] == (
+        "the container has no memory limit: the node itself ran out; set requests and limits",
+        first,
+    )
+    assert host_recommendation(8 * G, 4 * G).actions[:2] == (
+        "the memory request (4.00 GiB) is below the limit (8.00 GiB): the node may be "
+        "overcommitted; set request = limit",
+        first,
+    )
+    assert host_recommendation(8 * G, 8 * G).actions[0] == first
+    assert host_recommendation(8 * G, None).actions[0] == first
+    assert len(host_recommendation(8 * G, 8 * G).actions) == 5
