@@ -119,6 +119,7 @@ GROUPS: dict[str, dict[str, Any]] = {
             "sharing": [
                 "node_agent/test_agent_sharing.py",
                 "node_agent/test_boundaries_sharing_cgroup.py",
+                "node_agent/test_boundaries_sharing_dra.py",
                 "node_agent/test_agent_series_cap.py",
             ],
             "cgroup": [
