@@ -77,6 +77,7 @@ GROUPS: dict[str, dict[str, Any]] = {
                 "diagnosis/test_boundaries_classify.py",
                 "diagnosis/test_boundaries_classify_found.py",
                 "diagnosis/test_cap_reserved_boundary.py",
+                "diagnosis/test_boundaries_classify_survivors.py",
                 "diagnosis/test_diagnosis_classify.py",
                 *_CORPORA,
             ],
@@ -99,6 +100,7 @@ GROUPS: dict[str, dict[str, Any]] = {
             "recommend": [
                 "diagnosis/test_boundaries_recommend.py",
                 "diagnosis/test_boundaries_recommend_found.py",
+                "diagnosis/test_boundaries_recommend_survivors.py",
                 "diagnosis/test_diagnosis_recommend.py",
                 *_CORPORA,
             ],
