@@ -146,6 +146,7 @@ GROUPS: dict[str, dict[str, Any]] = {
             "annotations": [
                 "controller/test_annotations.py",
                 "controller/test_boundaries_annotations.py",
+                "controller/test_boundaries_annotations_survivors.py",
             ],
             "pod": [
                 "controller/test_pod.py",
