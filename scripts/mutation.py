@@ -90,6 +90,7 @@ GROUPS: dict[str, dict[str, Any]] = {
             "allocconf": [
                 "diagnosis/test_boundaries_allocconf.py",
                 "diagnosis/test_boundaries_allocconf_found.py",
+                "diagnosis/test_boundaries_allocconf_survivors.py",
                 "diagnosis/test_diagnosis_allocconf.py",
                 "diagnosis/test_boundaries_recommend.py",
                 "diagnosis/test_boundaries_recommend_found.py",
