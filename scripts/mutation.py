@@ -105,7 +105,11 @@ GROUPS: dict[str, dict[str, Any]] = {
                 "diagnosis/test_diagnosis_recommend.py",
                 *_CORPORA,
             ],
-            "phase": ["diagnosis/test_boundaries_phase.py", *_CORPORA],
+            "phase": [
+                "diagnosis/test_boundaries_phase.py",
+                "diagnosis/test_boundaries_phase_survivors.py",
+                *_CORPORA,
+            ],
             "proberecord": [
                 "probe/test_probe_record_reader.py",
                 "probe/test_probe_record_properties.py",
