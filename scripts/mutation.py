@@ -138,6 +138,7 @@ GROUPS: dict[str, dict[str, Any]] = {
             "collector": [
                 "node_agent/test_agent_collector.py",
                 "node_agent/test_boundaries_collector.py",
+                "node_agent/test_boundaries_collector_survivors.py",
                 "node_agent/test_agent_exposition.py",
                 "node_agent/test_agent_series_cap.py",
             ],
