@@ -77,18 +77,21 @@ GROUPS: dict[str, dict[str, Any]] = {
                 "diagnosis/test_boundaries_classify.py",
                 "diagnosis/test_boundaries_classify_found.py",
                 "diagnosis/test_cap_reserved_boundary.py",
+                "diagnosis/test_boundaries_classify_survivors.py",
                 "diagnosis/test_diagnosis_classify.py",
                 *_CORPORA,
             ],
             "leak": [
                 "diagnosis/test_boundaries_leak.py",
                 "diagnosis/test_boundaries_leak_found.py",
+                "diagnosis/test_boundaries_leak_survivors.py",
                 "diagnosis/test_diagnosis_leak.py",
                 *_CORPORA,
             ],
             "allocconf": [
                 "diagnosis/test_boundaries_allocconf.py",
                 "diagnosis/test_boundaries_allocconf_found.py",
+                "diagnosis/test_boundaries_allocconf_survivors.py",
                 "diagnosis/test_diagnosis_allocconf.py",
                 "diagnosis/test_boundaries_recommend.py",
                 "diagnosis/test_boundaries_recommend_found.py",
@@ -99,10 +102,15 @@ GROUPS: dict[str, dict[str, Any]] = {
             "recommend": [
                 "diagnosis/test_boundaries_recommend.py",
                 "diagnosis/test_boundaries_recommend_found.py",
+                "diagnosis/test_boundaries_recommend_survivors.py",
                 "diagnosis/test_diagnosis_recommend.py",
                 *_CORPORA,
             ],
-            "phase": ["diagnosis/test_boundaries_phase.py", *_CORPORA],
+            "phase": [
+                "diagnosis/test_boundaries_phase.py",
+                "diagnosis/test_boundaries_phase_survivors.py",
+                *_CORPORA,
+            ],
             "proberecord": [
                 "probe/test_probe_record_reader.py",
                 "probe/test_probe_record_properties.py",
@@ -119,6 +127,7 @@ GROUPS: dict[str, dict[str, Any]] = {
             "sharing": [
                 "node_agent/test_agent_sharing.py",
                 "node_agent/test_boundaries_sharing_cgroup.py",
+                "node_agent/test_boundaries_sharing_dra.py",
                 "node_agent/test_agent_series_cap.py",
             ],
             "cgroup": [
@@ -130,6 +139,7 @@ GROUPS: dict[str, dict[str, Any]] = {
             "collector": [
                 "node_agent/test_agent_collector.py",
                 "node_agent/test_boundaries_collector.py",
+                "node_agent/test_boundaries_collector_survivors.py",
                 "node_agent/test_agent_exposition.py",
                 "node_agent/test_agent_series_cap.py",
             ],
@@ -143,6 +153,7 @@ GROUPS: dict[str, dict[str, Any]] = {
             "annotations": [
                 "controller/test_annotations.py",
                 "controller/test_boundaries_annotations.py",
+                "controller/test_boundaries_annotations_survivors.py",
             ],
             "pod": [
                 "controller/test_pod.py",
