@@ -111,6 +111,20 @@ GROUPS: dict[str, dict[str, Any]] = {
                 "diagnosis/test_boundaries_phase_survivors.py",
                 *_CORPORA,
             ],
+            "sizes": [
+                "diagnosis/test_boundaries_sizes_survivors.py",
+                "diagnosis/test_diagnosis_sizes_versions.py",
+                "diagnosis/test_hostile_figures.py",
+                "diagnosis/test_hostile_regex.py",
+            ],
+            "torchversion": [
+                "diagnosis/test_boundaries_torchversion_survivors.py",
+                "diagnosis/test_diagnosis_sizes_versions.py",
+                "diagnosis/test_hostile_regex.py",
+                "diagnosis/test_boundaries_allocconf.py",
+                "diagnosis/test_boundaries_recommend.py",
+                "diagnosis/test_boundaries_recommend_found.py",
+            ],
             "proberecord": [
                 "probe/test_probe_record_reader.py",
                 "probe/test_probe_record_properties.py",
