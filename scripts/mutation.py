@@ -126,6 +126,7 @@ GROUPS: dict[str, dict[str, Any]] = {
                 "diagnosis/test_boundaries_recommend_found.py",
             ],
             "proberecord": [
+                "diagnosis/test_boundaries_proberecord_survivors.py",
                 "probe/test_probe_record_reader.py",
                 "probe/test_probe_record_properties.py",
                 "diagnosis/test_cli_probe_record.py",
