@@ -393,3 +393,19 @@ def test_a_largest_block_that_covers_the_request_says_so() -> None:
         "the largest free block (1000.00 MiB) covers the 1000.00 MiB request: the record does "
         "not explain the failure",
     )
+
+
+@pytest.mark.parametrize("value", ["true", 1, 0, None, [True]])
+def test_expandable_segments_is_a_json_boolean_or_absent(value: Any) -> None:
+    assert record(expandable_segments=value).expandable_segments is None
+    assert record(expandable_segments=False).expandable_segments is False
+
+
+def test_the_last_record_line_is_read_when_an_earlier_line_has_one_too() -> None:
+    parsed = find_record("step 0\n" + line(pid=8) + "\n" + line(pid=9))
+    assert parsed is not None and parsed.record is not None and parsed.record.pid == 9
+
+
+def test_the_record_ends_at_its_own_line_not_the_last_newline() -> None:
+    parsed = find_record(line(pid=8) + "\nstep 1\nstep 2\n")
+    assert parsed is not None and parsed.record is not None and parsed.record.pid == 8
