@@ -268,7 +268,8 @@ def test_the_16_kib_bound_counts_the_line_without_its_carriage_return() -> None:
 
 
 def test_an_unknown_verdict_names_the_pool_and_the_request() -> None:
-    for over in ({"large": {"largest_free_bytes": None}}, {"pools": {}}):
+    overs: list[dict[str, Any]] = [{"large": {"largest_free_bytes": None}}, {"pools": {}}]
+    for over in overs:
         assert record_verdict(record(allowed_bytes=None, **over)) == ProbeVerdict(
             "unknown",
             "the record lacks the large pool or the device's free memory",
