@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import tarfile
@@ -40,7 +39,14 @@ REPO = HERE.parent
 RESULTS = REPO / "bench" / "results"
 sys.path.insert(0, str(HERE))
 
-from agent_scrape import free_port, get, rss_kib, write_fake_node  # noqa: E402
+from agent_scrape import (  # noqa: E402
+    free_port,
+    p50_p99,
+    rss_kib,
+    scrape,
+    wait_ready,
+    write_fake_node,
+)
 
 BASE = "b564767"  # main before the footprint work: grpcio, protobuf, prometheus_client
 
@@ -148,38 +154,21 @@ def served(tree: Path, nvml: Path, proc: Path, socket_path: Path, scrapes: int,
     agent = subprocess.Popen(argv, cwd=tree, env=env_for(tree), stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                get(port, "/healthz")
-                break
-            except (OSError, RuntimeError) as err:
-                if agent.poll() is not None or time.monotonic() > deadline:
-                    why = agent.stderr.read().decode() if agent.stderr else "died"
-                    raise RuntimeError(why) from err
-                time.sleep(0.05)
+        wait_ready(agent, port, 60)
         time.sleep(2.5)  # two more passes, each asking the stand-in kubelet
         rss_ready = rss_kib(agent.pid)[0] / 1024
-        body = b""
-        for _ in range(warmup):
-            body = get(port, "/metrics")
-        times = []
-        for _ in range(scrapes):
-            t0 = time.perf_counter()
-            body = get(port, "/metrics")
-            times.append((time.perf_counter() - t0) * 1000)
-            time.sleep(0.005)
+        times, body = scrape(port, scrapes, warmup)
         rss, hwm = rss_kib(agent.pid)
     finally:
         agent.terminate()
         agent.wait(timeout=10)
-    times.sort()
+    p50, p99 = p50_p99(times)
     return {
         "rss_ready_mib": round(rss_ready, 1),
         "rss_mib": round(rss / 1024, 1),
         "peak_rss_mib": round(hwm / 1024, 1),
-        "p50_ms": round(statistics.median(times), 3),
-        "p99_ms": round(times[min(len(times) - 1, int(len(times) * 0.99))], 3),
+        "p50_ms": p50,
+        "p99_ms": p99,
         "body_bytes": len(body),
         "kubelet_up": b"gpu_auditor_agent_kubelet_up{node=\"bench-node\"} 1" in body,
     }

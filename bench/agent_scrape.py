@@ -215,36 +215,55 @@ def rss_kib(pid: int) -> tuple[int, int]:
     return int(fields["VmRSS"].split()[0]), int(fields["VmHWM"].split()[0])
 
 
+def wait_ready(proc: subprocess.Popen[bytes], port: int, timeout: float) -> None:
+    """Until the agent answers /healthz; its stderr as the error if it dies or times out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            get(port, "/healthz")
+            return
+        except (OSError, RuntimeError) as err:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                why = proc.stderr.read().decode() if proc.stderr else "died"
+                raise RuntimeError(why) from err
+            time.sleep(0.05)
+
+
+def scrape(port: int, scrapes: int, warmup: int) -> tuple[list[float], bytes]:
+    """``warmup`` untimed scrapes of /metrics, then ``scrapes`` timed ones 5 ms apart: the
+    sorted times in ms and the last body."""
+    body = b""
+    for _ in range(warmup):
+        body = get(port, "/metrics")
+    times = []
+    for _ in range(scrapes):
+        t0 = time.perf_counter()
+        body = get(port, "/metrics")
+        times.append((time.perf_counter() - t0) * 1000)
+        time.sleep(0.005)
+    return sorted(times), body
+
+
+def p50_p99(times: list[float]) -> tuple[float, float]:
+    """Median and 99th percentile (nearest rank) of sorted times, rounded to microseconds."""
+    return (round(statistics.median(times), 3),
+            round(times[min(len(times) - 1, int(len(times) * 0.99))], 3))
+
+
 def measure(argv: list[str], port: int, scrapes: int, warmup: int, *, cwd: Path = REPO,
             ready_timeout: float = 60.0) -> dict[str, Any]:
     proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + ready_timeout
-        while True:
-            try:
-                get(port, "/healthz")
-                break
-            except (OSError, RuntimeError) as err:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    why = proc.stderr.read().decode() if proc.stderr else "died"
-                    raise RuntimeError(why) from err
-                time.sleep(0.05)
-        for _ in range(warmup):
-            body = get(port, "/metrics")
-        times = []
-        for _ in range(scrapes):
-            t0 = time.perf_counter()
-            body = get(port, "/metrics")
-            times.append((time.perf_counter() - t0) * 1000)
-            time.sleep(0.005)
+        wait_ready(proc, port, ready_timeout)
+        times, body = scrape(port, scrapes, warmup)
         rss, hwm = rss_kib(proc.pid)
     finally:
         proc.terminate()
         proc.wait(timeout=10)
-    times.sort()
+    p50, p99 = p50_p99(times)
     return {
-        "p50_ms": round(statistics.median(times), 3),
-        "p99_ms": round(times[min(len(times) - 1, int(len(times) * 0.99))], 3),
+        "p50_ms": p50,
+        "p99_ms": p99,
         "max_ms": round(times[-1], 3),
         "rss_mib": round(rss / 1024, 1),
         "peak_rss_mib": round(hwm / 1024, 1),
