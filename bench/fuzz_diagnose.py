@@ -28,7 +28,6 @@ import argparse
 import contextlib
 import hashlib
 import heapq
-import io
 import json
 import math
 import multiprocessing
@@ -38,7 +37,6 @@ import random
 import re
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -46,6 +44,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from baseline_core import extract_core, merge_base  # noqa: E402
+
 RESULTS = ROOT / "bench" / "results"
 MAX_FIGURE = 2**64
 CORPUS_DIRS = (
@@ -359,16 +361,9 @@ def _worker(args: tuple[int, int]) -> dict[str, Any]:
 
 def baseline(rev: str, count: int, seed: int, budget: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="gpu-auditor-baseline-") as tmp:
-        archive = subprocess.run(
-            ["git", "archive", rev, "operator/gpu_auditor"],
-            cwd=ROOT,
-            capture_output=True,
-            check=True,
-        ).stdout
-        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-            tar.extractall(tmp, filter="data")
+        core = extract_core(rev, Path(tmp))
         out = Path(tmp) / "result.json"
-        env = dict(os.environ, PYTHONPATH=str(Path(tmp) / "operator"))
+        env = dict(os.environ, PYTHONPATH=str(core))
         command = [sys.executable, __file__, "--baseline-child", str(out), str(count), str(seed)]
         command += [str(budget)]
         with contextlib.suppress(subprocess.TimeoutExpired):  # a result file is written as it goes
@@ -390,11 +385,8 @@ def _baseline_child(out: str, count: int, seed: int, budget: float) -> None:
     Path(out).write_text(json.dumps(result))
 
 
-def merge_base() -> str:
-    done = subprocess.run(
-        ["git", "merge-base", "HEAD", "main"], cwd=ROOT, capture_output=True, text=True
-    )
-    return done.stdout.strip() or "HEAD~1"
+def baseline_rev() -> str:
+    return merge_base() or "HEAD~1"
 
 
 # --- report -----------------------------------------------------------------------------------
@@ -528,7 +520,7 @@ def main() -> int:
     ours = combine(parts)
     base = None
     if args.baseline_inputs > 0:
-        rev = args.baseline_rev or merge_base()
+        rev = args.baseline_rev or baseline_rev()
         base = baseline(rev, args.baseline_inputs, seeds[0], args.baseline_budget)
     meta = {
         "command": "python bench/fuzz_diagnose.py " + " ".join(sys.argv[1:]),

@@ -15,14 +15,12 @@ whether the diagnosis has the planted failure's figures (2.00 GiB requested).
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import math
 import os
 import platform
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from collections.abc import Callable
@@ -30,6 +28,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from baseline_core import extract_core, merge_base  # noqa: E402
+
 GIB = 2**30
 OOM = (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
@@ -180,23 +182,10 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=120.0)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = parser.parse_args()
-    rev = (
-        args.baseline_rev
-        or subprocess.run(
-            ["git", "merge-base", "HEAD", "main"], cwd=ROOT, capture_output=True, text=True
-        ).stdout.strip()
-    )
+    rev = args.baseline_rev or merge_base()
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="gpu-auditor-baseline-") as tmp:
-        archive = subprocess.run(
-            ["git", "archive", rev, "operator/gpu_auditor"],
-            cwd=ROOT,
-            capture_output=True,
-            check=True,
-        ).stdout
-        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-            tar.extractall(tmp, filter="data")
-        cores = {"ours": ROOT / "operator", "baseline": Path(tmp) / "operator"}
+        cores = {"ours": ROOT / "operator", "baseline": extract_core(rev, Path(tmp))}
         for name, (_, sizes, _) in CLASSES.items():
             for n in sizes:
                 row: dict[str, Any] = {"class": name, "n": n}

@@ -15,14 +15,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
-import io
 import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -33,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
 import scan_throughput  # noqa: E402
+from baseline_core import extract_core, merge_base  # noqa: E402
 
 
 def load(package_dir: Path, name: str) -> ModuleType:
@@ -54,24 +52,11 @@ def main() -> int:
     parser.add_argument("--baseline-rev", default=None)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = parser.parse_args()
-    rev = (
-        args.baseline_rev
-        or subprocess.run(
-            ["git", "merge-base", "HEAD", "main"], cwd=ROOT, capture_output=True, text=True
-        ).stdout.strip()
-    )
+    rev = args.baseline_rev or merge_base()
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="gpu-auditor-ab-") as tmp:
-        archive = subprocess.run(
-            ["git", "archive", rev, "operator/gpu_auditor"],
-            cwd=ROOT,
-            capture_output=True,
-            check=True,
-        ).stdout
-        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-            tar.extractall(tmp, filter="data")
         cores = {
-            "previous": load(Path(tmp) / "operator" / "gpu_auditor", "gpu_auditor_previous"),
+            "previous": load(extract_core(rev, Path(tmp)) / "gpu_auditor", "gpu_auditor_previous"),
             "this branch": load(ROOT / "operator" / "gpu_auditor", "gpu_auditor_branch"),
         }
         for name, with_oom in (("one OOM at the end", True), ("no OOM", False)):
