@@ -192,7 +192,11 @@ def find_record(text: str | bytes | bytearray) -> ParsedRecord | None:
     end = data.find(b"\n", at)
     end = len(data) if end < 0 else end
     start = at + len(marker)
-    return parse_record(data[start : min(end, start + MAX_RECORD_BYTES + 1)].rstrip(b"\r"))
+    # the line's own end (CRLF, or a CR redraw) is dropped before the 16 KiB bound, so a record
+    # is judged by its own length: one byte over is refused whatever follows it. (Cut at the
+    # bound first and stripped after, a record with "\rX" past byte 16384 was read while a
+    # shorter one with the same tail was not.) The copy is one line of an input already held.
+    return parse_record(data[start:end].rstrip(b"\r"))
 
 
 def find_record_in_lines(lines: Iterable[str | bytes]) -> ParsedRecord | None:

@@ -264,6 +264,23 @@ def test_the_16_kib_bound_counts_the_line_without_its_carriage_return() -> None:
     assert parsed == ParsedRecord(None, "larger than 16384 bytes")
 
 
+def test_text_after_a_carriage_return_is_refused_at_any_length() -> None:
+    # a "\r" inside the line is not its end: "{...}\rX" is no record, short or 16 KiB long
+    # (cut at the bound first and stripped after, the long one used to be read)
+    body = json.dumps(raw())
+    short = find_record("gpu-auditor-probe-record " + body + "\rX\n")
+    assert short == ParsedRecord(None, "not JSON")
+    exact = body + " " * (16384 - len(body))
+    long = find_record("gpu-auditor-probe-record " + exact + "\rX\n")
+    assert long is not None and long.record is None
+    # the same 16 KiB record ending its line with CRs (CRLF, or a redraw) is read
+    for end in ("\r", "\r\r\r\n"):
+        parsed = find_record("gpu-auditor-probe-record " + exact + end)
+        assert parsed is not None and parsed.record is not None, repr(end)
+    # a line of carriage returns only is an empty record, not a crash
+    assert find_record("gpu-auditor-probe-record \r\r\n") == ParsedRecord(None, "not JSON")
+
+
 # -- the verdict's figures and reasons -------------------------------------------------------
 
 
