@@ -36,7 +36,8 @@ EXPANDABLE_SAFE_WITH_OTHERS: Final = (2, 5)
 CUDA IPC of tensors (DataLoader workers sharing CUDA tensors) was unsupported."""
 
 REDUCE_PEAK: Final = (
-    "reduce peak memory: a smaller batch with gradient accumulation to keep the effective batch",
+    "reduce peak memory: a smaller batch (when training, gradient accumulation keeps the "
+    "effective batch)",
     "use mixed precision (torch.autocast(device_type='cuda', dtype=torch.bfloat16))",
     "enable activation checkpointing "
     "(torch.utils.checkpoint / model.gradient_checkpointing_enable())",

@@ -32,7 +32,7 @@ FRAG_FIGURES = Figures(
     reserved_unallocated_bytes=7 * G,
 )
 TORCH_2_11 = TorchRange((2, 11), (2, 11))
-SMALLER_BATCH = "reduce peak memory: a smaller batch with gradient accumulation"
+SMALLER_BATCH = "reduce peak memory: a smaller batch (when training, gradient accumulation"
 
 
 def rec(
@@ -335,8 +335,8 @@ def test_gpu_shared_actions_by_stack(framework: str, actions: tuple[str, ...]) -
 
 def test_pytorch_capacity_actions() -> None:
     assert rec("capacity", figures=CAPACITY).actions == (
-        "reduce peak memory: a smaller batch with gradient accumulation to keep the effective "
-        "batch",
+        "reduce peak memory: a smaller batch (when training, gradient accumulation keeps the "
+        "effective batch)",
         "use mixed precision (torch.autocast(device_type='cuda', dtype=torch.bfloat16))",
         "enable activation checkpointing "
         "(torch.utils.checkpoint / model.gradient_checkpointing_enable())",

@@ -12,7 +12,10 @@ from gpu_auditor.diagnosis.torchversion import TorchRange
 
 pytestmark = pytest.mark.unit
 
-PEAK = "reduce peak memory: a smaller batch with gradient accumulation to keep the effective batch"
+PEAK = (
+    "reduce peak memory: a smaller batch (when training, gradient accumulation keeps the "
+    "effective batch)"
+)
 
 
 def release(major: int, minor: int) -> TorchRange:

@@ -85,8 +85,8 @@ def test_a_request_larger_than_the_gpu_gets_split_two_peak_reducers_and_sharding
     huge = Figures(requested_bytes=81 * G, total_bytes=80 * G, free_bytes=1 * G)
     assert rec("capacity", huge).actions == (
         "split the work: one 81.00 GiB tensor cannot fit a 80.00 GiB GPU whatever the setting",
-        "reduce peak memory: a smaller batch with gradient accumulation to keep the effective "
-        "batch",
+        "reduce peak memory: a smaller batch (when training, gradient accumulation keeps the "
+        "effective batch)",
         "use mixed precision (torch.autocast(device_type='cuda', dtype=torch.bfloat16))",
         "shard the model (FSDP / DeepSpeed ZeRO) across GPUs",
     )
