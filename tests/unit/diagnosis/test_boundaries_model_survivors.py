@@ -1,0 +1,160 @@
+"""The `diagnose --json` object, key by key: the contract the CLI, the operator and users' scripts
+read (mutation survivors of model.py's ``to_json_dict`` methods: a renamed key, a dropped value or
+another rounding went unnoticed while every test read the typed fields instead).
+
+Every expected dict is written out whole with literal values, so a key renamed, added or lost
+fails here.
+"""
+
+from __future__ import annotations
+
+import json
+
+from gpu_auditor.diagnosis import diagnose
+from gpu_auditor.diagnosis.model import (
+    Diagnosis,
+    Figures,
+    Growth,
+    OtherProcess,
+    Recommendation,
+)
+
+MESSAGE = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+    "capacity of 79.25 GiB of which 1.50 GiB is free. Including non-PyTorch memory, this process "
+    "has 77.73 GiB memory in use. Of the allocated memory 70.00 GiB is allocated by PyTorch, and "
+    "7.00 GiB is reserved by PyTorch but unallocated."
+)
+
+
+def test_growth_json_names_every_figure_and_rounds_the_rate_to_three_places() -> None:
+    growth = Growth("log", points=7, first_bytes=1000, last_bytes=4500, per_unit=12.34567)
+    assert growth.to_json_dict() == {
+        "source": "log",
+        "points": 7,
+        "first_bytes": 1000,
+        "last_bytes": 4500,
+        "growth_bytes": 3500,
+        "per_unit": 12.346,
+    }
+    # round half to even at the third place, and a whole rate stays a float
+    assert Growth("samples", 5, 0, 1, 0.0005).to_json_dict()["per_unit"] == 0.001
+    assert Growth("samples", 5, 0, 1, 0.12349).to_json_dict()["per_unit"] == 0.123
+    whole = Growth("node-rate", 5, 0, 1, 2.0).to_json_dict()["per_unit"]
+    assert whole == 2.0 and isinstance(whole, float)
+
+
+def test_another_process_names_its_pod_only_when_the_node_knew_either_half() -> None:
+    assert OtherProcess(pid=7, bytes=1024).to_json_dict() == {"pid": 7, "bytes": 1024}
+    assert OtherProcess(7, 1024, namespace="team-a", pod="trainer-0").to_json_dict() == {
+        "pid": 7,
+        "bytes": 1024,
+        "namespace": "team-a",
+        "pod": "trainer-0",
+    }
+    # either half alone still shows both keys (the other as null), so readers see one shape
+    assert OtherProcess(7, 1024, namespace="team-a").to_json_dict() == {
+        "pid": 7,
+        "bytes": 1024,
+        "namespace": "team-a",
+        "pod": None,
+    }
+    assert OtherProcess(None, 1024, pod="trainer-0").to_json_dict() == {
+        "pid": None,
+        "bytes": 1024,
+        "namespace": None,
+        "pod": "trainer-0",
+    }
+
+
+def test_a_diagnosis_json_is_the_whole_contract_with_growth_and_extras() -> None:
+    diagnosis = Diagnosis(
+        detected=True,
+        framework="pytorch",
+        kind="leak",
+        contributing=("fragmentation",),
+        figures=Figures(
+            requested_bytes=2048,
+            total_bytes=8192,
+            free_bytes=1024,
+            process_bytes=7000,
+            allocated_bytes=6000,
+            reserved_unallocated_bytes=500,
+            allowed_bytes=None,
+            other_processes=(OtherProcess(9, 100, "ns", "p"),),
+        ),
+        torch_version_hint=">=2.4",
+        recommendation=Recommendation("PYTORCH_CUDA_ALLOC_CONF", "x", ("a",)),
+        summary="s",
+        oom_count=3,
+        message="the message",
+        alloc_conf_problems=("bad",),
+        growth=Growth("log", 6, 100, 400, 1.0),
+        extra=(("phase", "forward"), ("rank", "2")),
+    )
+    assert diagnosis.to_json_dict() == {
+        "detected": True,
+        "framework": "pytorch",
+        "kind": "leak",
+        "contributing": ["fragmentation"],
+        "figures": {
+            "requested_bytes": 2048,
+            "total_bytes": 8192,
+            "free_bytes": 1024,
+            "process_bytes": 7000,
+            "allocated_bytes": 6000,
+            "reserved_unallocated_bytes": 500,
+            "allowed_bytes": None,
+            "other_processes": [{"pid": 9, "bytes": 100, "namespace": "ns", "pod": "p"}],
+        },
+        "torch_version_hint": ">=2.4",
+        "recommendation": {"env": "PYTORCH_CUDA_ALLOC_CONF", "alloc_conf": "x", "actions": ["a"]},
+        "summary": "s",
+        "oom_count": 3,
+        "message": "the message",
+        "alloc_conf_problems": ["bad"],
+        "growth": {
+            "source": "log",
+            "points": 6,
+            "first_bytes": 100,
+            "last_bytes": 400,
+            "growth_bytes": 300,
+            "per_unit": 1.0,
+        },
+        "phase": "forward",
+        "rank": "2",
+    }
+
+
+def test_without_growth_the_key_is_absent_not_null() -> None:
+    out = Diagnosis(
+        detected=False,
+        framework=None,
+        kind="unknown",
+        contributing=(),
+        figures=Figures(),
+        torch_version_hint=None,
+        recommendation=Recommendation(),
+        summary="no out-of-memory failure found in the log",
+    ).to_json_dict()
+    assert "growth" not in out
+    assert out["message"] is None
+    assert sorted(out) == [
+        "alloc_conf_problems",
+        "contributing",
+        "detected",
+        "figures",
+        "framework",
+        "kind",
+        "message",
+        "oom_count",
+        "recommendation",
+        "summary",
+        "torch_version_hint",
+    ]
+
+
+def test_a_real_message_reaches_the_json_verbatim() -> None:
+    out = json.loads(json.dumps(diagnose(MESSAGE + "\n").to_json_dict()))
+    assert out["message"] == MESSAGE
+    assert out["figures"]["requested_bytes"] == 2 * 1024**3
