@@ -132,6 +132,19 @@ def normalize_text(text: str) -> list[Line]:
     return normalize_lines(text.split("\n"))
 
 
+def _whole_words(head: bytearray, next_byte: int | None) -> bytes:
+    """The head without a word its bound cut (``next_byte``: the log's byte just after the head,
+    None when the log ends there): a banner cut mid-word (``torch 1.1`` of ``torch 1.13.1``)
+    would read as another release."""
+    if next_byte is None or next_byte in _SPACES:
+        return bytes(head)
+    cut = max(head.rfind(bytes((space,))) for space in _SPACES)
+    return bytes(head[: cut + 1])
+
+
+_SPACES: Final = b" \t\n\r"
+
+
 def decode(data: bytes | bytearray | memoryview) -> str:
     """Bytes to text; undecodable bytes become U+FFFD, never an error."""
     return bytes(data).decode("utf-8", errors="replace")
@@ -206,6 +219,7 @@ class LogScanner:
         # (absolute line start looked up last, the absolute start of its newline-ended line)
         self._physical_seen: tuple[int, int | None] = (0, 0)
         self._head = bytearray()
+        self._after_head: int | None = None  # the log's byte just after the head, if any
         self._count = 0
         # per rank: (end offset, family, key) of its last failure line
         self._open: OrderedDict[str | None, tuple[int, str, str]] = OrderedDict()
@@ -225,8 +239,11 @@ class LogScanner:
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         if self._finished is not None:
             raise ValueError("feed() after finish()")
-        if len(self._head) < HEAD_BYTES:
-            self._head += bytes(data[: HEAD_BYTES - len(self._head)])
+        room = max(0, HEAD_BYTES - len(self._head))
+        if room:
+            self._head += bytes(data[:room])
+        if self._after_head is None and len(data) > room:  # the head is full: what follows it
+            self._after_head = data[room]
         fresh = len(self._buf)
         self._buf += data
         start = self._pos - self._base
@@ -246,7 +263,10 @@ class LogScanner:
             self._capture_after(final=True)
             self._keep_precontext()
             self._finished = ScanResult(
-                self._count, self._hit(), decode(self._head), self._base + len(self._buf)
+                self._count,
+                self._hit(),
+                decode(_whole_words(self._head, self._after_head)),
+                self._base + len(self._buf),
             )
             self._buf = bytearray()
         return self._finished
