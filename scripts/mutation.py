@@ -625,7 +625,8 @@ def main(argv: list[str] | None = None) -> int:
         for s in result["survivors"]:
             if s["verdict"] != "equivalent":
                 print(f"  {s['verdict']}: {s['mutant']}: {s['line']}")
-    print(f"mutation: results in {out.with_suffix('.md').relative_to(REPO)} (+ .json)")
+    shown = out if not out.is_relative_to(REPO) else out.relative_to(REPO)
+    print(f"mutation: results in {shown.with_suffix('.md')} (+ .json)")
     if low:
         print(f"mutation: below {args.fail_under} %: {', '.join(low)}")
         return 1
