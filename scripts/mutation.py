@@ -66,9 +66,10 @@ _CORPORA = [  # the real logs: every rule of the core meets them
 ]
 GROUPS: dict[str, dict[str, Any]] = {
     # group -> where its modules are in the tree, where mutmut sees them staged, and per module
-    # the unit tests (under tests/unit/) run against its mutants; a module not named runs
-    # against [tool.mutmut] pytest_add_cli_args_test_selection in pyproject.toml (all of the
-    # core's tests)
+    # the unit tests (under tests/unit/) run against its mutants ("-<test id>": a test left out
+    # of the selection, for a bound on a huge input that would time every mutant); a module
+    # not named runs against [tool.mutmut] pytest_add_cli_args_test_selection in
+    # pyproject.toml (all of the core's tests)
     "diagnosis": {
         "tree": CORE,
         "staged": "src/gpu_auditor/diagnosis",
@@ -124,6 +125,18 @@ GROUPS: dict[str, dict[str, Any]] = {
                 "diagnosis/test_boundaries_allocconf.py",
                 "diagnosis/test_boundaries_recommend.py",
                 "diagnosis/test_boundaries_recommend_found.py",
+            ],
+            "logtext": [
+                "diagnosis/test_diagnosis_logtext.py",
+                "diagnosis/test_hostile_scan.py",
+                "diagnosis/test_hostile_regex.py",
+                "diagnosis/test_logtext_head_words.py",
+                "diagnosis/test_boundaries_core_survivors.py",
+                *_CORPORA,
+                # memory bounds on 200 MB / 10 s inputs, not rules: they would time every mutant
+                "-diagnosis/test_diagnosis_logtext.py::test_memory_stays_bounded_on_a_large_stream",
+                "-diagnosis/test_hostile_scan.py::"
+                "test_a_long_line_of_failure_keywords_stays_bounded_and_the_real_one_is_found",
             ],
             "proberecord": [
                 "diagnosis/test_boundaries_proberecord_survivors.py",
@@ -251,7 +264,10 @@ def stage(modules: list[str]) -> None:
     only = ", ".join(f'"{staged_of(m)}"' for m in modules)
     head = f"[tool.mutmut]\nonly_mutate = [{only}]\n"
     staged = re.sub(r"(?m)^source_paths = .*$", f'source_paths = ["{spec["staged"]}/"]', staged)
-    tests = sorted({f"tests/unit/{t}" for m in modules for t in spec["tests"].get(stem_of(m), [])})
+    named = [t for m in modules for t in spec["tests"].get(stem_of(m), [])]
+    # "-<test id>": a test left out of the selection (see GROUPS)
+    tests = sorted({f"tests/unit/{t}" for t in named if not t.startswith("-")})
+    tests += sorted({f"--deselect=tests/unit/{t[1:]}" for t in named if t.startswith("-")})
     if tests:
         staged = re.sub(
             r"(?ms)^pytest_add_cli_args_test_selection = \[.*?^\]$",
