@@ -30,7 +30,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _hc import GiB, Device, parse_args  # noqa: E402
+from _hc import Device, GiB, parse_args
 
 SR, N_FFT, HOP, N_MELS = 16000, 400, 160, 80
 
@@ -44,7 +44,11 @@ class _CudaArray:
 
     def __init__(self, ptr: int, n: int) -> None:
         self.__cuda_array_interface__ = {
-            "shape": (n,), "typestr": "<f4", "data": (ptr, False), "version": 3, "strides": None,
+            "shape": (n,),
+            "typestr": "<f4",
+            "data": (ptr, False),
+            "version": 3,
+            "strides": None,
         }
 
 
@@ -83,7 +87,10 @@ class DecodeBuffers:
         """A float32 buffer of n samples and a PyTorch view of it."""
         if self.cp is not None:
             arr = self.cp.empty(n, dtype=self.cp.float32)
-            return arr, torch.from_dlpack(arr)
+            try:
+                return arr, torch.from_dlpack(arr)
+            except Exception:  # an older CuPy's DLPack: its __cuda_array_interface__ instead
+                return arr, torch.as_tensor(arr, device=device)
         if self.lib is not None:
             nbytes = 4 * n
             fit = [c for c in self.cached if c[1] >= nbytes]
@@ -122,6 +129,7 @@ class DecodeBuffers:
 
 def mel_filterbank(device: torch.device) -> torch.Tensor:
     """Triangular mel filters, [N_FFT // 2 + 1, N_MELS]."""
+
     def hz_to_mel(f):
         return 2595 * math.log10(1 + f / 700)
 
@@ -161,8 +169,14 @@ def main() -> int:
     x = torch.zeros(1, device=dev.device)  # CUDA context before the loader starts
     teacher = dev.ballast(spare * GiB)  # frozen teacher encoder, resident for the whole run
     buffers = DecodeBuffers(dev.dry)
-    log("start", torch=torch.__version__, device=dev.name, loader=buffers.backend,
-        clips=clips, clip_seconds=clip_s)
+    log(
+        "start",
+        torch=torch.__version__,
+        device=dev.name,
+        loader=buffers.backend,
+        clips=clips,
+        clip_seconds=clip_s,
+    )
 
     samples = clip_s * SR
     handle, audio = buffers.empty(clips * samples, dev.device)
@@ -183,8 +197,12 @@ def main() -> int:
     buffers.free(handle)
     del handle
     dev.sync()
-    log("features_ready", shape=list(feats.shape), loader_held_gib=round(buffers.held_bytes() / GiB,
-        2), torch_allocated_gib=round(dev.allocated() / GiB, 2))
+    log(
+        "features_ready",
+        shape=list(feats.shape),
+        loader_held_gib=round(buffers.held_bytes() / GiB, 2),
+        torch_allocated_gib=round(dev.allocated() / GiB, 2),
+    )
     if a.fix == "free-pool":
         buffers.release_cached()
         log("loader_pool_released", loader_held_gib=round(buffers.held_bytes() / GiB, 2))

@@ -22,7 +22,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _hc import GiB, Device, parse_args  # noqa: E402
+from _hc import Device, GiB, parse_args
 
 try:
     from tqdm import tqdm
@@ -40,8 +40,9 @@ class Encoder(nn.Module):
     def __init__(self, vocab: int, d: int, layers: int, heads: int) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab, d)
-        layer = nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.1, batch_first=True,
-                                           norm_first=True)
+        layer = nn.TransformerEncoderLayer(
+            d, heads, 4 * d, dropout=0.1, batch_first=True, norm_first=True
+        )
         self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
         self.proj = nn.Linear(d, 256)
 
@@ -71,8 +72,10 @@ class ActivationMonitor:
     def summary(self) -> str:
         parts = []
         for i, rec in self.records.items():
-            vals = [r if isinstance(r, float) else r.detach().float().norm(dim=-1).mean().item()
-                    for r in rec]
+            vals = [
+                r if isinstance(r, float) else r.detach().float().norm(dim=-1).mean().item()
+                for r in rec
+            ]
             parts.append(f"L{i}={sum(vals) / max(len(vals), 1):.2f}")
         return " ".join(parts)
 
@@ -92,8 +95,11 @@ def main() -> int:
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.01)
     monitor = ActivationMonitor(model.encoder.layers, keep_scalar=a.fix == "item")
     resident = dev.ballast(spare * GiB)  # the frozen teacher / data cache this job also keeps
-    print(f"model {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M params, {dtype}, "
-          f"batch {batch}x{seq}, {steps} steps/epoch", flush=True)
+    print(
+        f"model {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M params, {dtype}, "
+        f"batch {batch}x{seq}, {steps} steps/epoch",
+        flush=True,
+    )
 
     model.train()
     for epoch in range(1):

@@ -23,7 +23,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _hc import GiB, Device, parse_args  # noqa: E402
+from _hc import Device, GiB, parse_args
 
 
 @dataclass
@@ -116,15 +116,21 @@ def main() -> int:
     print(f"number of parameters: {n_params / 1e6:.2f}M")
     teacher = dev.ballast(spare)  # frozen teacher, resident for the whole run
     if teacher is not None:
-        print(f"teacher resident: {teacher.numel() / GiB:.1f} GiB; "
-              f"{dev.free_bytes() / GiB:.1f} GiB free for the student's training")
+        print(
+            f"teacher resident: {teacher.numel() / GiB:.1f} GiB; "
+            f"{dev.free_bytes() / GiB:.1f} GiB free for the student's training"
+        )
 
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
-    print(f"num decayed parameter tensors: {len(decay)}, with "
-          f"{sum(p.numel() for p in decay):,} parameters")
-    print(f"num non-decayed parameter tensors: {len(no_decay)}, with "
-          f"{sum(p.numel() for p in no_decay):,} parameters")
+    print(
+        f"num decayed parameter tensors: {len(decay)}, with "
+        f"{sum(p.numel() for p in decay):,} parameters"
+    )
+    print(
+        f"num non-decayed parameter tensors: {len(no_decay)}, with "
+        f"{sum(p.numel() for p in no_decay):,} parameters"
+    )
     groups = [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}]
     if a.fix == "adafactor":
         base_lr = 1e-2
@@ -153,8 +159,10 @@ def main() -> int:
         optimizer.zero_grad(set_to_none=True)
         dev.sync()
         t1 = time.time()
-        print(f"iter {it}: loss {loss.item() * grad_accum:.4f}, time {(t1 - t0) * 1000:.2f}ms, "
-              f"mem {dev.allocated() / GiB:.2f}GiB")
+        print(
+            f"iter {it}: loss {loss.item() * grad_accum:.4f}, time {(t1 - t0) * 1000:.2f}ms, "
+            f"mem {dev.allocated() / GiB:.2f}GiB"
+        )
         t0 = t1
     return 0
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from alloc_sim import GiB, SMALL, Expandable, Native, replay  # noqa: E402
+from alloc_sim import SMALL, Expandable, GiB, Native, replay  # noqa: E402
 from serve_prefill_frag import GPU, PAGE_TOKENS, Config, Scheduler, make_requests  # noqa: E402
 
 # address space of the expandable segment left after the weights: 1/8 of an H200 beyond its size

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _hc import GiB, Device, parse_args  # noqa: E402
+from _hc import Device, GiB, parse_args
 
 
 class Block(nn.Module):
@@ -42,8 +42,9 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
         q, k, v = self.qkv(self.ln1(x)).view(B, T, 3, self.heads, C // self.heads).unbind(2)
-        y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
-                                           v.transpose(1, 2), is_causal=True)
+        y = F.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
+        )
         x = x + self.proj(y.transpose(1, 2).reshape(B, T, C))
         return x + self.down(F.gelu(self.up(self.ln2(x))))
 
@@ -80,8 +81,11 @@ def main() -> int:
     reference = dev.ballast(spare * GiB)  # frozen reference model for the KL term, resident
     opt = torch.optim.AdamW(model.parameters(), lr=2e-5, weight_decay=0.0)
     n = sum(p.numel() for p in model.parameters())
-    print(f"model: {n / 1e6:.0f}M params, {layers} layers, d={d}, seq_len={seq}, "
-          f"activation checkpointing={'on' if model.ckpt else 'off'}", flush=True)
+    print(
+        f"model: {n / 1e6:.0f}M params, {layers} layers, d={d}, seq_len={seq}, "
+        f"activation checkpointing={'on' if model.ckpt else 'off'}",
+        flush=True,
+    )
     for step in range(1, steps + 1):
         t0 = time.time()
         ids = torch.randint(vocab, (1, seq + 1), device=dev.device)
@@ -92,8 +96,11 @@ def main() -> int:
         opt.step()
         opt.zero_grad(set_to_none=True)
         dev.sync()
-        print(f"Epoch 0 | step {step}/{steps} | loss {loss.item():.4f} | "
-              f"{seq / (time.time() - t0):.0f} tok/s", flush=True)
+        print(
+            f"Epoch 0 | step {step}/{steps} | loss {loss.item():.4f} | "
+            f"{seq / (time.time() - t0):.0f} tok/s",
+            flush=True,
+        )
     del reference
     return 0
 

@@ -25,7 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _hc import GiB, Device, parse_args  # noqa: E402
+from _hc import Device, GiB, parse_args
 
 log = logging.getLogger("score")
 
@@ -86,8 +86,11 @@ def with_oom_backoff(fn, batch_size: int):
             if batch_size == 1:
                 log.error("CUDA out of memory even at batch_size=1; giving up")
                 raise
-            log.warning("CUDA out of memory at batch_size=%d; retrying with batch_size=%d",
-                        batch_size, batch_size // 2)
+            log.warning(
+                "CUDA out of memory at batch_size=%d; retrying with batch_size=%d",
+                batch_size,
+                batch_size // 2,
+            )
             batch_size //= 2
             gc.collect()
             torch.cuda.empty_cache()
@@ -95,22 +98,30 @@ def with_oom_backoff(fn, batch_size: int):
 
 def main() -> int:
     a = parse_args(__doc__.splitlines()[0], ["chunked-logprobs"])
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s:%(name)s:%(message)s",
-                        stream=sys.stdout)
+    logging.basicConfig(
+        level=logging.INFO, format="%(levelname)s:%(name)s:%(message)s", stream=sys.stdout
+    )
     dev = Device(a.dry_run_cpu)
     if dev.dry:
         vocab, d, layers, heads, seq, n_docs, start_bs, spare = 300, 32, 2, 4, 128, 8, 8, 0
         dtype = torch.float32
     else:
-        vocab, d, layers, heads, seq, n_docs, start_bs, spare = 128256, 1024, 4, 16, 32768, 16, 8, 24
+        vocab, d, layers, heads, seq = 128256, 1024, 4, 16, 32768
+        n_docs, start_bs, spare = 16, 8, 24
         dtype = torch.bfloat16
     torch.manual_seed(0)
     with torch.device(dev.device):
         model = Decoder(vocab, d, layers, heads).to(dtype).eval()
     others = dev.ballast(spare * GiB)  # the other models this evaluation keeps loaded
     docs = torch.randint(vocab, (n_docs, seq + 1))
-    log.info("scoring %d docs x %d tokens on %s; vocab %d; start batch_size=%d", n_docs, seq,
-             dev.name, vocab, start_bs)
+    log.info(
+        "scoring %d docs x %d tokens on %s; vocab %d; start batch_size=%d",
+        n_docs,
+        seq,
+        dev.name,
+        vocab,
+        start_bs,
+    )
 
     def score_all(bs: int) -> list[float]:
         scores: list[float] = []

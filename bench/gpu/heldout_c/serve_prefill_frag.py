@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _hc import GiB, MiB, Device, parse_args  # noqa: E402
+from _hc import Device, GiB, MiB, parse_args
 
 PAGE_TOKENS = 16
 
@@ -184,8 +184,9 @@ class Engine:
         shape = (n_pages, 2, self.cfg.n_layers, PAGE_TOKENS, self.cfg.kv_dim)
         self.pool = torch.empty(shape, dtype=self.dtype, device=self.dev.device)
         self.free_pages = list(range(n_pages))
-        self.log.info("KV pool: %d pages of %d tokens (%.2f GiB)", n_pages, PAGE_TOKENS,
-                      n_pages * page / GiB)
+        self.log.info(
+            "KV pool: %d pages of %d tokens (%.2f GiB)", n_pages, PAGE_TOKENS, n_pages * page / GiB
+        )
 
     def allocate_kv(self, r: Request) -> None:
         if self.paged:
@@ -227,7 +228,7 @@ class Engine:
             for _ in range(steps):
                 last = (self.embed[last] @ self.lm_head.T).argmax(-1)
                 toks.append(last)
-            for r, new in zip(chunk, torch.stack(toks, 1).tolist()):
+            for r, new in zip(chunk, torch.stack(toks, 1).tolist(), strict=True):
                 r.out += new
 
 
@@ -243,9 +244,15 @@ def main() -> int:
     log = logging.getLogger("engine")
     dev = Device(a.dry_run_cpu)
     paged = a.fix == "kv-pool"
-    log.info("torch %s on %s; model d=%d layers=%d vocab=%d; kv cache %s", torch.__version__,
-             dev.name, cfg.d_model, cfg.n_layers, cfg.vocab,
-             "paged pool" if paged else "per request")
+    log.info(
+        "torch %s on %s; model d=%d layers=%d vocab=%d; kv cache %s",
+        torch.__version__,
+        dev.name,
+        cfg.d_model,
+        cfg.n_layers,
+        cfg.vocab,
+        "paged pool" if paged else "per request",
+    )
     engine = Engine(cfg, dev, paged, log)
     engine.warmup()
     weights = dev.ballast(cfg.budget)  # the rest of the 7B weights, already resident
@@ -253,8 +260,12 @@ def main() -> int:
         log.info("weights loaded: %.1f GiB resident", dev.allocated() / GiB)
     free = cfg.budget if dev.dry else dev.free_bytes()
     sched = Scheduler(cfg, make_requests(cfg), free, paged)
-    log.info("gpu_memory_utilization=%.2f of %.2f GiB free -> %.2f GiB for KV cache + prefill",
-             cfg.utilization, free / GiB, sched.limit / GiB)
+    log.info(
+        "gpu_memory_utilization=%.2f of %.2f GiB free -> %.2f GiB for KV cache + prefill",
+        cfg.utilization,
+        free / GiB,
+        sched.limit / GiB,
+    )
     if paged:
         engine.make_pool(sched.pool_bytes)
 
@@ -281,8 +292,14 @@ def main() -> int:
             log.info(
                 "step %d: running %d, waiting %d, finished %d; prompt %.0f tok/s, generation "
                 "%.0f tok/s; KV in use %.2f GiB; torch allocated %.2f GiB, reserved %.2f GiB",
-                step, len(sched.running), len(sched.waiting), finished, prompt_tokens / dt,
-                gen_tokens / dt, sched.kv_in_use / GiB, dev.allocated() / GiB,
+                step,
+                len(sched.running),
+                len(sched.waiting),
+                finished,
+                prompt_tokens / dt,
+                gen_tokens / dt,
+                sched.kv_in_use / GiB,
+                dev.allocated() / GiB,
                 dev.reserved() / GiB,
             )
     dev.sync()

@@ -17,6 +17,7 @@ asks for SIGTERM when its parent dies.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import select
@@ -28,7 +29,7 @@ import torch
 import torch.nn as nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _hc import GiB, MiB, Device, parse_args  # noqa: E402
+from _hc import Device, GiB, MiB, parse_args
 
 # fractions of the GPU's total memory, so the job behaves the same on any large GPU
 EVALUATOR_SHARE = 0.40  # the evaluator's fp32 model copy and eval buffers
@@ -62,8 +63,12 @@ def evaluator(a) -> int:
         weights = torch.empty(n, dtype=torch.uint8)
     else:
         weights = torch.empty(n, dtype=torch.uint8, device=dev.device)
-    log.info("pid %d: model copy loaded on %s (%.1f GiB); waiting for checkpoints", os.getpid(),
-             dev.name, n / GiB)
+    log.info(
+        "pid %d: model copy loaded on %s (%.1f GiB); waiting for checkpoints",
+        os.getpid(),
+        dev.name,
+        n / GiB,
+    )
     try:
         os.write(a.ready_fd, b"ready\n")
         os.close(a.ready_fd)
@@ -78,8 +83,16 @@ def evaluator(a) -> int:
 
 def start_evaluator(hold: int, dry: bool, log: logging.Logger) -> subprocess.Popen:
     r, w = os.pipe()
-    cmd = [sys.executable, os.path.abspath(__file__), "--role", "evaluator", "--ready-fd",
-           str(w), "--hold-bytes", str(hold)] + (["--dry-run-cpu"] if dry else [])
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--role",
+        "evaluator",
+        "--ready-fd",
+        str(w),
+        "--hold-bytes",
+        str(hold),
+    ] + (["--dry-run-cpu"] if dry else [])
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, pass_fds=(w,))
     os.close(w)
     log.info("started evaluator pid %d on the same GPU", proc.pid)
@@ -95,10 +108,8 @@ def start_evaluator(hold: int, dry: bool, log: logging.Logger) -> subprocess.Pop
 def stop_evaluator(proc: subprocess.Popen | None, log: logging.Logger) -> None:
     if proc is None:
         return
-    try:
+    with contextlib.suppress(Exception):
         proc.stdin.close()
-    except Exception:
-        pass
     try:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
@@ -136,25 +147,41 @@ def train(dev: Device, dims: dict, log: logging.Logger) -> nn.Module:
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        log.info("step %d/%d loss %.4f mem_alloc %.1fGiB", step, dims["steps"], loss.item(),
-                 dev.allocated() / GiB)
+        log.info(
+            "step %d/%d loss %.4f mem_alloc %.1fGiB",
+            step,
+            dims["steps"],
+            loss.item(),
+            dev.allocated() / GiB,
+        )
     return model
 
 
 def main() -> int:
     a = parse_args(__doc__.splitlines()[0], ["no-sidecar"], extra_args)
-    logging.basicConfig(level=logging.INFO, stream=sys.stdout,
-                        format="%(asctime)s | %(name)-9s | %(levelname)-5s | %(message)s")
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stdout,
+        format="%(asctime)s | %(name)-9s | %(levelname)-5s | %(message)s",
+    )
     if a.role == "evaluator":
         return evaluator(a)
 
     log = logging.getLogger("launcher")
     dev = Device(a.dry_run_cpu)
     total = dev.total_bytes()
-    dims = (dict(d=64, blocks=2, batch=2, seq=16, steps=3) if dev.dry
-            else dict(d=2048, blocks=24, batch=16, seq=2048, steps=3))
-    log.info("torch %s, %s, %.1f GiB total; async evaluation %s", torch.__version__, dev.name,
-             total / GiB, "off (in-process at the end)" if a.fix else "on")
+    dims = (
+        dict(d=64, blocks=2, batch=2, seq=16, steps=3)
+        if dev.dry
+        else dict(d=2048, blocks=24, batch=16, seq=2048, steps=3)
+    )
+    log.info(
+        "torch %s, %s, %.1f GiB total; async evaluation %s",
+        torch.__version__,
+        dev.name,
+        total / GiB,
+        "off (in-process at the end)" if a.fix else "on",
+    )
     proc = None
     try:
         if a.fix != "no-sidecar":
@@ -169,8 +196,9 @@ def main() -> int:
         model = train(dev, dims, tlog)
         if proc is None:
             with torch.no_grad():
-                x = torch.randn(2, 16, dims["d"], device=dev.device,
-                                dtype=next(model.parameters()).dtype)
+                x = torch.randn(
+                    2, 16, dims["d"], device=dev.device, dtype=next(model.parameters()).dtype
+                )
                 tlog.info("in-process eval loss %.4f", model(x).float().pow(2).mean().item())
         del resident
     finally:
