@@ -232,6 +232,45 @@ class Engine:
                 r.out += new
 
 
+def serve(cfg: Config, dev: Device, engine: Engine, sched: Scheduler, log: logging.Logger) -> None:
+    """The engine loop: admit, allocate KV, prefill, decode a chunk, free finished requests."""
+    t0 = time.time()
+    step = prompt_tokens = gen_tokens = finished = 0
+    while sched.waiting or sched.running:
+        step += 1
+        wave = sched.admit()
+        for r in wave:
+            engine.allocate_kv(r)
+        if wave:
+            engine.prefill(wave)
+            prompt_tokens += sum(r.prompt_len for r in wave)
+        if not sched.running:
+            raise RuntimeError("scheduler admitted nothing with nothing running")
+        engine.decode(sched.running, cfg.tokens_per_step)
+        gen_tokens += cfg.tokens_per_step * len(sched.running)
+        for r in sched.advance(cfg.tokens_per_step):
+            engine.release_kv(r)
+            finished += 1
+        if step % 5 == 0:
+            dev.sync()
+            dt = max(time.time() - t0, 1e-6)
+            log.info(
+                "step %d: running %d, waiting %d, finished %d; prompt %.0f tok/s, generation "
+                "%.0f tok/s; KV in use %.2f GiB; torch allocated %.2f GiB, reserved %.2f GiB",
+                step,
+                len(sched.running),
+                len(sched.waiting),
+                finished,
+                prompt_tokens / dt,
+                gen_tokens / dt,
+                sched.kv_in_use / GiB,
+                dev.allocated() / GiB,
+                dev.reserved() / GiB,
+            )
+    dev.sync()
+    log.info("served %d requests in %d steps, %.1f s", finished, step, time.time() - t0)
+
+
 def main() -> int:
     a = parse_args(__doc__.splitlines()[0], ["kv-pool"])
     cfg = TINY if a.dry_run_cpu else GPU
@@ -269,41 +308,7 @@ def main() -> int:
     if paged:
         engine.make_pool(sched.pool_bytes)
 
-    t0 = time.time()
-    step = prompt_tokens = gen_tokens = finished = 0
-    while sched.waiting or sched.running:
-        step += 1
-        wave = sched.admit()
-        for r in wave:
-            engine.allocate_kv(r)
-        if wave:
-            engine.prefill(wave)
-            prompt_tokens += sum(r.prompt_len for r in wave)
-        if not sched.running:
-            raise RuntimeError("scheduler admitted nothing with nothing running")
-        engine.decode(sched.running, cfg.tokens_per_step)
-        gen_tokens += cfg.tokens_per_step * len(sched.running)
-        for r in sched.advance(cfg.tokens_per_step):
-            engine.release_kv(r)
-            finished += 1
-        if step % 5 == 0:
-            dev.sync()
-            dt = max(time.time() - t0, 1e-6)
-            log.info(
-                "step %d: running %d, waiting %d, finished %d; prompt %.0f tok/s, generation "
-                "%.0f tok/s; KV in use %.2f GiB; torch allocated %.2f GiB, reserved %.2f GiB",
-                step,
-                len(sched.running),
-                len(sched.waiting),
-                finished,
-                prompt_tokens / dt,
-                gen_tokens / dt,
-                sched.kv_in_use / GiB,
-                dev.allocated() / GiB,
-                dev.reserved() / GiB,
-            )
-    dev.sync()
-    log.info("served %d requests in %d steps, %.1f s", finished, step, time.time() - t0)
+    serve(cfg, dev, engine, sched, log)
     del weights
     return 0
 
