@@ -28,8 +28,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from alloc_sim import SMALL, Expandable, GiB, Native, replay
-from serve_prefill_frag import (
+from alloc_sim import SMALL, Expandable, GiB, Native, replay  # noqa: E402
+from serve_prefill_frag import (  # noqa: E402
     GPU,
     PAGE_TOKENS,
     Config,
@@ -96,9 +96,8 @@ TRACE_MIN = 64 << 10
 
 def job_trace(cfg: Config, paged: bool) -> list[tuple[str, int]]:
     """The job's own allocations and frees of TRACE_MIN bytes or more, CPU profiler, in order."""
-    from torch.profiler import ProfilerActivity, profile
-
     from _hc import Device
+    from torch.profiler import ProfilerActivity, profile
 
     dev = Device(dry_run_cpu=True)
     log = logging.getLogger("trace")
