@@ -69,10 +69,14 @@ class Device:
         """One tensor holding all free device memory but ``leave_bytes``.
 
         It is allocated through PyTorch, so the OOM message counts it as allocated, as it would
-        count real weights. Returns None on the CPU dry run.
+        count real weights. The cache is emptied first, so memory freed while the job set itself
+        up (an fp32 model cast to bf16, say) is not left reusable on top of ``leave_bytes``;
+        under ``backend:cudaMallocAsync`` this trims the pool, which otherwise keeps freed
+        memory. Returns None on the CPU dry run.
         """
         if self.dry:
             return None
+        torch.cuda.empty_cache()
         n = self.free_bytes() - leave_bytes
         if n <= 0:
             raise SystemExit(
