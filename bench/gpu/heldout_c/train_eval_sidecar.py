@@ -4,12 +4,13 @@
 Stands for a training entry point whose launcher, to overlap evaluation with training, starts a
 second process, the "evaluator": it loads its own copy of the model in fp32 and waits for
 checkpoints to score. Both processes are given the same GPU (a one-GPU pod), so the trainer has
-what the evaluator leaves. The trainer (weights and optimizer state already resident, then a
-24-block MLP stack on 32k tokens per step) runs out of memory in its first step.
+what the evaluator leaves. The trainer (a frozen backbone resident, a ballast here, then 24
+trainable MLP blocks on 32k tokens per step) runs out of memory in its first step. Both shares
+are fractions of the GPU's total memory (evaluator 40 %, frozen backbone 45 %).
 
 The evaluator is a real process with its own CUDA context. It exits when the launcher's pipe to
-it closes (the launcher died, however it died) or on SIGTERM from the launcher; on Linux it also
-asks for SIGTERM when its parent dies.
+its stdin closes (the launcher ended, however it ended); on Linux it also asks for SIGTERM when
+its parent dies; the launcher stops it in a ``finally`` and waits for it.
 
 ``--fix no-sidecar``: do not start the evaluator; evaluate in-process after training.
 """
@@ -33,7 +34,7 @@ from _hc import Device, GiB, MiB, parse_args
 
 # fractions of the GPU's total memory, so the job behaves the same on any large GPU
 EVALUATOR_SHARE = 0.40  # the evaluator's fp32 model copy and eval buffers
-TRAINER_RESIDENT_SHARE = 0.45  # the trainer's frozen weights and optimizer state
+TRAINER_RESIDENT_SHARE = 0.45  # the trainer's frozen backbone
 
 
 def extra_args(p) -> None:
@@ -99,6 +100,7 @@ def start_evaluator(hold: int, dry: bool, log: logging.Logger) -> subprocess.Pop
     try:
         ready, _, _ = select.select([r], [], [], 120)
         if not ready or os.read(r, 16) != b"ready\n":
+            stop_evaluator(proc, log)
             raise RuntimeError(f"evaluator pid {proc.pid} did not become ready")
     finally:
         os.close(r)
@@ -192,7 +194,7 @@ def main() -> int:
         if not dev.dry:
             n = int(TRAINER_RESIDENT_SHARE * total) // (2 * MiB) * (2 * MiB)
             resident = torch.empty(n, dtype=torch.uint8, device=dev.device)
-            tlog.info("frozen weights + optimizer state resident: %.1f GiB", n / GiB)
+            tlog.info("frozen backbone resident: %.1f GiB", n / GiB)
         model = train(dev, dims, tlog)
         if proc is None:
             with torch.no_grad():
