@@ -15,6 +15,11 @@ fill the rest with a ballast). gpu_auditor is not needed there.
 
     python3 bench/gpu/heldout_b/run.py --out DIR [--deadline-s 150] [--only a,b]
     python3 bench/gpu/heldout_b/run.py --out DIR --dry-run-cpu   # tiny sizes, no GPU
+
+Another held-out set reuses this runner with its own folder and scenario list through
+``main(Suite(...))`` (``bench/gpu/heldout_c/run.py``). A scenario may carry ``alloc_conf``, its own
+``PYTORCH_CUDA_ALLOC_CONF``: every variant runs with it, and the ``expandable_segments`` variant
+merges ``expandable_segments:True`` into it (``run_proof.merge_conf``). Set B has none.
 """
 
 from __future__ import annotations
@@ -26,25 +31,45 @@ import subprocess
 import sys
 import tarfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
-from run_proof import OOM_RE, base_env, gpu_apps, slug  # noqa: E402
+from run_proof import OOM_RE, base_env, gpu_apps, merge_conf, slug  # noqa: E402
 from scenarios import SCENARIOS  # noqa: E402
 
 ES = "expandable_segments:True"
 MIN_RUN_S = 10.0  # a run is not started with less time than this left before the deadline
 
 
+@dataclass(frozen=True)
+class Suite:
+    """One held-out set: its name (``DIR/<name>.json``), the folder of its jobs, its scenarios."""
+
+    name: str
+    folder: Path
+    scenarios: list[dict]
+    deadline_s: float = 150.0
+
+    @property
+    def tar(self) -> str:
+        return "gpu-" + self.name.replace("_", "-") + ".tar.gz"
+
+
+SET_B = Suite("heldout_b", HERE, SCENARIOS)
+
+
 def plan(scenarios: list[dict]) -> list[tuple[dict, str, str | None, list[str]]]:
     """(scenario, variant, PYTORCH_CUDA_ALLOC_CONF, extra args), variant-major."""
     runs: list[tuple[dict, str, str | None, list[str]]] = []
-    runs += [(s, "baseline", None, []) for s in scenarios]
-    runs += [(s, f"alloc:{ES}", ES, []) for s in scenarios]
-    runs += [(s, f"fix:{f}", None, ["--fix", f]) for s in scenarios for f in s["fixes"]]
+    runs += [(s, "baseline", s.get("alloc_conf"), []) for s in scenarios]
+    runs += [(s, f"alloc:{ES}", merge_conf(s.get("alloc_conf"), ES), []) for s in scenarios]
+    runs += [
+        (s, f"fix:{f}", s.get("alloc_conf"), ["--fix", f]) for s in scenarios for f in s["fixes"]
+    ]
     return runs
 
 
@@ -66,11 +91,12 @@ def run_one(
     logdir: Path,
     timeout_s: float,
     dry: bool,
+    folder: Path = HERE,
 ) -> dict:
     env = base_env()
     if conf:
         env["PYTORCH_CUDA_ALLOC_CONF"] = conf
-    script = HERE / scn["script"]
+    script = folder / scn["script"]
     args = [*scn["args"], *extra, *(["--dry-run-cpu"] if dry else [])]
     log = logdir / f"{scn['name']}__{slug(variant)}.log"
     t0 = time.time()
@@ -164,19 +190,22 @@ def summary(result: dict) -> list[str]:
     return lines
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True, help="folder for logs, heldout_b.json and the tar.gz")
+def main(suite: Suite = SET_B) -> int:
+    ap = argparse.ArgumentParser(
+        description=f"Run held-out set {suite.name} on a real GPU: each job as baseline, with "
+        "expandable_segments, with its fix."
+    )
+    ap.add_argument("--out", required=True, help=f"folder for logs, {suite.name}.json, the tar.gz")
     ap.add_argument("--only", default="", help="comma-separated scenario names")
     ap.add_argument(
         "--deadline-s",
         type=float,
-        default=150.0,
+        default=suite.deadline_s,
         help="no run starts, and a running one is stopped, after this many seconds",
     )
     ap.add_argument("--run-timeout-s", type=float, default=60.0)
     ap.add_argument("--dry-run-cpu", action="store_true", help="every run at tiny sizes on CPU")
-    ap.add_argument("--tar", default="gpu-heldout-b.tar.gz")
+    ap.add_argument("--tar", default=suite.tar)
     a = ap.parse_args()
 
     out = Path(a.out)
@@ -184,14 +213,14 @@ def main() -> int:
     logdir.mkdir(parents=True, exist_ok=True)
     t_start = time.time()
     only = [s for s in a.only.split(",") if s]
-    unknown = sorted(set(only) - {s["name"] for s in SCENARIOS})
+    unknown = sorted(set(only) - {s["name"] for s in suite.scenarios})
     if unknown:
         ap.error(f"unknown scenario(s) {unknown}")
-    scenarios = [s for s in SCENARIOS if not only or s["name"] in only]
+    scenarios = [s for s in suite.scenarios if not only or s["name"] in only]
     result: dict = {
         "meta": {
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "set": "heldout_b",
+            "set": suite.name,
             "dry_run_cpu": a.dry_run_cpu,
             "python": sys.version.split()[0],
             "nvidia_smi": None if a.dry_run_cpu else smi(),
@@ -212,12 +241,13 @@ def main() -> int:
                     "est_s",
                 )
             }
+            | ({"alloc_conf": s["alloc_conf"]} if "alloc_conf" in s else {})
             for s in scenarios
         ],
         "runs": [],
     }
     print(json.dumps(result["meta"]), flush=True)
-    jpath = out / "heldout_b.json"
+    jpath = out / f"{suite.name}.json"
     for scn, variant, conf, extra in plan(scenarios):
         left = a.deadline_s - (time.time() - t_start)
         if left < MIN_RUN_S:
@@ -236,7 +266,7 @@ def main() -> int:
         else:
             timeout = min(a.run_timeout_s, left)
             result["runs"].append(
-                run_one(scn, variant, conf, extra, logdir, timeout, a.dry_run_cpu)
+                run_one(scn, variant, conf, extra, logdir, timeout, a.dry_run_cpu, suite.folder)
             )
         jpath.write_text(json.dumps(result, indent=1))
 
@@ -245,7 +275,7 @@ def main() -> int:
     result["summary"] = summary(result)
     jpath.write_text(json.dumps(result, indent=1))
     with tarfile.open(out / a.tar, "w:gz") as tf:
-        tf.add(jpath, arcname="heldout_b.json")
+        tf.add(jpath, arcname=jpath.name)
         tf.add(logdir, arcname="logs")
     print("\n".join(result["summary"]), flush=True)
     print(f"elapsed {result['meta']['elapsed_s']} s; wrote {out / a.tar}", flush=True)
