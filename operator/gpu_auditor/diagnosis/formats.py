@@ -180,16 +180,21 @@ def match_failure(line: str) -> tuple[str, str] | None:
 def find_failure(
     line: str, pos: int = 0, endpos: int | None = None, *, before: int | None = None
 ) -> tuple[str, int, int] | None:
-    """``(family, start, end)``: the first family (in ``_FAMILIES`` order) whose wording occurs
-    in ``line[pos:endpos]`` starting before ``before``, and where that wording is. Characters
-    before ``pos`` are still seen by the patterns' ``\\b``."""
+    """``(family, start, end)``: of the families whose wording occurs in ``line[pos:endpos]``
+    starting before ``before``, the one of highest ``PRIORITY`` (the first in ``_FAMILIES``
+    order among equals), and where that wording is. The same rule as between lines, so two
+    wordings get one diagnosis whether they share a line, a 64 KiB block of one, or neither.
+    Characters before ``pos`` are still seen by the patterns' ``\\b``."""
     end = len(line) if endpos is None else endpos
     limit = end if before is None else before
+    best: tuple[str, int, int] | None = None
     for family, pattern in _FAMILIES:
+        if best is not None and PRIORITY[family] <= PRIORITY[best[0]]:
+            continue
         match = pattern.search(line, pos, end)
         if match is not None and match.start() < limit:
-            return family, match.start(), match.end()
-    return None
+            best = family, match.start(), match.end()
+    return best
 
 
 _FRAMEWORK_MARKERS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (

@@ -83,13 +83,6 @@ def test_one_failure_printed_twice_on_a_long_line_is_counted_once(past_the_edge:
     assert d.figures.requested_bytes == 20 * MIB
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="inconsistency found by the find_failure `before` survivors: within one line (or one "
-    "64 KiB block of a long line) the first family in _FAMILIES order wins (cuda-library before "
-    "vllm), across blocks PRIORITY wins (vllm 8 > cuda-library 5), so the same two wordings get "
-    "another diagnosis when the block edge falls between them; the lead decides",
-)
 def test_two_wordings_on_a_long_line_get_one_diagnosis_wherever_the_block_edge_falls() -> None:
     pair = (
         "ValueError: No available memory for the cache blocks. Try increasing "
@@ -101,6 +94,10 @@ def test_two_wordings_on_a_long_line_get_one_diagnosis_wherever_the_block_edge_f
         dump = ("0, " * 30000)[:lead]
         kinds[lead] = diagnose(f"{dump} {pair}{' ' * 3000}\n").kind
     assert kinds == {lead: diagnose(pair + "\n").kind for lead in kinds}
+    # and on two lines: PRIORITY decides between lines, and now within one (vLLM's wording)
+    split = pair.replace(" " * 300, "\n")
+    assert diagnose(split + "\n").kind == diagnose(pair + "\n").kind
+    assert diagnose(pair + "\n").framework == "vllm"
 
 
 # -- match_line (read by bench/scan_throughput.py) ---------------------------------------------
