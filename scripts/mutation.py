@@ -109,6 +109,7 @@ GROUPS: dict[str, dict[str, Any]] = {
             ],
             "phase": [
                 "diagnosis/test_boundaries_phase.py",
+                "diagnosis/test_boundaries_phase_retry.py",
                 "diagnosis/test_boundaries_phase_survivors.py",
                 *_CORPORA,
             ],

@@ -14,14 +14,19 @@ to a phase names it (``forward`` only when nothing more specific matched):
   or moving a module to the GPU (``Module._apply`` under ``.to(``/``.cuda(``);
 - ``forward``: ``torch/nn/modules/module.py`` call frames.
 
-A log that shows the job's own retry loop shrinking its batch (Hugging Face Accelerate's
-``find_executable_batch_size``) is ``retry-exhausted`` whatever the frames: a smaller batch has
-already been tried. Only the last traceback before the failure is read, at most
-``MAX_TRACEBACK_BYTES`` of it; every pattern is a plain substring test (linear time).
+A log that shows the job's own retry loop shrinking its batch is ``retry-exhausted`` whatever
+the frames: a smaller batch has already been tried. That is Hugging Face Accelerate's
+``find_executable_batch_size`` by its wording, or any loop of the job's own that logs its caught
+out-of-memory errors with a batch size: at least two lines that say "out of memory" (or "OOM")
+and name a batch size, the sizes never growing and the last smaller than the first (a line's
+first 4096 characters are read). Only the last traceback before the failure is read, at most
+``MAX_TRACEBACK_BYTES`` of it; every frame pattern is a plain substring test, the retry
+patterns bounded regular expressions (linear time).
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 from typing import Final
 
@@ -40,6 +45,26 @@ _RETRY_MARKERS: Final = (
     "Decreasing batch size to",
     "No executable batch size found",
 )
+
+
+_OOM_WORDS = re.compile(r"out of memory|\bOOM\b", re.IGNORECASE)
+_BATCH_SIZE = re.compile(r"\bbatch(?:[ _-]?size)?\b[^\d\n]{0,16}?(\d{1,9})\b", re.IGNORECASE)
+_MAX_RETRY_LINE: Final = 4096  # a line's first characters read for a retry report
+
+
+def _shrinking_retries(text: str) -> bool:
+    """The job's own loop caught out-of-memory errors and shrank its batch (module doc)."""
+    sizes: list[int] = []
+    for line in text.splitlines():
+        line = line[:_MAX_RETRY_LINE]
+        if _OOM_WORDS.search(line) is None:
+            continue
+        size = _BATCH_SIZE.search(line)
+        if size is not None:
+            sizes.append(int(size.group(1)))
+    if len(sizes) < 2 or sizes[-1] >= sizes[0]:
+        return False
+    return all(later <= earlier for earlier, later in itertools.pairwise(sizes))
 
 
 def _frames(traceback: str) -> list[tuple[str, str, str]]:
@@ -63,15 +88,23 @@ def _phase_of(path: str, func: str, code: str) -> str | None:
         or ".backward(" in code
     ):
         return BACKWARD
-    if "/torch/cuda/graphs.py" in low_path or (
-        "capture" in low_func and "graph" in (low_func + low_path)
-    ) or "cudagraph" in low_func:
+    if (
+        "/torch/cuda/graphs.py" in low_path
+        or ("capture" in low_func and "graph" in (low_func + low_path))
+        or "cudagraph" in low_func
+    ):
         return GRAPH_CAPTURE
     if (
         "/torch/serialization.py" in low_path
         or "safetensors" in low_path
-        or low_func in ("load_state_dict", "_load_from_state_dict", "from_pretrained",
-                        "_load_pretrained_model", "load_checkpoint")
+        or low_func
+        in (
+            "load_state_dict",
+            "_load_from_state_dict",
+            "from_pretrained",
+            "_load_pretrained_model",
+            "load_checkpoint",
+        )
         or "torch.load(" in code
         or "from_pretrained(" in code
     ):
@@ -86,7 +119,7 @@ def _phase_of(path: str, func: str, code: str) -> str | None:
 
 def failure_phase(precontext: str) -> str | None:
     """The phase of the job's last traceback before the failure, or None when none is readable."""
-    if any(marker in precontext for marker in _RETRY_MARKERS):
+    if any(marker in precontext for marker in _RETRY_MARKERS) or _shrinking_retries(precontext):
         return RETRY_EXHAUSTED
     start = precontext.rfind("Traceback (most recent call last):")
     if start < 0:
