@@ -228,11 +228,12 @@ def _bfc_stats(lines: Sequence[Line]) -> tuple[int | None, int | None]:
 
 
 def _tensor_bytes(shape: str, dtype: str) -> int | None:
-    """Bytes of a tensor ``shape`` (``"64,512,8192"``) of ``dtype``; None when any dimension is
-    not a number or the product is above ``MAX_SIZE_BYTES``."""
+    """Bytes of a tensor ``shape`` (``"64,512,8192"``; ``""`` for a scalar, one element) of
+    ``dtype``; None when any dimension is not a number or the product is above
+    ``MAX_SIZE_BYTES``."""
     item = _TF_DTYPE_BYTES.get(dtype)
     dims = [to_count(d) for d in shape.replace(" ", "").split(",") if d]
-    if item is None or not dims:
+    if item is None:
         return None
     total = item
     for dim in dims:

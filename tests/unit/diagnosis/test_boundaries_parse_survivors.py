@@ -360,12 +360,6 @@ def test_tensor_bytes_up_to_exactly_two_to_the_64() -> None:
     assert _tensor_bytes("1024, 1024", "float16") == 2097152
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a rank-0 tensor (TensorFlow prints shape[]) is one element: its bytes are the "
-    "type's size, but _tensor_bytes returns None for no dimensions (its docstring names only a "
-    "non-number dimension or a product above 2^64 as None); left to the lead",
-)
 def test_a_scalar_tensor_request_is_its_type_size() -> None:
     assert event(tf_oom("", "float")).figures.requested_bytes == 4
 
