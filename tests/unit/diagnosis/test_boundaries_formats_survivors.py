@@ -277,3 +277,28 @@ def test_each_driver_code_looks_back_once_on_a_hostile_line(monkeypatch: Any) ->
     line = ("Error" + " " * 205 + CODE + " ") * 100
     assert searcher.search(line, 0, len(line)) is None
     assert counting.calls <= 200
+
+
+# -- one line, two wordings: the richest wins, the first in order among equals -----------------
+
+
+def test_among_wordings_of_equal_rank_on_one_line_the_first_family_in_order_wins() -> None:
+    # TensorFlow's and vLLM's wordings rank alike (8): TensorFlow's family comes first
+    line = (
+        "OOM when allocating tensor with shape[1024,1024] and type float ... "
+        "ValueError: No available memory for the cache blocks."
+    )
+    found = formats.find_failure(line)
+    assert found is not None and found[0] == "tensorflow"
+    assert found[1] == 0
+
+
+def test_a_richer_wording_later_in_the_order_is_still_found_past_equal_ones() -> None:
+    # NCCL's (5), then CUBLAS's (5, skipped as no richer), then vLLM's (8): vLLM's wins
+    line = (
+        "NCCL WARN Cuda failure 'out of memory' ... CUBLAS_STATUS_ALLOC_FAILED ... "
+        "No available memory for the cache blocks"
+    )
+    found = formats.find_failure(line)
+    assert found is not None and found[0] == "vllm"
+    assert line[found[1] : found[2]] == "No available memory for the cache blocks"
