@@ -84,6 +84,7 @@ GROUPS: dict[str, dict[str, Any]] = {
             ],
             "leak": [
                 "diagnosis/test_boundaries_leak.py",
+                "diagnosis/test_boundaries_leak_after_load.py",
                 "diagnosis/test_boundaries_leak_found.py",
                 "diagnosis/test_boundaries_leak_survivors.py",
                 "diagnosis/test_diagnosis_leak.py",

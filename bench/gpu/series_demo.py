@@ -291,9 +291,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--deadline-s", type=float, default=40.0, help="per job")
     p.add_argument("--fake", action="store_true", help="no GPU: a fake NVML and a canned log")
     p.add_argument("--only", choices=("leak", "flat"), help="run one job")
+    p.add_argument("--script", action="append", default=[], metavar="PATH:EXPECT",
+                   help="instead of the built-in jobs, sample this job script (run with "
+                   "python3, no arguments) and check its verdict with the series: EXPECT is "
+                   "'leak' or 'not-leak' (repeatable; e.g. a held-out set's jobs)")
     a = p.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
     began = time.time()
+    if a.script:
+        return _scripts(a, began)
     jobs = [j for j in ("leak", "flat") if a.only in (None, j)]
     results = []
     for job in jobs:
@@ -329,6 +335,41 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['job']}: rc={r['rc']} {r['seconds']} s, {r['raw_samples']} NVML samples, "
               f"{r['samples_used']} series points -> with samples: {r['with_samples']['kind']}"
               f", without: {r['without_samples']['kind']}")
+    print(json.dumps(checks), "elapsed", summary["elapsed_s"], "s")
+    if not ran:
+        return 2
+    return 0 if all(checks.values()) else 1
+
+
+def _scripts(a: argparse.Namespace, began: float) -> int:
+    """``--script PATH:EXPECT``: each job script sampled by the real NVML source, its verdict
+    with the series checked against EXPECT (without the series, for comparison)."""
+    from node_agent.nvml_source import NvmlSource
+
+    results, checks = [], {}
+    for spec in a.script:
+        path, _, expect = spec.rpartition(":")
+        if expect not in ("leak", "not-leak") or not path:
+            raise SystemExit(f"--script {spec!r}: PATH:leak or PATH:not-leak")
+        name = Path(path).stem
+        r = run_one(name, [sys.executable, path], a.out, NvmlSource(), a.interval, a.deadline_s)
+        r["expect"] = expect
+        results.append(r)
+        is_leak = r["with_samples"]["kind"] == "leak"
+        checks[f"{name}_with_samples_{expect}"] = is_leak == (expect == "leak")
+    ran = all(r["oom_in_log"] and r["samples_used"] >= 1 for r in results)
+    summary = {
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "started": dt.datetime.fromtimestamp(began, dt.UTC).isoformat(),
+        "elapsed_s": round(time.time() - began, 1), "python": sys.version.split()[0],
+        "checks": checks, "all_ok": ran and all(checks.values()), "jobs_ran": ran,
+        "results": results,
+    }
+    (a.out / "series_demo.json").write_text(json.dumps(summary, indent=1) + "\n")
+    for r in results:
+        print(f"{r['job']}: rc={r['rc']} {r['seconds']} s, {r['raw_samples']} NVML samples, "
+              f"{r['samples_used']} series points -> with samples: {r['with_samples']['kind']}"
+              f", without: {r['without_samples']['kind']} (expect {r['expect']})")
     print(json.dumps(checks), "elapsed", summary["elapsed_s"], "s")
     if not ran:
         return 2

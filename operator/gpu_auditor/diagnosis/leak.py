@@ -1,6 +1,8 @@
 """``leak``: memory that rises steadily, from samples over time or from figures the job printed.
 
-A series counts as a leak when, over its last ``LEAK_MAX_POINTS`` points:
+A series counts as a leak when, over its last ``LEAK_MAX_POINTS`` points - or over the points
+after a load (one rise of at least ``LEAK_LOAD_JUMP_SHARE``, half, of the series' growth: the
+job's weights or cache arriving at once, before the steady part) when the whole series fails:
 
 - it has at least ``LEAK_MIN_POINTS`` (5) points;
 - it rose at least ``LEAK_MIN_RISES`` (3) separate times (one jump, such as optimizer state
@@ -53,6 +55,10 @@ LEAK_MIN_LATE_SHARE: Final = 0.25
 LEAK_MIN_R2: Final = 0.8
 LEAK_MIN_GROWTH_BYTES: Final = 256 * 1024**2
 LEAK_MIN_RATE_BYTES_PER_SECOND: Final = 1024.0**2
+LEAK_LOAD_JUMP_SHARE: Final = 0.5
+"""One rise that is at least this share of a series' growth is a load, not part of a leak: the
+rules are tried again on the points after it (held-out set C's forward-hook leak on the H200:
+a 128.6 GiB ballast load, then 10 GiB of steady growth)."""
 
 MIN_BARE_BYTES: Final = 1024**2
 """A whole number with no unit anywhere is read as bytes from this size up (a byte count from
@@ -74,20 +80,90 @@ _WORDS: Final = re.compile(r"[a-z]+")
 _CAMEL: Final = re.compile(r"(?<=[a-z])(?=[A-Z])")
 
 _MEMORY_WORDS: Final = frozenset(
-    {"mem", "memory", "vram", "hbm", "alloc", "allocated", "reserved", "malloc", "gpumem",
-     "cudamem", "memalloc", "memreserved"}
+    {
+        "mem",
+        "memory",
+        "vram",
+        "hbm",
+        "alloc",
+        "allocated",
+        "reserved",
+        "malloc",
+        "gpumem",
+        "cudamem",
+        "memalloc",
+        "memreserved",
+    }
 )
 _NOT_GPU_MEMORY_WORDS: Final = frozenset(
-    {"cpu", "host", "rss", "ram", "sys", "system", "swap", "shm", "disk", "pinned",
-     "util", "utilization", "utilisation", "percent", "pct", "frac", "fraction", "ratio",
-     "bw", "bandwidth", "free", "total", "limit", "capacity", "avail", "available", "budget",
-     "loss", "lr", "rate", "throughput", "speed", "tokens", "samples", "it", "s", "sec",
-     "time", "step", "epoch", "batch", "bs", "size", "len", "count", "num", "grad", "norm",
-     "dataset", "data", "files", "params", "parameters"}
+    {
+        "cpu",
+        "host",
+        "rss",
+        "ram",
+        "sys",
+        "system",
+        "swap",
+        "shm",
+        "disk",
+        "pinned",
+        "util",
+        "utilization",
+        "utilisation",
+        "percent",
+        "pct",
+        "frac",
+        "fraction",
+        "ratio",
+        "bw",
+        "bandwidth",
+        "free",
+        "total",
+        "limit",
+        "capacity",
+        "avail",
+        "available",
+        "budget",
+        "loss",
+        "lr",
+        "rate",
+        "throughput",
+        "speed",
+        "tokens",
+        "samples",
+        "it",
+        "s",
+        "sec",
+        "time",
+        "step",
+        "epoch",
+        "batch",
+        "bs",
+        "size",
+        "len",
+        "count",
+        "num",
+        "grad",
+        "norm",
+        "dataset",
+        "data",
+        "files",
+        "params",
+        "parameters",
+    }
 )
 _UNIT_WORDS: Final = {
-    "b": "B", "bytes": "bytes", "byte": "bytes", "kb": "KB", "kib": "KiB", "mb": "MB",
-    "mib": "MiB", "gb": "GB", "gib": "GiB", "tb": "TB", "tib": "TiB",
+    "b": "B",
+    "bytes": "bytes",
+    "byte": "bytes",
+    "kb": "KB",
+    "kib": "KiB",
+    "mb": "MB",
+    "mib": "MiB",
+    "gb": "GB",
+    "gib": "GiB",
+    "tb": "TB",
+    "tib": "TiB",
 }
 _ALLOCATED_WORDS: Final = frozenset({"alloc", "allocated", "malloc", "memalloc"})
 _NOT_PROGRESS: Final = (
@@ -100,8 +176,33 @@ _NOT_PROGRESS: Final = (
 
 
 def detect_growth(points: Sequence[tuple[float, int]], source: str) -> Growth | None:
-    """A Growth when ``points`` (time or step, bytes) rise steadily enough to be a leak."""
+    """A Growth when ``points`` (time or step, bytes) rise steadily enough to be a leak: the
+    whole series, or the part after a load that dominates it (``_after_load``)."""
     series = sorted(points)[-LEAK_MAX_POINTS:]
+    found = _steady_rise(series, source)
+    if found is None:
+        after = _after_load(series)
+        if after is not None:
+            found = _steady_rise(after, source)
+    return found
+
+
+def _after_load(series: list[tuple[float, int]]) -> list[tuple[float, int]] | None:
+    """The points from the largest single rise on, when that rise is at least
+    ``LEAK_LOAD_JUMP_SHARE`` of the series' growth: a job loads its weights (a cache, a
+    ballast) in one step and then leaks, and a straight line through the load fits neither."""
+    values = [v for _, v in series]
+    if len(values) < LEAK_MIN_POINTS + 1:
+        return None
+    growth = values[-1] - values[0]
+    jumps = [b - a for a, b in itertools.pairwise(values)]
+    at = max(range(len(jumps)), key=jumps.__getitem__)
+    if growth <= 0 or jumps[at] < LEAK_LOAD_JUMP_SHARE * growth:
+        return None
+    return series[at + 1 :]
+
+
+def _steady_rise(series: list[tuple[float, int]], source: str) -> Growth | None:
     if len(series) < LEAK_MIN_POINTS:
         return None
     values = [float(v) for _, v in series]
