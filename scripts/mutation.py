@@ -51,12 +51,13 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 STAGE = REPO / ".mutation" / "tree"
 RULES = (
-    "allocconf", "classify", "leak", "phase", "proberecord", "recommend",
+    "allocconf", "classify", "core", "formats", "leak", "model", "parse", "phase", "proberecord",
+    "recommend", "sizes", "torchversion",
     "node_agent.sharing", "node_agent.cgroup", "node_agent.collector",
     "controller.annotations", "controller.pod", "controller.service", "controller.sharing",
 )  # fmt: skip
-"""The modules whose rules decide a verdict, a recommendation or a write: ``--fail-under``
-gates these (the others are reported)."""
+"""The modules whose rules decide a verdict, a recommendation or a write, and the core's entry
+points, parsing and JSON contract: ``--fail-under`` gates these (the others are reported)."""
 CORE = Path("operator/gpu_auditor/diagnosis")
 _CORPORA = [  # the real logs: every rule of the core meets them
     "diagnosis/test_oom_corpus.py",
