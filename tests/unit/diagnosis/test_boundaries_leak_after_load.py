@@ -71,3 +71,33 @@ def test_the_diagnosis_names_the_leak_after_a_load_from_the_nodes_series() -> No
     assert result.kind == "leak"
     assert result.growth is not None and result.growth.first_bytes == int(129.79 * GiB)
     assert result.growth.points == 8
+
+
+def test_a_load_needs_the_series_to_end_higher_than_it_began() -> None:
+    # a dip, then a steady rise back to exactly where it began: growth 0, no load, no leak;
+    # one byte higher and the rise after the 600 MiB jump is read
+    flat = [
+        (float(t), v)
+        for t, v in enumerate(
+            [1000 * MiB, 0, 600 * MiB, 700 * MiB, 800 * MiB, 900 * MiB, 1000 * MiB]
+        )
+    ]
+    assert _after_load(flat) is None and detect_growth(flat, "samples") is None
+    higher = [*flat[:-1], (6.0, 1000 * MiB + 1)]
+    assert _after_load(higher) == higher[2:]
+    assert detect_growth(higher, "samples") is not None
+
+
+def test_the_share_is_of_the_growth_from_the_first_point() -> None:
+    # growth 600 from 400: the 500 jump is a load (the sum 1400 would make it none)
+    assert _after_load(series([400, 900, 920, 940, 960, 980, 1000])) is not None
+    # growth 1000 from 0: a 400 jump is not half of it (counted from the second point, 300,
+    # the growth would be 700 and the jump more than half)
+    rest = list(range(720, 1001, 20))
+    assert _after_load(series([0, 300, 300, 700, *rest])) is None
+
+
+def test_a_leak_after_a_load_keeps_its_source() -> None:
+    growth = detect_growth(series(LOAD_THEN_LEAK), "samples")
+    assert growth is not None and growth.source == "samples"
+    assert growth.to_json_dict()["source"] == "samples"
