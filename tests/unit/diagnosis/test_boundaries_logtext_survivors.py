@@ -548,3 +548,24 @@ def test_a_stream_is_read_in_chunks_of_the_size_asked() -> None:
     stream.sizes = []
     assert scan_stream(stream, chunk_bytes=1000).oom_count == 1
     assert stream.sizes and all(size == 1000 for size in stream.sizes)
+
+
+def test_an_unfinished_line_fed_in_small_pieces_is_searched_once() -> None:
+    data = b"0, " * 20_000 + b"\n" + OOM_A.encode()  # a 60,000-byte line, then a failure
+    result, examined = counted_scan(data, 100)
+    assert result.oom_count == 1
+    assert examined <= 16 * len(data)
+
+
+def test_the_buffer_is_trimmed_to_256_kib_plus_1_mib_of_slack_on_a_3_mb_log() -> None:
+    scanner = LogScanner()
+    scanner.feed(OOM_A.encode())
+    filler = b"step 1 loss 0.1234 lr 3e-4 grad_norm 0.98\n" * 1560  # 64 KiB-ish pieces
+    peak = 0
+    for _ in range(48):  # 3 MB
+        scanner.feed(filler)
+        peak = max(peak, scanner.retained_bytes)
+    assert scanner.finish().oom_count == 1
+    # 256 KiB of precontext, 1 MiB of slack, one piece, the 64 KiB head, the 8 KiB window
+    assert peak <= 262_144 + 1_048_576 + len(filler) + 65_536 + 8_192
+    assert peak > 1_048_576  # the slack is used: the bound is not met by never keeping anything
