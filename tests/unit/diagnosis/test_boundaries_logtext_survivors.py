@@ -569,3 +569,87 @@ def test_the_buffer_is_trimmed_to_256_kib_plus_1_mib_of_slack_on_a_3_mb_log() ->
     # 256 KiB of precontext, 1 MiB of slack, one piece, the 64 KiB head, the 8 KiB window
     assert peak <= 262_144 + 1_048_576 + len(filler) + 65_536 + 8_192
     assert peak > 1_048_576  # the slack is used: the bound is not met by never keeping anything
+
+
+# -- lines across feeds: a long line's rest, the tail, the last line -------------------------
+
+
+@pytest.mark.parametrize("ending", ["\nnext\n", "\r" + "Epoch 2\r\ndone\n", ""])
+def test_a_long_line_across_feeds_then_its_carriage_return_segments(ending: str) -> None:
+    # the long line's rest ends at the first \r or \n, then the next line is read whole
+    log = f"starting\n{A}\n{'x' * 70_000}\r[rank1]: {RAW}{ending}"
+    result = same_however_split(log.encode(), 4096, 65_536, 70_011)
+    assert result.oom_count == 2
+    assert result.last is not None and result.last.line.text.startswith(RAW)
+
+
+def test_a_progress_bar_over_64_kib_without_a_newline_splits_at_each_carriage_return() -> None:
+    # the job was killed mid-bar: no final newline; the failure is one \r segment of the bar
+    log = f"{tqdm(1500)}\r{RAW}{tqdm(1500)}"
+    assert len(log) > 65_536
+    result = same_however_split(log.encode(), 4096, 65_536)
+    assert result.oom_count == 1
+    assert result.last is not None and result.last.line.text.startswith(RAW + "\rEpoch 0:")
+
+
+def test_a_failure_line_of_exactly_64_kib_is_read_whole_however_it_is_split() -> None:
+    line = "x" * (65_536 - len(A) - 1) + " " + A
+    assert len(line) == 65_536
+    data = f"{line}\nafter\n".encode()
+    whole = scan_bytes(data)
+    assert whole.last is not None and whole.last.line == Line(line)
+    for cut in (65_535, 65_536, 65_537):
+        assert scan_cut(data, cut) == whole, cut
+
+
+def test_a_long_line_after_a_newline_at_byte_0_takes_the_rank_of_its_own_start() -> None:
+    data = f"\n[rank1]: {'x' * 70_000} {RAW}\n".encode()
+    result = same_however_split(data, 70_000, 4096)
+    assert result.last is not None and result.last.line.rank == "1"
+
+
+def test_the_lines_after_a_failure_are_kept_whatever_the_chunk_size() -> None:
+    log = f"step 1\n{A}\nafter 1\nafter 2\nafter 3\n"
+    result = same_however_split(log.encode(), 1, 64, 1000)
+    assert result.last is not None
+    assert result.last.after == (Line("after 1"), Line("after 2"), Line("after 3"), Line(""))
+
+
+def test_the_lines_after_are_those_of_the_failures_rank_or_all_without_a_rank() -> None:
+    ranked = scan_bytes(f"[rank1]: {A}\n[rank0]: step 5\n[rank1]: after 1\n".encode())
+    assert ranked.last is not None and ranked.last.after == (Line("after 1", "1"),)
+    plain = scan_bytes(f"{A}\n[rank0]: step 5\nafter\n".encode())
+    assert plain.last is not None
+    assert plain.last.after == (Line("step 5", "0"), Line("after"), Line(""))
+
+
+def test_a_long_failure_line_ending_the_log_has_nothing_after_it() -> None:
+    result = scan_bytes(f"step\n{LONG}".encode())
+    assert result.last is not None
+    assert result.last.line == Line(LONG)
+    assert [line.text for line in result.last.after] in ([], [""])  # no text after it
+
+
+def test_a_last_line_without_a_newline_is_read_and_every_byte_counted() -> None:
+    data = ("step 1 loss 0.1234\n" * 160_000 + A).encode()  # 3 MB: trimmed twice on the way
+    result = same_however_split(data, 65_536)
+    assert (result.oom_count, result.bytes_scanned) == (1, len(data))
+    assert result.last is not None and result.last.line == Line(A)
+    assert result.last.precontext == ("step 1 loss 0.1234\n" * 160_000)[-262_144:]
+
+
+def test_anchor_lines_without_a_keyword_are_searched_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    counter = CountingPattern(logtext._KEYWORD_RE)
+    monkeypatch.setattr(logtext, "_KEYWORD_RE", counter)
+    data = b"step 1 cache memory 1.2 GiB\n" * 3000
+    assert scan_bytes(data).oom_count == 0
+    assert counter.examined <= 2 * len(data)
+
+
+def test_feed_after_finish_says_so_and_finish_keeps_only_the_head() -> None:
+    scanner = LogScanner()
+    scanner.feed(b"step 1 loss 0.1234\n" * 10_000)
+    assert scanner.finish().oom_count == 0
+    assert scanner.retained_bytes == 65_536
+    with pytest.raises(ValueError, match=r"^feed\(\) after finish\(\)$"):
+        scanner.feed(b"x")
