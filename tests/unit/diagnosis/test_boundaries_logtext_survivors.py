@@ -183,6 +183,8 @@ def test_a_chunk_ending_at_a_carriage_return_does_not_glue_the_lines() -> None:
     assert scan_cut(data, split) == scan_bytes(data)
     result = scan_cut(data, split)
     assert result.last is not None and result.last.line == Line(A, "0")
+    # the text before it ends with the bar's segment, kept though it does not end the line
+    assert result.last.before == (Line("step 0"), Line("Epoch 1/3 50%", "0"))
 
 
 def test_two_failures_on_one_physical_line_both_take_its_rank() -> None:
@@ -653,3 +655,30 @@ def test_feed_after_finish_says_so_and_finish_keeps_only_the_head() -> None:
     assert scanner.retained_bytes == 65_536
     with pytest.raises(ValueError, match=r"^feed\(\) after finish\(\)$"):
         scanner.feed(b"x")
+
+
+@pytest.mark.parametrize(
+    "rest",
+    [
+        f"\n[rank1]: {RAW}\rdone\n",  # the long line ends at \n; a \r only on the next line
+        f" {RAW}",  # the log ends inside the long line
+    ],
+    ids=["newline-then-cr", "log-ends-inside"],
+)
+def test_a_long_lines_rest_ends_at_its_own_break_and_earlier_lines_are_not_read_again(
+    rest: str,
+) -> None:
+    log = f"starting\n[rank1]: {A}\n[rank1]: {B}\n{'x' * 70_000}{rest}"
+    result = same_however_split(log.encode(), 4096, 65_536)
+    assert result.oom_count == 3
+    if rest.startswith("\n"):
+        assert result.last is not None
+        assert result.last.line == Line(RAW + "\rdone", "1")  # its own line, read whole
+
+
+def test_a_failure_segment_ends_at_its_own_carriage_return_far_from_the_next_one() -> None:
+    log = f"[rank1]: Epoch 1\r{RAW}\n" + "step 1\n" * 12_000 + "Epoch 2\r\n"
+    result = same_however_split(log.encode(), 65_536)
+    assert result.last is not None and result.last.line == Line(RAW, "1")
+    tail = scan_bytes(("step 1\n" * 20_000 + f"[rank1]: {RAW}\nafter\n").encode())
+    assert tail.last is not None and tail.last.line == Line(RAW, "1")
