@@ -220,9 +220,8 @@ def test_a_failure_exactly_256_kib_after_the_log_start_gets_the_rank_printed_the
 
 
 NEWLINE_256K = "starting\n[rank1]: " + "x" * (262_144 - 9 - 1) + "\r" + RAW + "\n"
-LOOKED_UP_256K = (  # a 70,000-byte first segment: its start is looked up (a long line)
-    "starting\n[rank1]: " + "x" * 70_000 + "\r" + "y" * (262_144 - 70_010 - 1) + "\r" + RAW + "\n"
-)
+_SEGMENT = "[rank1]: " + "x" * 70_000 + " out of memory handler idle\r"  # a long line, looked up
+LOOKED_UP_256K = "starting\n" + _SEGMENT + "y" * (262_144 - len(_SEGMENT) - 1) + "\r" + RAW + "\n"
 
 
 def test_a_failure_exactly_256_kib_after_a_looked_up_line_start_between_gets_its_rank() -> None:
