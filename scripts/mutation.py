@@ -137,6 +137,7 @@ GROUPS: dict[str, dict[str, Any]] = {
                 "diagnosis/test_hostile_scan.py",
                 "diagnosis/test_logtext_head_words.py",
                 "diagnosis/test_oom_fixtures.py",
+                "diagnosis/test_boundaries_logtext_survivors.py",
                 # memory bounds on 200 MB / 10 s inputs, not rules: they would time every mutant
                 "-diagnosis/test_diagnosis_logtext.py::test_memory_stays_bounded_on_a_large_stream",
                 "-diagnosis/test_hostile_scan.py::"
