@@ -321,24 +321,8 @@ def main(argv: list[str] | None = None) -> int:
         checks["leak_without_samples_is_not_leak"] = r["without_samples"]["kind"] != "leak"
     if "flat" in by_job:
         checks["flat_with_samples_is_not_leak"] = by_job["flat"]["with_samples"]["kind"] != "leak"
-    ran = all(r["oom_in_log"] and r["samples_used"] >= 1 for r in results)
-    summary = {
-        "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None
-                                                       else sys.argv[1:])]),
-        "fake": a.fake, "started": dt.datetime.fromtimestamp(began, dt.UTC).isoformat(),
-        "elapsed_s": round(time.time() - began, 1), "python": sys.version.split()[0],
-        "checks": checks, "all_ok": ran and all(checks.values()), "jobs_ran": ran,
-        "results": results,
-    }
-    (a.out / "series_demo.json").write_text(json.dumps(summary, indent=1) + "\n")
-    for r in results:
-        print(f"{r['job']}: rc={r['rc']} {r['seconds']} s, {r['raw_samples']} NVML samples, "
-              f"{r['samples_used']} series points -> with samples: {r['with_samples']['kind']}"
-              f", without: {r['without_samples']['kind']}")
-    print(json.dumps(checks), "elapsed", summary["elapsed_s"], "s")
-    if not ran:
-        return 2
-    return 0 if all(checks.values()) else 1
+    command = " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])])
+    return _finish(a.out, results, checks, began, command, {"fake": a.fake})
 
 
 def _scripts(a: argparse.Namespace, began: float) -> int:
@@ -357,19 +341,28 @@ def _scripts(a: argparse.Namespace, began: float) -> int:
         results.append(r)
         is_leak = r["with_samples"]["kind"] == "leak"
         checks[f"{name}_with_samples_{expect}"] = is_leak == (expect == "leak")
+    command = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])
+    return _finish(a.out, results, checks, began, command, {})
+
+
+def _finish(out: Path, results: list[dict[str, Any]], checks: dict[str, bool], began: float,
+            command: str, extra: dict[str, Any]) -> int:
+    """Write ``series_demo.json``, print a line per job; 0 when every check holds, 1 when one
+    does not, 2 when a job could not be run or sampled."""
     ran = all(r["oom_in_log"] and r["samples_used"] >= 1 for r in results)
     summary = {
-        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "command": command, **extra,
         "started": dt.datetime.fromtimestamp(began, dt.UTC).isoformat(),
         "elapsed_s": round(time.time() - began, 1), "python": sys.version.split()[0],
         "checks": checks, "all_ok": ran and all(checks.values()), "jobs_ran": ran,
         "results": results,
     }
-    (a.out / "series_demo.json").write_text(json.dumps(summary, indent=1) + "\n")
+    (out / "series_demo.json").write_text(json.dumps(summary, indent=1) + "\n")
     for r in results:
+        expect = f" (expect {r['expect']})" if "expect" in r else ""
         print(f"{r['job']}: rc={r['rc']} {r['seconds']} s, {r['raw_samples']} NVML samples, "
               f"{r['samples_used']} series points -> with samples: {r['with_samples']['kind']}"
-              f", without: {r['without_samples']['kind']} (expect {r['expect']})")
+              f", without: {r['without_samples']['kind']}{expect}")
     print(json.dumps(checks), "elapsed", summary["elapsed_s"], "s")
     if not ran:
         return 2
