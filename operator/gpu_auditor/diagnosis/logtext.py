@@ -25,8 +25,8 @@ Constants:
   pattern matches (``formats.MAX_MATCH_CHARS`` characters of up to 4 bytes).
 - ``PRECONTEXT_BYTES`` (256 KiB): text kept before the reported failure, read for the release the
   job printed and for the memory figures it printed while running (the ``leak`` series).
-- ``WINDOW_BEFORE_LINES`` (40) / ``WINDOW_AFTER_BYTES`` (8 KiB) and ``WINDOW_AFTER_LINES`` (16):
-  the failure's own lines (the cudaMallocAsync block spans 7 lines; TensorFlow's hint follows).
+- ``WINDOW_BEFORE_LINES`` (40) / ``WINDOW_AFTER_BYTES`` (8 KiB, counted from the failure
+  line's end whatever its length) and ``WINDOW_AFTER_LINES`` (16): the failure's own lines (the cudaMallocAsync block spans 7 lines; TensorFlow's hint follows).
 - ``DEDUPE_WINDOW_BYTES`` (16 KiB): a failure line of the same rank within this distance of the
   previous one, of another family or with the very same message, is the same failure printed
   again (a logged then re-raised exception, NCCL's warning then ``DistBackendError``, figures
@@ -177,6 +177,7 @@ class _Event:
     rank: str | None
     line: Line | None = None  # the failure line as read, when ``after`` cannot hold it whole
     after_from: int | None = None  # where ``after`` starts when ``line`` is given
+    after_bytes: int = WINDOW_AFTER_BYTES  # how much ``after`` keeps (with the line: more)
     precontext: bytes | None = None  # copied only when the buffer is cut, or at the end
     after: bytes | None = None
 
@@ -334,7 +335,8 @@ class LogScanner:
         bytes not searched for an earlier line, so a line of many carriage returns stays
         linear."""
         buf, base = self._buf, self._base
-        low = max(0, start - PRECONTEXT_BYTES)
+        # a line starting PRECONTEXT_BYTES before has its newline one byte further back
+        low = max(0, start - PRECONTEXT_BYTES - 1)
         seen, known = self._physical_seen
         low_searched = max(low, seen - base)
         newline = buf.rfind(b"\n", low_searched, start)
@@ -374,7 +376,9 @@ class LogScanner:
         family, key = found
         base = self._base
         if end - start < WINDOW_AFTER_BYTES:  # ``after`` holds the line: read it from there
-            self._on_failure(base + start, base + end, family, key, rank)
+            # the line, its line break, then the window after it as for a longer line
+            after_bytes = end - start + 1 + WINDOW_AFTER_BYTES
+            self._on_failure(base + start, base + end, family, key, rank, after_bytes=after_bytes)
         else:
             kept = Line(line.text, rank)
             self._on_failure(base + start, base + end, family, key, rank, kept, base + end + 1)
@@ -429,6 +433,7 @@ class LogScanner:
         rank: str | None,
         line: Line | None = None,
         after_from: int | None = None,
+        after_bytes: int = WINDOW_AFTER_BYTES,
     ) -> None:
         priority = formats.PRIORITY[family]
         previous = self._open.pop(rank, None)
@@ -443,10 +448,10 @@ class LogScanner:
         event = self._event
         if same_failure and event is not None:
             if event.rank == rank and priority > event.priority:
-                self._event = _Event(start, family, priority, rank, line, after_from)
+                self._event = _Event(start, family, priority, rank, line, after_from, after_bytes)
             return
         self._count += 1
-        self._event = _Event(start, family, priority, rank, line, after_from)
+        self._event = _Event(start, family, priority, rank, line, after_from, after_bytes)
 
     def _keep_precontext(self) -> None:
         """Copy the text before the reported failure, once, before the buffer loses it (a copy
@@ -461,11 +466,11 @@ class LogScanner:
         if event is None or event.after is not None:
             return
         rel = (event.after_from if event.after_from is not None else event.start) - self._base
-        if final or len(self._buf) - rel >= WINDOW_AFTER_BYTES:
-            event.after = bytes(self._buf[rel : rel + WINDOW_AFTER_BYTES])
+        if final or len(self._buf) - rel >= event.after_bytes:
+            event.after = bytes(self._buf[rel : rel + event.after_bytes])
 
     def _trim(self) -> None:
-        keep_from = self._pos - PRECONTEXT_BYTES
+        keep_from = self._pos - PRECONTEXT_BYTES - 1  # and the newline before (``_physical``)
         event = self._event
         if event is not None and event.after is None:
             keep_from = min(keep_from, event.start)

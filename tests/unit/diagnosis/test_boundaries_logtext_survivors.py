@@ -234,19 +234,22 @@ def test_a_failure_exactly_256_kib_after_a_looked_up_line_start_between_gets_its
     assert result.last is not None and result.last.line.rank == "1"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_physical searches [start - 256 KiB, start) for the newline, so a physical line "
-    "starting exactly 262,144 bytes before (its newline one byte further back) is missed, while "
-    "the same distance from the log start (found = 0) or through a look-up in between (known) "
-    "keeps the rank: 'at most PRECONTEXT_BYTES before' holds on two paths out of three "
-    "(mutants _physical 32/33 take the known path here and agree with the docstring)",
-)
+NEWLINE_256K_PLUS_1 = "starting\n[rank1]: " + "x" * (262_144 - 9) + "\r" + RAW + "\n"
+
+
 @pytest.mark.parametrize("log", [NEWLINE_256K, LOOKED_UP_256K], ids=["newline", "looked-up"])
 def test_a_failure_exactly_256_kib_after_a_newline_gets_the_rank_printed_there(log: str) -> None:
+    # the physical line starts 262,144 bytes before the failure; its newline is one byte further
     assert log.index(RAW) - len("starting\n") == 262_144
-    result = scan_bytes(log.encode())
+    result = same_however_split(log.encode(), 1_000, 65_536, 262_152, 262_153)
     assert result.last is not None and result.last.line == Line(RAW, "1")
+
+
+def test_a_failure_262_145_bytes_after_a_newline_has_no_rank() -> None:
+    log = NEWLINE_256K_PLUS_1
+    assert log.index(RAW) - len("starting\n") == 262_145
+    result = same_however_split(log.encode(), 1_000, 65_536, 262_152, 262_153)
+    assert result.last is not None and result.last.line == Line(RAW, None)
 
 
 def test_carriage_return_ranks_after_the_buffer_was_trimmed() -> None:
@@ -299,17 +302,21 @@ def test_a_failure_line_of_exactly_8192_bytes_keeps_the_lines_after_it() -> None
     assert result.last.after[:2] == (Line("after 1"), Line("after 2"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the after window is 8 KiB from the failure's start when the line is under 8,192 "
-    "bytes (_confirm_line) but 8 KiB from its end at 8,192 bytes and more: a failure line of "
-    "8,000 bytes keeps 191 bytes of what follows it, one of 8,192 bytes keeps 8 KiB",
-)
-def test_a_failure_line_of_8000_bytes_keeps_the_lines_after_it() -> None:
-    line = "x" * (8000 - len(A) - 1) + " " + A
-    tail = "".join(f"after {i} " + "y" * 60 + "\n" for i in range(6))
-    result = scan_bytes(f"{line}\n{tail}".encode())
-    assert result.last is not None and len(result.last.after) >= 6
+AFTER_TAIL = "".join(f"after {i} " + "y" * (999 - len(f"after {i} ")) + "\n" for i in range(12))
+
+
+@pytest.mark.parametrize("length", [len(A), 8000, 8190, 8191, 8192, 9000])
+def test_the_after_window_is_8_kib_from_the_failure_lines_end_whatever_its_length(
+    length: int,
+) -> None:
+    # 8,192 bytes after the line break: eight lines of 1,000 bytes, then 192 bytes of the ninth
+    line = A if length == len(A) else "x" * (length - len(A) - 1) + " " + A
+    assert len(line) == length
+    result = same_however_split(f"{line}\n{AFTER_TAIL}".encode(), 4096, 8193)
+    assert result.last is not None and result.last.line == Line(line)
+    after = [x.text for x in result.last.after]
+    assert after[:8] == AFTER_TAIL.splitlines()[:8]
+    assert after[8:] == [AFTER_TAIL.splitlines()[8][:192]]
 
 
 # -- a long line's 64 KiB blocks ---------------------------------------------------------------
