@@ -9,7 +9,7 @@ sizes, log(t2 / t1) / log(n2 / n1), is about 1 for linear time and 2 for quadrat
 when both times are at least 5 ms (below that, timer and allocator noise dominate). "found" says
 whether the diagnosis has the planted failure's figures (2.00 GiB requested).
 
-    .venv/bin/python bench/hostile_scaling.py [--baseline-rev REV] [--timeout 120]
+    .venv/bin/python bench/hostile_scaling.py [--baseline-rev REV] [--timeout 120] [--classes A,B]
 """
 
 from __future__ import annotations
@@ -106,6 +106,15 @@ CLASSES: dict[str, tuple[str, list[int], Callable[[int], tuple[str, str | None]]
         [16_000, 64_000, 256_000],
         lambda n: ("mem " * (n // 4) + "\n" + OOM, "found"),
     ),
+    "retry-words-before-the-failure": (
+        "n bytes of 4 KB lines 'out of memory, batch batch ... batch' (no size) before the OOM: "
+        "phase.py's retry reading (the 256 KiB before the failure)",
+        [16_000, 64_000, 256_000, 1_024_000],
+        lambda n: (
+            ("out of memory, " + "batch " * 680 + "\n") * (n // 4096) + "\n" + OOM,
+            "found",
+        ),
+    ),
 }
 
 
@@ -181,13 +190,24 @@ def main() -> int:
     parser.add_argument("--baseline-rev", default=None)
     parser.add_argument("--timeout", type=float, default=120.0)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    parser.add_argument(
+        "--classes",
+        default=None,
+        help="comma-separated classes to run (default: all); results go to "
+        "hostile_scaling-<classes>.md/.json so the full table is kept",
+    )
     args = parser.parse_args()
+    chosen = [c.strip() for c in args.classes.split(",")] if args.classes else list(CLASSES)
+    unknown = sorted(set(chosen) - set(CLASSES))
+    if unknown:
+        parser.error(f"unknown classes {unknown}; known: {sorted(CLASSES)}")
+    stem = "hostile_scaling" + ("-" + "-".join(chosen) if args.classes else "")
     rev = args.baseline_rev or merge_base()
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="gpu-auditor-baseline-") as tmp:
         cores = {"ours": ROOT / "operator", "baseline": extract_core(rev, Path(tmp))}
-        for name, (_, sizes, _) in CLASSES.items():
-            for n in sizes:
+        for name in chosen:
+            for n in CLASSES[name][1]:
                 row: dict[str, Any] = {"class": name, "n": n}
                 for label, core in cores.items():
                     row[label] = measure(core, name, n, args.timeout)
@@ -214,7 +234,8 @@ def main() -> int:
         f"when both times are >= 5 ms. Child timeout {args.timeout:.0f} s.",
         "",
     ]
-    for name, (about, _, build) in CLASSES.items():
+    for name in chosen:
+        about, _, build = CLASSES[name]
         checks_found = build(1)[1] == "found"
         md += [f"## {name}", "", about, ""]
         head = "| n | this branch | exponent | previous core | exponent |"
@@ -239,10 +260,10 @@ def main() -> int:
             md.append(text)
         md.append("")
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "hostile_scaling.json").write_text(
+    (args.out / f"{stem}.json").write_text(
         json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n"
     )
-    (args.out / "hostile_scaling.md").write_text("\n".join(md))
+    (args.out / f"{stem}.md").write_text("\n".join(md))
     print("\n".join(md))
     return 0
 

@@ -26,7 +26,8 @@ Constants:
 - ``PRECONTEXT_BYTES`` (256 KiB): text kept before the reported failure, read for the release the
   job printed and for the memory figures it printed while running (the ``leak`` series).
 - ``WINDOW_BEFORE_LINES`` (40) / ``WINDOW_AFTER_BYTES`` (8 KiB, counted from the failure
-  line's end whatever its length) and ``WINDOW_AFTER_LINES`` (16): the failure's own lines (the cudaMallocAsync block spans 7 lines; TensorFlow's hint follows).
+  line's end whatever its length) and ``WINDOW_AFTER_LINES`` (16): the failure's own lines
+  (the cudaMallocAsync block spans 7 lines; TensorFlow's hint follows).
 - ``DEDUPE_WINDOW_BYTES`` (16 KiB): a failure line of the same rank within this distance of the
   previous one, of another family or with the very same message, is the same failure printed
   again (a logged then re-raised exception, NCCL's warning then ``DistBackendError``, figures

@@ -20,11 +20,23 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu_auditor.diagnosis import formats, logtext, parse, sizes, torchversion
+from gpu_auditor.diagnosis import (
+    formats,
+    leak,
+    logtext,
+    parse,
+    phase,
+    proberecord,
+    recommend,
+    sizes,
+    torchversion,
+)
 
 pytestmark = pytest.mark.unit
 
-OWNED: tuple[ModuleType, ...] = (sizes, formats, parse, torchversion, logtext)
+OWNED: tuple[ModuleType, ...] = (
+    sizes, formats, parse, torchversion, logtext, phase, leak, proberecord, recommend,
+)  # fmt: skip
 NUMBER_CHARS = frozenset("0123456789,. ")
 LONGEST_NUMBER = 64
 
@@ -212,3 +224,60 @@ def test_the_release_clues_match_what_their_regexes_match(pieces: list[str]) -> 
     text = "".join(pieces)
     for (clue, _), regex in zip(torchversion._CLUES, CLUE_REGEXES, strict=False):
         assert bool(clue.search(text)) == bool(re.search(regex, text))
+
+
+RETRY_PIECES = st.sampled_from(
+    [
+        "OOM",
+        "oom",
+        "xOOM",
+        "Out of Memory",
+        "out of memory",
+        "batch",
+        "Batch",
+        "BATCH_SIZE",
+        "batch-size",
+        "batch size",
+        "batchsize",
+        "batches",
+        "=",
+        ": ",
+        " ",
+        ",",
+        "_",
+        "\n",
+        "x" * 10,
+        "y" * 20,
+        "1",
+        "32",
+        "64",
+        "1234567890",
+    ]
+)
+# phase.py's retry patterns before they read a lowercased line with a possessive repeat
+RETRY_OOM_REGEX = re.compile(r"out of memory|\bOOM\b", re.IGNORECASE)
+RETRY_BATCH_REGEX = re.compile(
+    r"\bbatch(?:[ _-]?size)?\b[^\d\n]{0,16}?(\d{1,9})\b", re.IGNORECASE
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(RETRY_PIECES, max_size=20))
+def test_the_retry_patterns_on_a_lowercased_line_read_what_the_ignorecase_ones_read(
+    pieces: list[str],
+) -> None:
+    # ASCII text: IGNORECASE and lower() differ only on a few non-ASCII letters (the long s)
+    line = "".join(pieces)
+    lowered = line.lower()
+    assert bool(phase._OOM_WORDS.search(lowered)) == bool(RETRY_OOM_REGEX.search(line))
+    found, expected = phase._BATCH_SIZE.search(lowered), RETRY_BATCH_REGEX.search(line)
+    assert (found and found.group(1)) == (expected and expected.group(1))
+
+
+def test_the_retry_check_reads_a_hostile_precontext_in_bounded_steps() -> None:
+    # 256 KiB of lines naming "batch" hundreds of times with no size near: no sizes, no verdict;
+    # and the same with one real shrinking loop after it still reads the loop
+    hostile = ("out of memory, " + "batch " * 680 + "\n") * 64
+    assert not phase._shrinking_retries(hostile)
+    loop = "OOM at batch size 64, retrying\nOOM at batch size 32, retrying\n"
+    assert phase._shrinking_retries(hostile + loop)
