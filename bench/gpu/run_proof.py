@@ -210,6 +210,37 @@ def base_env() -> dict[str, str]:
     return env
 
 
+def with_probe(env: dict[str, str], record_path: Path) -> None:
+    """Load the OOM probe in the job as a job loads it (``--probe``), its record to
+    ``record_path`` (removed first, so a stale record is never read)."""
+    record_path.unlink(missing_ok=True)
+    env["PYTHONPATH"] = str(PROBE_DIR) + (
+        os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
+    )
+    env["GPU_AUDITOR_PROBE"] = "1"
+    env["GPU_AUDITOR_PROBE_PATH"] = str(record_path)
+
+
+def run_logged(
+    cmd: list[str], env: dict[str, str], log: Path, timeout_s: float, who: str = "driver"
+) -> tuple[int, str, float]:
+    """Run a job from the repository root with stdout and stderr together, as a container log
+    holds them, and write its log: (exit status, output, seconds). A job past ``timeout_s`` is
+    124 with what it printed and a ``[who] TIMEOUT`` line."""
+    t0 = time.time()
+    try:
+        p = subprocess.run(
+            cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout_s,
+            cwd=REPO,
+        )  # fmt: skip
+        rc, out = p.returncode, p.stdout.decode("utf-8", "replace")
+    except subprocess.TimeoutExpired as e:
+        rc, out = 124, (e.stdout or b"").decode("utf-8", "replace") + f"\n[{who}] TIMEOUT\n"
+    wall = time.time() - t0
+    log.write_text(out)
+    return rc, out, wall
+
+
 def run_one(
     scn: dict, variant: str, conf: str | None, extra_args: list[str], logdir: Path, timeout_s: float
 ) -> dict:
@@ -220,27 +251,8 @@ def run_one(
     log = logdir / f"{scn['name']}__{slug(variant)}.log"
     record_path = logdir / f"{scn['name']}__{slug(variant)}.probe"
     if PROBE["on"]:
-        record_path.unlink(missing_ok=True)
-        env["PYTHONPATH"] = str(PROBE_DIR) + (
-            os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
-        )
-        env["GPU_AUDITOR_PROBE"] = "1"
-        env["GPU_AUDITOR_PROBE_PATH"] = str(record_path)
-    t0 = time.time()
-    try:
-        p = subprocess.run(
-            cmd,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            timeout=timeout_s,
-            cwd=REPO,
-        )
-        rc, out = p.returncode, p.stdout.decode("utf-8", "replace")
-    except subprocess.TimeoutExpired as e:
-        rc, out = 124, (e.stdout or b"").decode("utf-8", "replace") + "\n[driver] TIMEOUT\n"
-    wall = time.time() - t0
-    log.write_text(out)
+        with_probe(env, record_path)
+    rc, out, wall = run_logged(cmd, env, log, timeout_s)
     oom_lines = [ln for ln in out.splitlines() if OOM_RE.search(ln)]
     outcome = "ok" if rc == 0 else ("oom" if oom_lines else "error")
     leftovers = wait_gpu_clean()

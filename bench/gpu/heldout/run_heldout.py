@@ -116,27 +116,8 @@ def run_one(
     env = job_env(conf)
     record_path = logdir / f"{scn['name']}__{rp.slug(variant)}.probe"
     if rp.PROBE["on"]:  # the OOM probe, loaded as a job loads it (run_proof.py --probe)
-        record_path.unlink(missing_ok=True)
-        env["PYTHONPATH"] = str(rp.PROBE_DIR) + (
-            ":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
-        )
-        env["GPU_AUDITOR_PROBE"] = "1"
-        env["GPU_AUDITOR_PROBE_PATH"] = str(record_path)
-    t0 = time.time()
-    try:
-        p = subprocess.run(
-            cmd,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            timeout=timeout_s,
-            cwd=REPO,
-        )
-        rc, out = p.returncode, p.stdout.decode("utf-8", "replace")
-    except subprocess.TimeoutExpired as e:
-        rc, out = 124, (e.stdout or b"").decode("utf-8", "replace") + "\n[driver] TIMEOUT\n"
-    wall = time.time() - t0
-    log.write_text(out)
+        rp.with_probe(env, record_path)
+    rc, out, wall = rp.run_logged(cmd, env, log, timeout_s)
     oom_lines = [seg for ln in out.splitlines() for seg in ln.split("\r") if OOM_RE.search(seg)]
     if rc == 0:
         outcome = "ok"

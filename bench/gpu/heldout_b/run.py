@@ -38,7 +38,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
-from run_proof import OOM_RE, base_env, gpu_apps, merge_conf, slug  # noqa: E402
+from run_proof import OOM_RE, base_env, gpu_apps, merge_conf, run_logged, slug  # noqa: E402
 from scenarios import SCENARIOS  # noqa: E402
 
 ES = "expandable_segments:True"
@@ -99,22 +99,7 @@ def run_one(
     script = folder / scn["script"]
     args = [*scn["args"], *extra, *(["--dry-run-cpu"] if dry else [])]
     log = logdir / f"{scn['name']}__{slug(variant)}.log"
-    t0 = time.time()
-    try:
-        p = subprocess.run(
-            [sys.executable, str(script), *args],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            timeout=timeout_s,
-            cwd=REPO,
-        )
-        rc, out = p.returncode, p.stdout.decode("utf-8", "replace")
-    except subprocess.TimeoutExpired as e:
-        rc = 124
-        out = (e.stdout or b"").decode("utf-8", "replace") + "\n[run.py] TIMEOUT\n"
-    wall = time.time() - t0
-    log.write_text(out)
+    rc, out, wall = run_logged([sys.executable, str(script), *args], env, log, timeout_s, "run.py")
     oom_lines = [ln for ln in out.splitlines() if OOM_RE.search(ln)]
     if rc == 124:
         outcome = "timeout"
