@@ -319,6 +319,51 @@ def test_the_after_window_is_8_kib_from_the_failure_lines_end_whatever_its_lengt
     assert after[8:] == [AFTER_TAIL.splitlines()[8][:192]]
 
 
+
+@pytest.mark.parametrize("lead", [1, 20_001], ids=["after-1-byte", "after-20-kb"])
+def test_the_after_window_is_counted_from_the_line_not_from_the_log_start(lead: int) -> None:
+    # the failure line starts ``lead`` bytes into the log: the window is still 8,192 bytes from
+    # its end (a window counted from offset 0 would hold ``lead`` bytes more)
+    head = "".join("z" * 99 + "\n" for _ in range(lead // 100)) + "w" * (lead % 100 - 1) + "\n"
+    assert len(head) == lead
+    log = f"{head}{A}\n{AFTER_TAIL}"
+    result = same_however_split(log.encode(), 4096, 30_000)
+    assert result.last is not None and result.last.line == Line(A)
+    after = [x.text for x in result.last.after]
+    assert after[:8] == AFTER_TAIL.splitlines()[:8]
+    assert after[8:] == [AFTER_TAIL.splitlines()[8][:192]]
+
+
+def test_a_richer_reprint_keeps_the_after_window_of_its_own_line() -> None:
+    # the raw CUDA error, then PyTorch's message for the same failure (within 16 KiB, another
+    # family): the message is reported, and its window is 8,192 bytes from its own line's end
+    line = "x" * (4000 - len(A) - 1) + " " + A
+    log = f"{RAW}\n{line}\n{AFTER_TAIL}"
+    result = same_however_split(log.encode(), 4096)
+    assert result.oom_count == 1
+    assert result.last is not None and result.last.family == "torch"
+    assert result.last.line == Line(line)
+    after = [x.text for x in result.last.after]
+    assert after[:8] == AFTER_TAIL.splitlines()[:8]
+    assert after[8:] == [AFTER_TAIL.splitlines()[8][:192]]
+
+
+@pytest.mark.parametrize("length", [8191, 8192])
+def test_a_failure_segment_before_a_carriage_return_at_8_kib(length: int) -> None:
+    """Under 8,192 bytes the failure is read from its window, up to its newline (the segments
+    after its carriage return stay on its line, as for the long lines above); from 8,192 bytes it
+    is kept as read, one segment, and the next segment is the first line after it."""
+    line = "x" * (length - len(A) - 1) + " " + A
+    log = f"{line}\rEpoch 2:  10%\nafter 1\n"
+    result = same_however_split(log.encode(), 4096)
+    assert result.last is not None
+    if length < 8192:
+        assert result.last.line == Line(line + "\rEpoch 2:  10%")
+        assert result.last.after[:1] == (Line("after 1"),)
+    else:
+        assert result.last.line == Line(line)
+        assert result.last.after[:2] == (Line("Epoch 2:  10%"), Line("after 1"))
+
 # -- a long line's 64 KiB blocks ---------------------------------------------------------------
 
 

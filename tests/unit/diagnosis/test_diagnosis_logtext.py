@@ -139,3 +139,46 @@ def test_every_keyword_contains_an_anchor_so_the_prefilter_misses_no_family() ->
 
     for keyword in formats.KEYWORDS:
         assert any(anchor in keyword for anchor in formats.ANCHORS), keyword
+
+
+def _real_log_lines() -> list[str]:
+    from diagnosis_helpers import FIXTURES, SHARED_CORPUS
+
+    root = FIXTURES.parents[2]
+    folders = [FIXTURES, SHARED_CORPUS, root / "bench" / "gpu", root / "examples" / "logs"]
+    lines: list[str] = []
+    for folder in folders:
+        for path in sorted(folder.rglob("*.log")) if folder.is_dir() else ():
+            text = path.read_bytes().decode("utf-8", errors="replace")
+            lines += [x.text for x in normalize_text(text.replace("\r", "\n"))]
+    return lines + list(_DRIVER_LINES)
+
+
+_DRIVER_LINES = (  # no real log here has the driver's wording: as CUDA and its users print it
+    "RuntimeError: Error in cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY (out of memory)",
+    "numba.cuda.cudadrv.driver.CudaAPIError: [2] Call to cuMemAlloc results in "
+    "CUDA_ERROR_OUT_OF_MEMORY",
+    "terminate called after throwing an instance of 'std::runtime_error' what(): CUDA Error: "
+    "cudaErrorMemoryAllocation",
+)
+
+
+def test_every_wording_found_in_the_real_logs_contains_a_keyword() -> None:
+    """The scan confirms only lines holding one of ``formats.KEYWORDS`` (its second filter):
+    a family whose wording could match without one would be missed in a log. Every wording that
+    ``find_failure`` finds on a line of the real logs (the corpora, the GPU runs, the held-out
+    sets, the family fixtures) is on a line holding a keyword, from the wording on (DRIVER's
+    match is the word before the code: the code is the keyword)."""
+    from gpu_auditor.diagnosis import formats
+
+    found: dict[str, int] = {}
+    for line in _real_log_lines():
+        hit = formats.find_failure(line)
+        if hit is None:
+            continue
+        family, start, end = hit
+        found[family] = found.get(family, 0) + 1
+        rest = line[start : start + formats.MAX_MATCH_CHARS].encode("utf-8", errors="replace")
+        assert any(k in rest for k in formats.KEYWORDS), (family, line[start:end])
+    # the real logs hold every family: the check is not vacuous for any of them
+    assert set(found) == set(formats.PRIORITY), sorted(set(formats.PRIORITY) - set(found))
