@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test unit lint real-torch mutation control-plane tools manifest-checkers dashboard-linter manifests bench clean image node e2e
+.PHONY: demo test unit lint real-torch mutation control-plane tools manifest-checkers manifests bench clean image node e2e
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -63,18 +63,13 @@ node:
 	scripts/build-node.sh
 
 ## tools: promtool and prometheus (Debian's package) for the alert-rule and scrape tests, kube-score
-## and dashboard-linter (from Go modules).
-tools: manifest-checkers dashboard-linter
+## (from its Go module). The dashboard's lint rules need no tool: devtools/dashboard_lint, in .venv.
+tools: manifest-checkers
 	scripts/install-tools.sh
 
 ## manifest-checkers: kube-score built from its Go module into ~/.cache/gpu-auditor/bin.
 manifest-checkers:
 	scripts/build-manifest-checkers.sh
-
-## dashboard-linter: Grafana's dashboard-linter at a pinned commit, built from its Go module
-## into ~/.cache/gpu-auditor/bin (tests/unit/chart/test_dashboard_lint.py runs it).
-dashboard-linter:
-	scripts/build-dashboard-linter.sh
 
 ## image: the image from the Dockerfile, built by buildah on a local Debian base (no registry
 ## needed); tagged localhost/gpu-auditor:dev (docs/real-node.md).
