@@ -101,7 +101,8 @@ class Server:
     def __init__(self, cfg: dict, dev: Device, buckets: bool) -> None:
         self.cfg, self.dev, self.buckets = cfg, dev, buckets
         torch.manual_seed(0)
-        self.model = Encoder(cfg).to(dev.device, torch.bfloat16).eval()
+        with dev.device:  # parameters created and initialized on the GPU
+            self.model = Encoder(cfg).to(torch.bfloat16).eval()
         self.graphs: dict[tuple[int, int], Graphed] = {}
         self.pool = None
 

@@ -106,7 +106,8 @@ def main() -> int:
     dev = Device(a.dry_run_cpu)
     cfg = CPU if dev.dry else GPU
     torch.manual_seed(0)
-    model = Encoder(cfg, sdpa=a.fix == "sdpa").to(dev.device, torch.bfloat16).eval()
+    with dev.device:  # parameters created and initialized on the GPU
+        model = Encoder(cfg, sdpa=a.fix == "sdpa").to(torch.bfloat16).eval()
     print(f"loaded classifier on {dev.name}; attention: {'sdpa' if a.fix else 'eager'}", flush=True)
     ballast = dev.ballast(cfg["leave"])  # the ensemble's other members
     print(f"{gib(dev.free_bytes())} GiB free for evaluation", flush=True)

@@ -24,7 +24,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -44,14 +43,6 @@ def _stamp(level: str) -> str:
 
 def _say(level: str, line: int, msg: str) -> None:
     print(f"{_stamp(level)}:{line}] {msg}", flush=True)
-
-
-def _pump(rank: int, stream, lock: threading.Lock) -> None:
-    for raw in iter(stream.readline, b""):
-        text = raw.decode("utf-8", "replace").rstrip("\n")
-        with lock:
-            print(f"[rank{rank}]: {text}", flush=True)
-    stream.close()
 
 
 def _stop(procs: list[subprocess.Popen], grace_s: float = 5.0) -> None:
@@ -133,8 +124,6 @@ def launch(a: argparse.Namespace) -> int:
     tmp = tempfile.mkdtemp(prefix="rdzv-")
     store = os.path.join(tmp, "store")
     procs: list[subprocess.Popen] = []
-    pumps: list[threading.Thread] = []
-    lock = threading.Lock()
     old = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -160,11 +149,7 @@ def launch(a: argparse.Namespace) -> int:
             )
             cmd = [sys.executable, str(Path(__file__).resolve()), "--worker"]
             cmd += ["--dry-run-cpu"] if a.dry_run_cpu else []
-            p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-            procs.append(p)
-            t = threading.Thread(target=_pump, args=(rank, p.stdout, lock), daemon=True)
-            t.start()
-            pumps.append(t)
+            procs.append(subprocess.Popen(cmd, env=env))  # workers share the launcher's output
         failures: list[tuple[int, int, int, float]] = []
         while True:
             done = [(r, p) for r, p in enumerate(procs) if p.poll() is not None]
@@ -179,8 +164,6 @@ def launch(a: argparse.Namespace) -> int:
                 for r, p in enumerate(procs):
                     if p.returncode != 0 and all(f[0] != r for f in failures):
                         failures.append((r, p.pid, p.returncode, time.time()))
-                for t in pumps:
-                    t.join(timeout=5)
                 _say(
                     "E",
                     869,
@@ -190,8 +173,6 @@ def launch(a: argparse.Namespace) -> int:
                 _failure_summary(failures[0], failures[1:])
                 return 1
             if len(done) == len(procs):
-                for t in pumps:
-                    t.join(timeout=5)
                 _say("I", 160, "all workers finished")
                 return 0
             time.sleep(0.2)
@@ -210,6 +191,11 @@ def worker(dry: bool) -> int:
     from _hd import Device, die_with_parent, gib
 
     die_with_parent()
+
+    def say(msg: str) -> None:  # one write per line: the ranks share the launcher's stdout
+        sys.stdout.write(f"[rank{os.environ['RANK']}]: {msg}\n")
+        sys.stdout.flush()
+
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     accum = int(os.environ["GRAD_ACCUM"])
     dist.init_process_group(
@@ -223,14 +209,13 @@ def worker(dry: bool) -> int:
     tokens = 256 if dry else 32768
     total = dev.total_bytes()
     n_vis = 0 if dry else torch.cuda.device_count()
-    print(
+    say(
         f"rank {rank}/{world} on {dev.device} ({dev.name}), {n_vis} visible device(s), "
-        f"{gib(total)} GiB total, LoRA r={r} on {blocks} blocks, {tokens} tokens a micro-batch",
-        flush=True,
+        f"{gib(total)} GiB total, LoRA r={r} on {blocks} blocks, {tokens} tokens a micro-batch"
     )
     bf = torch.bfloat16
-    w_in = [torch.randn(d, f, dtype=bf, device=dev.device) * 0.02 for _ in range(blocks)]
-    w_out = [torch.randn(f, d, dtype=bf, device=dev.device) * 0.02 for _ in range(blocks)]
+    w_in = [torch.empty(d, f, dtype=bf, device=dev.device).normal_(0, 0.02) for _ in range(blocks)]
+    w_out = [torch.empty(f, d, dtype=bf, device=dev.device).normal_(0, 0.02) for _ in range(blocks)]
     base_real = sum(t.numel() * 2 for t in w_in + w_out)
     rest = dev.held(int(0.33 * total) - base_real) if not dry else None  # rest of the base
     lora = []
@@ -240,13 +225,12 @@ def worker(dry: bool) -> int:
             b_ = torch.nn.Parameter(torch.zeros(r, n_out, device=dev.device, dtype=bf))
             lora += [a_, b_]
     opt = torch.optim.AdamW(lora, lr=2e-4)
-    print(
+    say(
         f"frozen base loaded: {gib(dev.allocated())} GiB allocated on {dev.device}; "
-        f"{sum(p.numel() for p in lora) / 1e6:.1f}M trainable LoRA parameters",
-        flush=True,
+        f"{sum(p.numel() for p in lora) / 1e6:.1f}M trainable LoRA parameters"
     )
     dist.barrier()
-    for step in range(1, 4):
+    for step in range(1, 3):
         t0 = time.time()
         total_loss = 0.0
         for _ in range(accum):
@@ -257,7 +241,7 @@ def worker(dry: bool) -> int:
                 u = h @ w_in[k] + (h @ a1) @ b1
                 u = torch.nn.functional.gelu(u)
                 h = h + u @ w_out[k] + (u @ a2) @ b2
-            loss = h.float().pow(2).mean() / accum
+            loss = h.float().pow(2).mean().log1p() / accum
             loss.backward()
             total_loss += float(loss.detach())
             del x, h, u, loss
@@ -271,15 +255,14 @@ def worker(dry: bool) -> int:
         opt.step()
         opt.zero_grad(set_to_none=True)
         dev.sync()
-        print(
+        say(
             f"step {step} loss {total_loss:.4f} ({time.time() - t0:.2f}s, "
-            f"max mem {gib(0 if dry else torch.cuda.max_memory_allocated())} GiB)",
-            flush=True,
+            f"max mem {gib(0 if dry else torch.cuda.max_memory_allocated())} GiB)"
         )
     dist.barrier()
     dist.destroy_process_group()
     del rest
-    print("training done", flush=True)
+    say("training done")
     return 0
 
 

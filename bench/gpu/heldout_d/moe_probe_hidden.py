@@ -11,12 +11,14 @@ batch's vocabulary: a domain-heavy batch sends a third of its tokens to one expe
 bucket is a fresh (n, 14336) tensor of a size seen nowhere else, batches vary from 80k to 130k
 tokens, and the probe features (128-256 MiB, kept for up to 4 batches) are allocated between
 them. The rest of the checkpoint, loaded before, is an in-process ballast that leaves the job
-22 GiB; the largest working set is about 19 GiB.
+23 GiB; the largest working set is about 19 GiB.
 
 ``--fix static-buffers``: every large tensor is allocated once, at the largest batch, before the
 first batch (hidden-state, permuted-token and expert-output buffers, (8192, 14336) expert tiles
 that each bucket goes through in turn, and one 65536-row feature buffer per layer that is folded
 into its Gram matrix whenever it fills), so no size ever changes.
+
+``--leave-gib G`` (calibration only) sets the job's budget; the scenario runs without it.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ log = logging.getLogger("probe")
 GPU = {
     "d": 4096, "f": 14336, "experts": 8, "layers": 8, "vocab": 32000, "seq": 2048,
     "rows": (40, 64), "batches": 8, "tile": 8192, "every": 4, "fold_every": 4,
-    "feat_rows": 65536, "leave": 22 * GiB,
+    "feat_rows": 65536, "leave": 23 * GiB,
 }  # fmt: skip
 CPU = {
     "d": 64, "f": 224, "experts": 8, "layers": 3, "vocab": 500, "seq": 32,
@@ -180,14 +182,22 @@ class StaticBuffers:
 
 
 def main() -> int:
-    a = parse_args(__doc__.splitlines()[1], ["static-buffers"])
+    a = parse_args(
+        __doc__.splitlines()[1],
+        ["static-buffers"],
+        lambda p: p.add_argument(
+            "--leave-gib", type=float, default=None, help="calibration: the job's budget on the GPU"
+        ),
+    )
     logging.basicConfig(
         level=logging.INFO,
         format="%(asctime)s %(levelname)s [%(name)s] %(message)s",
         stream=sys.stdout,
     )
     dev = Device(a.dry_run_cpu)
-    cfg = CPU if dev.dry else GPU
+    cfg = dict(CPU if dev.dry else GPU)
+    if a.leave_gib is not None:
+        cfg["leave"] = int(a.leave_gib * GiB)
     log.info("device %s, %s GiB total, fix=%s", dev.name, gib(dev.total_bytes()), a.fix)
     stack = MoEStack(cfg, dev.device)
     weights = sum(t.numel() * 2 for ws in (stack.w1, stack.w3, stack.w2) for t in ws)

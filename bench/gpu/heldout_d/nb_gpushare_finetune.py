@@ -77,14 +77,14 @@ def user_code(dev: Device) -> None:
             )
             h = h + a.transpose(1, 2).reshape(batch, seq, d) @ wo
             h = h + F.gelu(h @ w1) @ w2
-        loss = h.float().pow(2).mean()
+        loss = h.float().pow(2).mean().log1p()
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
         dev.sync()
         print(
             {
-                "loss": round(float(loss), 4),
+                "loss": round(float(loss.detach()), 4),
                 "grad_norm": 1.0,
                 "learning_rate": 2e-5,
                 "epoch": round(step * batch / 4096, 4),
@@ -95,7 +95,7 @@ def user_code(dev: Device) -> None:
         {
             "train_runtime": round(time.time() - t0, 3),
             "train_samples_per_second": round(3 * batch / (time.time() - t0), 3),
-            "train_loss": round(float(loss), 4),
+            "train_loss": round(float(loss.detach()), 4),
             "epoch": round(3 * batch / 4096, 4),
         },
         flush=True,

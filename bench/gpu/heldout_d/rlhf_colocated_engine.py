@@ -154,7 +154,7 @@ def main() -> int:
         dev.sync()
         log.info(
             "[trainer] iter %d: policy loss %.4f, %d tokens, %.2fs, max allocated %s GiB",
-            it, float(loss), ids.numel(), time.time() - t0,
+            it, float(loss.detach()), ids.numel(), time.time() - t0,
             gib(0 if dev.dry else torch.cuda.max_memory_allocated()),
         )  # fmt: skip
         del h, loss, ids

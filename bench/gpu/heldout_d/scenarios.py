@@ -77,7 +77,7 @@ SCENARIOS: list[dict] = [
             "hash-routed MoE stack (Mixtral expert shapes, 8 layers) over packed batches of "
             "80k-130k tokens; per-expert buckets of varying size (up to a third of the tokens), "
             "fp32 probe features of every layer (128-256 MiB) kept between them for 4 batches; "
-            "largest working set ~19 GiB in 22 GiB"
+            "largest working set ~19 GiB in 23 GiB"
         ),
         "fixes": ["static-buffers"],
         "est_s": 12,

@@ -143,6 +143,30 @@ class ReID(torch.nn.Module):
         return torch.nn.functional.normalize(self.net(crops), dim=-1)
 
 
+def track_chunk(
+    chunk: int, engine: DetectorEngine, reid: ReID, gallery: torch.Tensor, dev: Device, cfg: dict
+) -> None:
+    """Detect on one chunk of frames, embed the crops, associate them with the gallery."""
+    t0 = time.time()
+    frames = torch.rand(cfg["frames"], 3, 8, 8, device=dev.device)
+    if engine.user_managed and engine.ws_tensor is None and not dev.dry:
+        engine.set_device_memory(dev.held(engine.ws_bytes))
+    boxes = engine.infer(frames)
+    if engine.user_managed:
+        engine.set_device_memory(None)  # back to PyTorch's cache for the tracker
+    with torch.inference_mode():
+        crops = torch.randn(boxes.shape[0], cfg["crop"], device=dev.device, dtype=torch.bfloat16)
+        emb = reid(crops)
+        sim = (emb @ gallery.T).float()
+        assign = sim.mul_(20.0).softmax(dim=-1)
+        best = assign.argmax(-1)
+    dev.sync()
+    event(
+        msg="chunk done", chunk=chunk, frames=cfg["frames"], detections=int(boxes.shape[0]),
+        tracks_matched=int(best.unique().numel()), seconds=round(time.time() - t0, 3),
+    )  # fmt: skip
+
+
 def main() -> int:
     a = parse_args(__doc__.splitlines()[1], ["torch-workspace"])
     dev = Device(a.dry_run_cpu)
@@ -152,11 +176,12 @@ def main() -> int:
         torch.empty(1, device=dev.device)
     event(msg="pipeline start", device=dev.name, total_gib=float(gib(dev.total_bytes())), fix=a.fix)
     engine = DetectorEngine(dev, cfg, user_managed=a.fix == "torch-workspace")
-    if engine.user_managed:
-        engine.set_device_memory(dev.held(engine.ws_bytes) if not dev.dry else None)
+    if engine.user_managed and not dev.dry:  # taken now so that the models load beside it
+        engine.set_device_memory(dev.held(engine.ws_bytes))
     try:
         torch.manual_seed(0)
-        reid = ReID(cfg).to(dev.device, torch.bfloat16).eval()
+        with dev.device:
+            reid = ReID(cfg).to(torch.bfloat16).eval()
         gallery = torch.nn.functional.normalize(
             torch.randn(cfg["gallery"], cfg["emb"], device=dev.device), dim=-1
         ).to(torch.bfloat16)
@@ -166,27 +191,7 @@ def main() -> int:
             free_gib=float(gib(dev.free_bytes())), gallery_tracks=cfg["gallery"],
         )  # fmt: skip
         for chunk in range(cfg["chunks"]):
-            t0 = time.time()
-            frames = torch.rand(cfg["frames"], 3, 8, 8, device=dev.device)
-            if engine.user_managed and engine.ws_tensor is None and not dev.dry:
-                engine.set_device_memory(dev.held(engine.ws_bytes))
-            boxes = engine.infer(frames)
-            if engine.user_managed:
-                engine.set_device_memory(None)  # back to PyTorch's cache for the tracker
-            with torch.inference_mode():
-                crops = torch.randn(
-                    boxes.shape[0], cfg["crop"], device=dev.device, dtype=torch.bfloat16
-                )
-                emb = reid(crops)
-                sim = (emb @ gallery.T).float()
-                assign = sim.mul_(20.0).softmax(dim=-1)
-                best = assign.argmax(-1)
-                del sim, assign
-            dev.sync()
-            event(
-                msg="chunk done", chunk=chunk, frames=cfg["frames"], detections=int(boxes.shape[0]),
-                tracks_matched=int(best.unique().numel()), seconds=round(time.time() - t0, 3),
-            )  # fmt: skip
+            track_chunk(chunk, engine, reid, gallery, dev, cfg)
         del ballast
     finally:
         engine.close()
