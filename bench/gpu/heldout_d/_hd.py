@@ -11,8 +11,6 @@ every fix run, not what they do to GPU memory.
 from __future__ import annotations
 
 import argparse
-import ctypes
-import signal
 import sys
 from collections.abc import Callable
 
@@ -97,13 +95,3 @@ class Device:
 
 def gib(n: float) -> str:
     return f"{n / GiB:.2f}"
-
-
-def die_with_parent() -> None:
-    """Linux: this process gets SIGKILL when the process that started it dies (a launcher that is
-    itself killed leaves no worker behind). A no-op where prctl is missing."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass

@@ -17,13 +17,13 @@ accumulates gradients over 2 micro-batches, so the global batch is the same.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -43,6 +43,12 @@ def _stamp(level: str) -> str:
 
 def _say(level: str, line: int, msg: str) -> None:
     print(f"{_stamp(level)}:{line}] {msg}", flush=True)
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL when the launcher dies (Linux prctl PR_SET_PDEATHSIG)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)
 
 
 def _stop(procs: list[subprocess.Popen], grace_s: float = 5.0) -> None:
@@ -121,8 +127,9 @@ def launch(a: argparse.Namespace) -> int:
         f"starting {nproc} worker(s): nproc_per_node={nproc} nnodes=1 "
         f"CUDA_VISIBLE_DEVICES={visible} backend=gloo grad_accum={accum}",
     )
-    tmp = tempfile.mkdtemp(prefix="rdzv-")
-    store = os.path.join(tmp, "store")
+    with socket.socket() as s:  # a free port for the rendezvous (a TCP store, no files)
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
     procs: list[subprocess.Popen] = []
     old = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
 
@@ -142,14 +149,16 @@ def launch(a: argparse.Namespace) -> int:
                 WORLD_SIZE=str(nproc),
                 LOCAL_WORLD_SIZE=str(nproc),
                 GRAD_ACCUM=str(accum),
-                RDZV_STORE=store,
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(port),
                 OMP_NUM_THREADS="1",
                 GLOO_SOCKET_IFNAME="lo",
                 PYTHONUNBUFFERED="1",
             )
             cmd = [sys.executable, str(Path(__file__).resolve()), "--worker"]
             cmd += ["--dry-run-cpu"] if a.dry_run_cpu else []
-            procs.append(subprocess.Popen(cmd, env=env))  # workers share the launcher's output
+            # workers share the launcher's output and die with it (SIGKILL included)
+            procs.append(subprocess.Popen(cmd, env=env, preexec_fn=_die_with_parent))
         failures: list[tuple[int, int, int, float]] = []
         while True:
             done = [(r, p) for r, p in enumerate(procs) if p.poll() is not None]
@@ -157,9 +166,9 @@ def launch(a: argparse.Namespace) -> int:
                 if p.returncode != 0 and all(f[0] != r for f in failures):
                     failures.append((r, p.pid, p.returncode, time.time()))
             if failures:
-                _say(
-                    "W", 919, f"Sending process {procs[failures[0][0]].pid} closing signal SIGTERM"
-                )
+                for p in procs:
+                    if p.poll() is None:
+                        _say("W", 919, f"Sending process {p.pid} closing signal SIGTERM")
                 _stop(procs)
                 for r, p in enumerate(procs):
                     if p.returncode != 0 and all(f[0] != r for f in failures):
@@ -180,7 +189,6 @@ def launch(a: argparse.Namespace) -> int:
         _stop(procs, grace_s=3.0)
         for s, h in old.items():
             signal.signal(s, h)
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def worker(dry: bool) -> int:
@@ -188,9 +196,7 @@ def worker(dry: bool) -> int:
     import torch.distributed as dist
 
     sys.path.insert(0, str(HERE))
-    from _hd import Device, die_with_parent, gib
-
-    die_with_parent()
+    from _hd import Device, gib
 
     def say(msg: str) -> None:  # one write per line: the ranks share the launcher's stdout
         sys.stdout.write(f"[rank{os.environ['RANK']}]: {msg}\n")
@@ -198,9 +204,7 @@ def worker(dry: bool) -> int:
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     accum = int(os.environ["GRAD_ACCUM"])
-    dist.init_process_group(
-        "gloo", init_method="file://" + os.environ["RDZV_STORE"], rank=rank, world_size=world
-    )
+    dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world)
     dev = Device(dry)
     if not dry:
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]) % torch.cuda.device_count())
