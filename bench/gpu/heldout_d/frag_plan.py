@@ -8,7 +8,7 @@ all batches (or the batch and request where it stops). The job's budget ``GPU["l
 sit where the native model fails and the expandable one passes with room on both sides. A model,
 not the allocator: the GPU runs decide.
 
-    python3 bench/gpu/heldout_d/frag_plan.py [--budgets 14,15,16,...] [--slack-mib 256]
+    python3 bench/gpu/heldout_d/frag_plan.py [--budgets 19,20,...] [--slack-mib 256]
 
 Needs torch only to import the job's module (its configuration and routing); nothing runs on a
 device.
@@ -106,7 +106,7 @@ def batch_of(i: int, starts: list[int]) -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
-    ap.add_argument("--budgets", default="18,19,20,21,22,23,24,25,26,27")
+    ap.add_argument("--budgets", default="19,20,21,22,23,24,25,26")
     ap.add_argument(
         "--slack-mib",
         type=int,
