@@ -115,6 +115,13 @@ CLASSES: dict[str, tuple[str, list[int], Callable[[int], tuple[str, str | None]]
             "found",
         ),
     ),
+    "blank-lines-in-a-traceback": (
+        "'Traceback (most recent call last):' then n blank lines, then the OOM: phase.py's frame "
+        "reading (the 64 KiB before the failure); ``^\\s*`` under MULTILINE read the run of blank "
+        "lines again from each line start",
+        [4_096, 16_384, 65_536, 262_144],
+        lambda n: ("Traceback (most recent call last):\n" + "\n" * n + OOM, "found"),
+    ),
 }
 
 

@@ -39,7 +39,11 @@ RETRY_EXHAUSTED: Final = "retry-exhausted"
 PHASES: Final = (OPTIMIZER_STEP, BACKWARD, GRAPH_CAPTURE, LOADING, FORWARD, RETRY_EXHAUSTED)
 
 MAX_TRACEBACK_BYTES: Final = 64 * 1024
-_FRAME = re.compile(r'^\s*File "([^"\n]{0,512})", line \d{1,9}, in ([^\n]{0,256})$', re.MULTILINE)
+# the indent is blanks but never a newline: ``^\s*`` under MULTILINE would read a run of empty
+# lines again from each of its line starts (quadratic on a traceback of blank lines)
+_FRAME = re.compile(
+    r'^[ \t\r\f\v]*File "([^"\n]{0,512})", line \d{1,9}, in ([^\n]{0,256})$', re.MULTILINE
+)
 _RETRY_MARKERS: Final = (
     "find_executable_batch_size",
     "Decreasing batch size to",

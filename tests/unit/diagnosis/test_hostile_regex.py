@@ -9,6 +9,7 @@ No timing here: bench/hostile_scaling.py measures time against input size.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterator
 from re import _constants as sre  # type: ignore[attr-defined]
@@ -281,3 +282,79 @@ def test_the_retry_check_reads_a_hostile_precontext_in_bounded_steps() -> None:
     assert not phase._shrinking_retries(hostile)
     loop = "OOM at batch size 64, retrying\nOOM at batch size 32, retrying\n"
     assert phase._shrinking_retries(hostile + loop)
+
+
+def _matches_newline(item: tuple[Any, Any], flags: int) -> bool:
+    """Whether one parsed regex item can match ``\\n`` (True when unsure)."""
+    op, av = item
+    crossing = (sre.CATEGORY_SPACE, sre.CATEGORY_NOT_DIGIT, sre.CATEGORY_NOT_WORD)
+    if op is sre.LITERAL:
+        return bool(av == 10)
+    if op is sre.NOT_LITERAL:
+        return bool(av != 10)
+    if op is sre.ANY:
+        return bool(flags & re.DOTALL)
+    if op is sre.CATEGORY:
+        return av in crossing
+    if op is sre.IN:
+        negated = any(o is sre.NEGATE for o, _ in av)
+        hit = any(
+            (o is sre.LITERAL and a == 10)
+            or (o is sre.RANGE and a[0] <= 10 <= a[1])
+            or (o is sre.CATEGORY and a in crossing)
+            for o, a in av
+        )
+        return hit != negated
+    return True
+
+
+def line_start_repeats_cross_lines(pattern: re.Pattern[Any]) -> bool:
+    """A MULTILINE pattern whose ``^`` is followed by a repeat that can match a newline: tried
+    at every line start of a run of such lines, each attempt reads the rest of the run."""
+    if not pattern.flags & re.MULTILINE:
+        return False
+    source = pattern.pattern
+    if isinstance(source, bytes):
+        source = source.decode("latin-1")
+    items = list(sre_parse.parse(source, pattern.flags))
+    for (op, av), (next_op, next_av) in itertools.pairwise(items):
+        repeats = (sre.MAX_REPEAT, sre.MIN_REPEAT, sre.POSSESSIVE_REPEAT)
+        if op is sre.AT and av is sre.AT_BEGINNING and next_op in repeats:
+            body = list(next_av[2])
+            if next_av[1] > 1 and any(_matches_newline(x, pattern.flags) for x in body):
+                return True
+    return False
+
+
+def test_the_line_start_check_flags_the_old_frame_pattern() -> None:
+    old = re.compile(r'^\s*File "([^"\n]{0,512})", line \d{1,9}', re.MULTILINE)
+    assert line_start_repeats_cross_lines(old)
+    assert line_start_repeats_cross_lines(re.compile(r"^.*x", re.MULTILINE | re.DOTALL))
+    assert not line_start_repeats_cross_lines(re.compile(r"^[ \t]*File", re.MULTILINE))
+    assert not line_start_repeats_cross_lines(re.compile(r"^\s*File"))  # not MULTILINE
+    assert any(p.flags & re.MULTILINE for _, p in ALL)
+
+
+@pytest.mark.parametrize(("name", "pattern"), ALL, ids=[name for name, _ in ALL])
+def test_no_line_start_repeat_crosses_a_newline(name: str, pattern: re.Pattern[Any]) -> None:
+    assert not line_start_repeats_cross_lines(pattern)
+
+
+def test_frames_after_blank_lines_and_indents_are_read_as_before() -> None:
+    traceback = (
+        "Traceback (most recent call last):\n\n\n"
+        '  File "/app/train.py", line 42, in <module>\n'
+        "    loss.backward()\n\n"
+        '\t File "/usr/lib/python3/site-packages/torch/_tensor.py", line 581, in backward\n'
+        "    torch.autograd.backward(\n"
+        '\r  File "/usr/lib/python3/site-packages/torch/autograd/__init__.py", line 347, in '
+        "backward\n"
+        "    _engine_run_backward(\n"
+    )
+    assert phase._frames(traceback) == [
+        ("/app/train.py", "<module>", "loss.backward()"),
+        ("/usr/lib/python3/site-packages/torch/_tensor.py", "backward", "torch.autograd.backward("),
+        ("/usr/lib/python3/site-packages/torch/autograd/__init__.py", "backward",
+         "_engine_run_backward("),
+    ]  # fmt: skip
+    assert phase._frames("Traceback (most recent call last):\n" + "\n" * 4096) == []
