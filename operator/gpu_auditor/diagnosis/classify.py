@@ -11,9 +11,10 @@ Every threshold is in ``thresholds.py`` with the measured rows that set it.
 1. ``capacity`` when R > T: the single request exceeds the whole device.
 2. ``memory-fraction-cap`` when A + R > L (even perfectly packed, the cap is too small) and the
    device has the room the cap withholds (F + U >= R).
-3. ``gpu-shared`` when O >= ``GPU_SHARED_MIN_BYTES`` and F + O >= R (the others' memory covers
-   the shortfall). Without a request figure (a raw ``CUDA error: out of memory``): when O >=
-   ``GPU_SHARED_MIN_BYTES`` and the GPU was (near) full, F <= ``NEAR_FULL_FREE_SHARE`` of T.
+3. ``gpu-shared`` when O >= ``GPU_SHARED_MIN_BYTES`` and F < R <= F + O (there is a shortfall,
+   and the others' memory covers it; figures that show room, F >= R, blame no one). Without a
+   request figure (a raw ``CUDA error: out of memory``): when O >= ``GPU_SHARED_MIN_BYTES`` and
+   the GPU was (near) full, F <= ``NEAR_FULL_FREE_SHARE`` of T.
 4. ``fragmentation`` when the room alone is short of R and the cached-but-idle memory S (U from
    the message; from a probe record, the free bytes in the blocks of the pool R uses) would cover
    it, and an allocator setting is measured to reclaim it: S >= ``FRAG_MIN_UNALLOCATED_BYTES``,
@@ -25,7 +26,7 @@ Every threshold is in ``thresholds.py`` with the measured rows that set it.
    (``frag_pinned_segments.log``: L 6.99 GiB, A 1.26, U 1.89, R 4.20): A + R = 5.46 GiB fits under
    the cap, so the cap is not what failed; U + (L - reserved) = 5.73 >= R is.
 5. ``non-pytorch-memory`` when the memory this process holds outside PyTorch, beyond
-   ``NON_PYTORCH_ALLOWANCE_BYTES`` (context, cuBLAS, NCCL, CUDA graphs), covers R - F, and is at
+   ``NON_PYTORCH_ALLOWANCE_BYTES`` (context, cuBLAS, NCCL, CUDA graphs), covers R - F > 0, and is at
    least ``NON_PYTORCH_MIN_SHARE`` of the process (ordinary runtime overhead beside a full
    PyTorch cache is capacity, with non-PyTorch memory contributing); and for failures of
    libraries that allocate outside PyTorch's cache (NCCL, cuBLAS, cuDNN workspaces).
@@ -170,8 +171,8 @@ class _Facts:
         if o < GPU_SHARED_MIN_BYTES:
             return False
         shortfall = self.shortfall()
-        if shortfall is not None:
-            return o >= shortfall and not self.cap_binding()
+        if shortfall is not None:  # figures that show room name no one as the cause
+            return 0 < shortfall <= o and not self.cap_binding()
         if f.free_bytes is None or f.total_bytes is None:
             return True
         return f.free_bytes <= NEAR_FULL_FREE_SHARE * f.total_bytes
@@ -253,7 +254,7 @@ class _Facts:
             excess is not None
             and shortfall is not None
             and share is not None
-            and excess > 0
+            and shortfall > 0  # figures that show room name no cause
             and excess >= shortfall
             and share >= NON_PYTORCH_MIN_SHARE
             and not self.cap_binding()

@@ -288,10 +288,26 @@ def _kind_actions(ctx: Context) -> list[str]:
     if kind == "unknown":
         if fam == formats.HOST_ALLOC:
             return list(HOST_FIXES)
+        check = (
+            "check what else holds the GPU (nvidia-smi --query-compute-apps=pid,used_memory "
+            "--format=csv, or the node agent's GPUNodeReport)"
+        )
+        r, free = f.requested_bytes, f.free_bytes
+        if r is not None and free is not None and free >= r:
+            first = (
+                f"the figures show room ({fs(free)} free for the {fs(r)} request): the memory "
+                "was taken and given back around the failure (another process, or a large "
+                "request the driver could not place near full); if it happens again, " + check
+            )
+        elif {"gpu-shared", "non-pytorch-memory"} <= set(ctx.verdict.contributing):
+            first = (
+                "memory outside this process's PyTorch cache holds the GPU, and the log cannot "
+                "tell whose (another process, or this one outside PyTorch): " + check
+            )
+        else:
+            first = "the log has no usable memory figures: " + check
         return [
-            "the log has no usable memory figures: check what else holds the GPU "
-            "(nvidia-smi --query-compute-apps=pid,used_memory --format=csv, or the node agent's "
-            "GPUNodeReport)",
+            first,
             "if it fails at start-up (context creation, .cuda()), the GPU was already full: "
             "isolate the GPU",
         ]

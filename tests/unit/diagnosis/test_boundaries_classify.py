@@ -140,6 +140,16 @@ def test_other_processes_must_cover_the_shortfall() -> None:
     assert (v.kind, v.contributing) == ("capacity", ("gpu-shared",))
 
 
+
+def test_other_processes_are_not_blamed_when_the_figures_show_room() -> None:
+    # another process holds 5 GiB; F = R: the device had the request's room, no shortfall for
+    # anyone to cause (the figures show room: unknown); one byte less free is a 1-byte shortfall
+    base = {"R": 2 * G, "T": 80 * G, "A": 70 * G}
+    v = verdict(F=2 * G, others=(5 * G,), **base)
+    assert (v.kind, v.contributing) == ("unknown", ("gpu-shared",))
+    assert "shows room" in v.summary or "room" in v.summary
+    assert kind(F=2 * G - 1, others=(5 * G,), **base) == "gpu-shared"
+
 def test_other_processes_are_summed() -> None:
     # two processes of 0.75 GiB: 1.5 GiB together, over the floor and the 1.25 GiB shortfall
     base = {"R": 2 * G + 256 * M, "T": 80 * G, "F": 1 * G, "A": 76 * G}
@@ -268,6 +278,16 @@ def test_non_pytorch_memory_beyond_1_5_gib_must_cover_the_shortfall() -> None:
     v = verdict(P=20 * G + 2 * G + 512 * M - 1, **base)
     assert (v.kind, v.contributing) == ("capacity", ())  # and under 1 GiB: not contributing
 
+
+
+def test_non_pytorch_memory_is_not_blamed_when_the_figures_show_room() -> None:
+    # 12 GiB outside PyTorch (a third of the process), F = R: no shortfall to cover, unknown
+    # (non-PyTorch memory contributing); one byte less free and the excess covers the shortfall
+    base = {"R": 2 * G, "T": 80 * G, "A": 22 * G, "P": 36 * G}
+    v = verdict(F=2 * G, **base)
+    assert (v.kind, v.contributing) == ("unknown", ("non-pytorch-memory",))
+    assert "shortfall" not in v.summary
+    assert kind(F=2 * G - 1, **base) == "non-pytorch-memory"
 
 def test_non_pytorch_memory_must_be_a_tenth_of_the_process() -> None:
     # P 40 GiB with 4 GiB outside PyTorch is exactly 0.10 of it; one byte more reserved is

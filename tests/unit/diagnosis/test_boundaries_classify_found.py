@@ -129,12 +129,17 @@ def test_nccl_with_process_figures_is_still_worded_as_nccl() -> None:
     )
 
 
-def test_non_pytorch_memory_counts_from_one_byte_over_the_allowance() -> None:
-    # a 16 GiB GPU, the request fits: only the excess rule could decide; P - reserved = 1.5 GiB
+def test_non_pytorch_memory_never_decides_when_the_request_fits() -> None:
+    # a 16 GiB GPU, the request fits (F 2 GiB, R 1 GiB): at the allowance (P - reserved =
+    # 1.5 GiB) or far past it (5.5 GiB outside PyTorch), no shortfall is left to cover: unknown,
+    # with non-PyTorch memory contributing once it is 1 GiB past the allowance
     at = verdict(R=1 * G, T=16 * G, F=2 * G, A=10 * G, P=11 * G + 512 * M)
-    assert at.kind == "unknown"
-    over = verdict(R=1 * G, T=16 * G, F=2 * G, A=10 * G, P=11 * G + 512 * M + 1)
-    assert over.kind == "non-pytorch-memory"
+    assert (at.kind, at.contributing) == ("unknown", ())
+    over = verdict(R=1 * G, T=16 * G, F=2 * G, A=10 * G, P=15 * G + 512 * M)
+    assert (over.kind, over.contributing) == ("unknown", ("non-pytorch-memory",))
+    # one byte of shortfall (F = R - 1) and the same 4 GiB excess decides
+    short = verdict(R=1 * G, T=16 * G, F=1 * G - 1, A=10 * G, P=15 * G + 512 * M)
+    assert short.kind == "non-pytorch-memory"
 
 
 def test_a_process_figure_of_zero_is_read_without_error() -> None:
@@ -186,12 +191,12 @@ def test_unseen_memory_contributes_only_to_an_unknown_and_after_fragmentation() 
     assert (f.kind, f.contributing) == ("fragmentation", ())
 
 
-def test_others_holding_a_gib_when_the_request_fits_need_nothing_more() -> None:
+def test_others_holding_a_gib_when_the_request_fits_are_not_the_cause() -> None:
+    # the request fits the free memory: no shortfall for another process to cause (this test
+    # pinned "the 1.00 GiB request needed 0 bytes more than the 2.00 GiB free" before)
     v = verdict(R=1 * G, T=80 * G, F=2 * G, A=70 * G, others=(1 * G,))
-    assert v.summary == (
-        "gpu-shared: other processes hold 1.00 GiB of the GPU (pid 1000: 1.00 GiB); the 1.00 GiB "
-        "request needed 0 bytes more than the 2.00 GiB free"
-    )
+    assert (v.kind, v.contributing) == ("unknown", ("gpu-shared",))
+    assert v.summary == "unknown: the figures show room (2.00 GiB) for the 1.00 GiB request"
 
 
 def test_the_retry_loop_note_comes_after_what_pytorch_holds() -> None:

@@ -395,6 +395,41 @@ def test_unknown_actions() -> None:
     )
 
 
+
+CHECK = (
+    "check what else holds the GPU (nvidia-smi --query-compute-apps=pid,used_memory "
+    "--format=csv, or the node agent's GPUNodeReport)"
+)
+
+
+def test_unknown_with_figures_that_show_room_says_so_not_that_there_are_none() -> None:
+    # F = R: room (the figures say the request fit); one byte less free is not "room"
+    room = Figures(requested_bytes=2 * G, total_bytes=80 * G, free_bytes=2 * G)
+    assert rec("unknown", figures=room).actions[0] == (
+        "the figures show room (2.00 GiB free for the 2.00 GiB request): the memory was taken and "
+        "given back around the failure (another process, or a large request the driver could "
+        "not place near full); if it happens again, " + CHECK
+    )
+    short = Figures(requested_bytes=2 * G, total_bytes=80 * G, free_bytes=2 * G - 1)
+    assert rec("unknown", figures=short).actions[0] == (
+        "the log has no usable memory figures: " + CHECK
+    )
+    no_free = Figures(requested_bytes=2 * G, total_bytes=80 * G)
+    assert rec("unknown", figures=no_free).actions[0].startswith("the log has no usable")
+
+
+def test_unknown_memory_outside_pytorch_says_the_log_cannot_tell_whose() -> None:
+    # rule 6: both kinds contribute (the message lists no process)
+    figures = Figures(requested_bytes=2 * G, total_bytes=80 * G, free_bytes=1 * G)
+    both = ("gpu-shared", "non-pytorch-memory")
+    assert rec("unknown", figures=figures, contributing=both).actions[0] == (
+        "memory outside this process's PyTorch cache holds the GPU, and the log cannot tell "
+        "whose (another process, or this one outside PyTorch): " + CHECK
+    )
+    for one in both:
+        first = rec("unknown", figures=figures, contributing=(one,)).actions[0]
+        assert first.startswith("the log has no usable memory figures: ")
+
 def test_host_oom_actions_by_limit_and_request() -> None:
     from gpu_auditor.diagnosis.recommend import host_recommendation
 
