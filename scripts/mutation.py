@@ -51,7 +51,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 STAGE = REPO / ".mutation" / "tree"
 RULES = (
-    "allocconf", "classify", "core", "formats", "leak", "model", "parse", "phase", "proberecord",
+    "aftermath", "allocconf", "classify", "core", "formats", "leak", "model", "parse", "phase", "proberecord",
     "recommend", "sizes", "torchversion",
     "node_agent.sharing", "node_agent.cgroup", "node_agent.collector",
     "controller.annotations", "controller.pod", "controller.service", "controller.sharing",
@@ -138,10 +138,16 @@ GROUPS: dict[str, dict[str, Any]] = {
                 "diagnosis/test_logtext_head_words.py",
                 "diagnosis/test_oom_fixtures.py",
                 "diagnosis/test_boundaries_logtext_survivors.py",
+                "diagnosis/test_aftermath.py",  # the tail after the failure
                 # memory bounds on 200 MB / 10 s inputs, not rules: they would time every mutant
                 "-diagnosis/test_diagnosis_logtext.py::test_memory_stays_bounded_on_a_large_stream",
                 "-diagnosis/test_hostile_scan.py::"
                 "test_a_long_line_of_failure_keywords_stays_bounded_and_the_real_one_is_found",
+            ],
+            "aftermath": [
+                "diagnosis/test_aftermath.py",
+                "diagnosis/test_diagnosis_properties.py",
+                *_CORPORA,
             ],
             "proberecord": [
                 "diagnosis/test_boundaries_proberecord_survivors.py",

@@ -58,6 +58,8 @@ def render(d: Diagnosis, source: str) -> str:
     """The human-readable report."""
     if not d.detected:
         lines = [f"{source}: no out-of-memory failure found"]
+        if d.oom_count:  # one was handled: the summary says what ended the job instead
+            lines.append(f"  {d.summary}")
     else:
         about = ", ".join(
             x for x in (d.framework, d.torch_version_hint and f"torch {d.torch_version_hint}") if x

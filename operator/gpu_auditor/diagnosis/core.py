@@ -7,10 +7,11 @@ from dataclasses import replace
 from typing import BinaryIO, Final
 
 from . import allocconf, formats
+from .aftermath import later_failure
 from .classify import classify
 from .leak import growth_from_log, growth_from_rate, growth_from_samples
 from .logtext import ScanResult, scan_bytes, scan_stream
-from .model import Diagnosis, Figures, MemorySample, NodeEvidence, Recommendation
+from .model import Diagnosis, Figures, Growth, MemorySample, NodeEvidence, Recommendation
 from .parse import parse_hit
 from .proberecord import ProbeRecord, find_record, record_verdict
 from .recommend import Context, host_recommendation, phase_of, recommend
@@ -92,27 +93,10 @@ def diagnose_scan(
     rate = growth_from_rate(node.growth_bytes_per_second) if node is not None else None
     hit = scan.last
     if hit is None:
-        release = _release(torch_version, scan.head, "")
-        current = allocconf.check(alloc_conf, release, backend) if alloc_conf is not None else None
-        problems = current.problems if current is not None else ()
-        return Diagnosis(
-            detected=False,
-            framework=None,
-            kind="unknown",
-            contributing=("leak",) if growth is not None else (),
-            figures=Figures(),
-            torch_version_hint=release.hint(),
-            recommendation=Recommendation(
-                actions=tuple(
-                    f"the current PYTORCH_CUDA_ALLOC_CONF has problems for this release: {p}"
-                    for p in problems
-                )
-            ),
-            summary="no out-of-memory failure found in the log",
-            oom_count=0,
-            alloc_conf_problems=tuple(problems),
-            growth=growth,
-        )
+        return _not_found(scan, torch_version, alloc_conf, backend, growth)
+    later = later_failure(scan.tail, hit.line.rank)
+    if later is not None:
+        return _not_found(scan, torch_version, alloc_conf, backend, growth, later)
     event = parse_hit(hit)
     release = _release(torch_version, scan.head + "\n" + hit.precontext, event.message)
     if event.framework not in (None, "pytorch") and torch_version is None:
@@ -167,6 +151,51 @@ def diagnose_scan(
         alloc_conf_problems=current.problems if current is not None else (),
         growth=growth if verdict.kind == "leak" or "leak" in verdict.contributing else None,
         extra=tuple(extra),
+    )
+
+
+def _not_found(
+    scan: ScanResult,
+    torch_version: str | None,
+    alloc_conf: str | None,
+    backend: str | None,
+    growth: Growth | None,
+    later: str | None = None,
+) -> Diagnosis:
+    """No out-of-memory failure ended the job: none in the log, or ``later``, the error the job
+    died of after it handled the last one (``aftermath.py``)."""
+    release = _release(torch_version, scan.head, "")
+    current = allocconf.check(alloc_conf, release, backend) if alloc_conf is not None else None
+    problems = current.problems if current is not None else ()
+    actions = tuple(
+        f"the current PYTORCH_CUDA_ALLOC_CONF has problems for this release: {p}" for p in problems
+    )
+    summary = "no out-of-memory failure found in the log"
+    extra: tuple[tuple[str, object], ...] = ()
+    if later is not None:
+        summary = (
+            "no out-of-memory failure ended the job: it went on after the log's last "
+            f"out-of-memory error and then failed with {later}"
+        )
+        actions = (
+            f"the job failed with {later}, not for lack of GPU memory: the out-of-memory error "
+            "before it was caught and the job went on",
+            *actions,
+        )
+        extra = (("later_failure", later),)
+    return Diagnosis(
+        detected=False,
+        framework=None,
+        kind="unknown",
+        contributing=("leak",) if growth is not None else (),
+        figures=Figures(),
+        torch_version_hint=release.hint(),
+        recommendation=Recommendation(actions=actions),
+        summary=summary,
+        oom_count=scan.oom_count if later is not None else 0,
+        alloc_conf_problems=tuple(problems),
+        growth=growth,
+        extra=extra,
     )
 
 

@@ -5,7 +5,8 @@ The scan never parses every line. It searches each chunk for five byte strings
 (``formats.KEYWORDS``), confirms only those lines with the family regexes, and keeps a bounded
 window of text around the last failure. Memory stays bounded whatever the input: at most
 ``PRECONTEXT_BYTES`` + one chunk + ``MAX_LINE_BYTES`` + ``LOOKAROUND_BYTES`` of log, one window,
-``HEAD_BYTES`` of the log's start and ``MAX_OPEN_RANKS`` offsets.
+``HEAD_BYTES`` of the log's start, ``TAIL_BYTES`` (twice, between cuts) of its end and
+``MAX_OPEN_RANKS`` offsets.
 
 A line ends at ``\\n`` or at ``\\r``: progress bars (tqdm) redraw themselves with carriage
 returns, so a whole training run can be one "line" of megabytes, and the failure printed after
@@ -34,6 +35,8 @@ Constants:
   then ``terminate called ... CUDA error: out of memory``): counted once. Two messages of one
   family with different figures are two failures however close.
 - ``HEAD_BYTES`` (64 KiB): the log's start, for a release banner printed at start-up.
+- ``TAIL_BYTES`` (32 KiB): the log's end, read for what the job printed after the reported
+  failure (a later, unrelated error means the failure was handled: ``aftermath.py``).
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ WINDOW_AFTER_BYTES: Final = 8 * 1024
 WINDOW_AFTER_LINES: Final = 16
 DEDUPE_WINDOW_BYTES: Final = 16 * 1024
 HEAD_BYTES: Final = 64 * 1024
+TAIL_BYTES: Final = 32 * 1024
 MAX_OPEN_RANKS: Final = 1024
 _TRIM_SLACK: Final = 1024 * 1024
 _PREFIX_BYTES: Final = 256  # a line's start read for its container and rank prefixes
@@ -168,6 +172,7 @@ class ScanResult:
     last: Hit | None
     head: str
     bytes_scanned: int
+    tail: str = ""  # what follows the reported failure, at most the log's last TAIL_BYTES
 
 
 @dataclass
@@ -181,6 +186,7 @@ class _Event:
     after_bytes: int = WINDOW_AFTER_BYTES  # how much ``after`` keeps (with the line: more)
     precontext: bytes | None = None  # copied only when the buffer is cut, or at the end
     after: bytes | None = None
+    end: int = 0  # absolute offset where the failure's line (or wording) ends
 
 
 @dataclass
@@ -221,6 +227,7 @@ class LogScanner:
         # (absolute line start looked up last, the absolute start of its newline-ended line)
         self._physical_seen: tuple[int, int | None] = (0, 0)
         self._head = bytearray()
+        self._tail = bytearray()  # the log's last bytes (TAIL_BYTES, and up to as many again)
         self._after_head: int | None = None  # the log's byte just after the head, if any
         self._count = 0
         # per rank: (end offset, family, key) of its last failure line
@@ -236,7 +243,7 @@ class LogScanner:
         if event is not None:
             held = len(event.precontext or b"") + len(event.after or b"")
             held += len(event.line.text) if event.line is not None else 0
-        return len(self._buf) + len(self._head) + held
+        return len(self._buf) + len(self._head) + len(self._tail) + held
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         if self._finished is not None:
@@ -248,6 +255,9 @@ class LogScanner:
             self._after_head = data[room]
         fresh = len(self._buf)
         self._buf += data
+        self._tail += data[-TAIL_BYTES:]
+        if len(self._tail) > 2 * TAIL_BYTES:  # cut now and then: linear in the log
+            del self._tail[:-TAIL_BYTES]
         start = self._pos - self._base
         # bytes before ``fresh`` are the unfinished line of the last feed: no break in them
         last = _last_break(self._buf, max(start, fresh), len(self._buf))
@@ -264,13 +274,16 @@ class LogScanner:
             self._pos = self._base + len(self._buf)
             self._capture_after(final=True)
             self._keep_precontext()
+            total = self._base + len(self._buf)
             self._finished = ScanResult(
                 self._count,
                 self._hit(),
                 decode(_whole_words(self._head, self._after_head)),
-                self._base + len(self._buf),
+                total,
+                self._after_failure(total),
             )
             self._buf = bytearray()
+            self._tail = bytearray()
         return self._finished
 
     def _scan(self, start: int, end: int) -> None:
@@ -450,9 +463,11 @@ class LogScanner:
         if same_failure and event is not None:
             if event.rank == rank and priority > event.priority:
                 self._event = _Event(start, family, priority, rank, line, after_from, after_bytes)
+                self._event.end = end
             return
         self._count += 1
         self._event = _Event(start, family, priority, rank, line, after_from, after_bytes)
+        self._event.end = end
 
     def _keep_precontext(self) -> None:
         """Copy the text before the reported failure, once, before the buffer loses it (a copy
@@ -480,6 +495,16 @@ class LogScanner:
             self._keep_precontext()
             del self._buf[:cut]
             self._base += cut
+
+    def _after_failure(self, total: int) -> str:
+        """The text after the reported failure's line (or wording), from the log's last
+        ``TAIL_BYTES`` only."""
+        event = self._event
+        if event is None:
+            return ""
+        tail = self._tail[-TAIL_BYTES:]
+        skip = event.end - (total - len(tail))  # bytes of the tail up to the failure's end
+        return decode(tail[max(0, skip) :])
 
     def _hit(self) -> Hit | None:
         event = self._event

@@ -35,6 +35,12 @@ FRAGMENTS = st.sampled_from(
         "99999999999999999999 bytes",
         '{"log":"',
         "mem 12.0 GiB\n",
+        "Traceback (most recent call last):\n",
+        '  File "a.py", line 1, in f\n',
+        "KeyError: 'lr'\n",
+        "During handling of the above exception, another exception occurred:\n",
+        "Exception in thread T:\n",
+        "SystemExit: 1\n",
     ]
 )
 

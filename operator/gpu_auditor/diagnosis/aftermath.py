@@ -1,0 +1,108 @@
+"""After the reported failure: did the job go on and die of something else?
+
+A job may catch an out-of-memory error (log it, halve its batch, skip the batch) and go on; when
+it later dies of an unrelated error, that error ended the container, and a diagnosis of the OOM
+would put a wrong cause (and a wrong setting) on the pod. This reads what the log printed after
+the reported failure (``ScanResult.tail``: at most the log's last ``logtext.TAIL_BYTES``) and
+names the later error when all of these hold:
+
+- a Python traceback (``Traceback (most recent call last):``) starts after the failure, printed
+  by the failure's own process: the same rank prefix (a launcher's or another rank's traceback is
+  another process, which the failure may well have brought down);
+- it is the job's own exception, not Python reporting one on the way out: the line before it
+  does not chain it to an earlier exception (``During handling of the above exception``,
+  ``The above exception was the direct cause``) and does not say it came from a thread,
+  ``__del__`` or ``atexit`` (``Exception in thread``, ``Exception ignored in``, ``Error in
+  atexit``), which the failure's own unwinding sets off;
+- neither its frames nor its final exception line hold a failure wording of any family (a
+  re-raised OOM, a child's OOM quoted by ``mp.spawn``), and its exception is not one that only
+  reports another process's exit (``CONSEQUENCES``: launchers, a signal from one, a peer gone);
+- the traceback ends in an exception line within the tail (named with its control and format
+  characters as ``?``, at most ``MAX_EXCEPTION_CHARS``).
+
+The failure's process's tracebacks are read from the last back: those printed on the way out and
+those of a consequence are passed over; the first other one decides (a traceback chained to an
+earlier one is decided by the first of its chain: chained to the failure's own, it is the
+failure's aftermath). A log that only quotes an OOM message, or that goes on after one
+and ends without a traceback, is not told apart (the failure is then still reported).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from typing import Final
+
+from . import formats
+from .logtext import Line, normalize_text
+
+TRACEBACK: Final = "Traceback (most recent call last):"
+_CHAINED: Final = (
+    "During handling of the above exception, another exception occurred:",
+    "The above exception was the direct cause of the following exception:",
+)
+_ON_THE_WAY_OUT: Final = ("Exception in thread", "Exception ignored in", "Error in atexit")
+CONSEQUENCES: Final = frozenset(
+    {
+        "ChildFailedError",  # torchrun / torch.distributed.elastic: a worker failed
+        "CalledProcessError",  # accelerate launch, deepspeed, subprocess.run(check=True)
+        "ProcessRaisedException",  # torch.multiprocessing.spawn: a child raised
+        "ProcessExitedException",  # torch.multiprocessing.spawn: a child exited
+        "SignalException",  # torchrun's workers, ended by the agent's SIGTERM
+        "KeyboardInterrupt",  # SIGINT from a launcher stopping its workers
+        "SystemExit",
+        "BrokenPipeError",  # the reader of a pipe (a parent, a worker) is gone
+        "ConnectionResetError",
+        "DistBackendError",  # NCCL: a peer failed
+        "DistNetworkError",
+    }
+)
+"""Exceptions that report another process's end, not a failure of the job's own: after an OOM
+they are its consequences, wherever they are printed."""
+_EXCEPTION: Final = re.compile(r"([A-Za-z_][\w.]{0,255})(?::|$)")
+MAX_EXCEPTION_CHARS: Final = 200
+
+
+def later_failure(tail: str, rank: str | None) -> str | None:
+    """The exception line that ended the job after the reported failure (module doc), or None
+    when nothing after it says the failure was handled. ``rank``: the failure's rank prefix."""
+    own = [line for line in normalize_text(tail) if line.rank == rank]
+    starts = [i for i, line in enumerate(own) if line.text.strip() == TRACEBACK]
+    ended: str | None = None  # the last exception of a chain, while its first is looked for
+    stops = [*starts[1:], len(own)]  # each traceback ends where the next begins
+    for start, stop in reversed(list(zip(starts, stops, strict=False))):
+        before = next((x.text.strip() for x in reversed(own[:start]) if x.text.strip()), "")
+        if before.startswith(_ON_THE_WAY_OUT):
+            continue
+        exception = _exception_line(own, start, stop)
+        if exception is None:
+            return None  # cut short, or not a traceback Python printed: read nothing into it
+        at, text = exception
+        if any(formats.find_failure(line.text) is not None for line in own[start : at + 1]):
+            return None  # the failure again (re-raised, quoted by a launcher)
+        name = _EXCEPTION.match(text)
+        if name is None:
+            return None
+        if name.group(1).rsplit(".", 1)[-1] in CONSEQUENCES:
+            continue
+        ended = ended or text
+        if before not in _CHAINED:
+            return _visible(ended[:MAX_EXCEPTION_CHARS])
+    return None  # no traceback, or a chain whose first exception is the failure's own
+
+
+def _exception_line(lines: list[Line], start: int, stop: int) -> tuple[int, str] | None:
+    """The traceback's final line: the first one in ``lines[start + 1 : stop]`` that is not
+    indented (frames and their code are), not a caret line and not blank."""
+    for i in range(start + 1, stop):
+        text = lines[i].text
+        if not text.strip() or text[0] in " \t" or text.lstrip().startswith(("^", "~")):
+            continue
+        return i, text.strip()
+    return None
+
+
+def _visible(text: str) -> str:
+    """The tenant's text with control and format characters (escape sequences, bidi
+    overrides) as ``?``: it is printed to terminals and written in JSON."""
+    return "".join("?" if unicodedata.category(c)[0] == "C" else c for c in text)

@@ -1,0 +1,168 @@
+"""After the reported failure: a later, unrelated error means the OOM was handled (aftermath.py).
+
+Every case is a literal log: an OOM, what the job printed after it, and whether the OOM is still
+the failure. Boundaries: the rank that printed the traceback, the line before it (chained, from a
+thread, on the way out), the exception's name (a launcher's or a peer's report), an OOM wording
+anywhere in it, a traceback cut before its exception line, and the last 32 KiB of the log.
+"""
+
+from __future__ import annotations
+
+import pytest
+from diagnosis_helpers import torch_oom
+
+from gpu_auditor.diagnosis import diagnose, scan_bytes
+from gpu_auditor.diagnosis.aftermath import later_failure
+
+pytestmark = pytest.mark.unit
+
+OOM = torch_oom(requested=2, total=79.15, free=1.2, process=77.8, allocated=70.1, unallocated=6.9)
+FRAMES = '  File "/app/train.py", line 88, in <module>\n    main(cfg)\n'
+
+
+def traceback(exception: str, prefix: str = "", frames: str = FRAMES) -> str:
+    body = "Traceback (most recent call last):\n" + frames + exception + "\n"
+    return "".join(prefix + line + "\n" for line in body.splitlines())
+
+
+STEPS = "".join(f"step {i} loss 0.{i:04d}\n" for i in range(300))
+KEYERROR = traceback("KeyError: 'lr'")
+
+
+def later(log: str) -> str | None:
+    scan = scan_bytes(log.encode())
+    assert scan.last is not None
+    return later_failure(scan.tail, scan.last.line.rank)
+
+
+def test_a_caught_oom_then_an_unrelated_error_is_not_the_failure() -> None:
+    log = "WARNING caught OOM, halving the batch: " + OOM + STEPS + KEYERROR
+    assert later(log) == "KeyError: 'lr'"
+    d = diagnose(log)
+    assert (d.detected, d.kind, d.oom_count) == (False, "unknown", 1)
+    assert d.recommendation.alloc_conf is None
+    assert d.summary == (
+        "no out-of-memory failure ended the job: it went on after the log's last out-of-memory "
+        "error and then failed with KeyError: 'lr'"
+    )
+    assert d.recommendation.actions[0].startswith("the job failed with KeyError: 'lr', not for")
+    assert dict(d.extra)["later_failure"] == "KeyError: 'lr'"
+
+
+def test_the_oom_with_nothing_after_it_or_only_progress_is_the_failure() -> None:
+    assert later(OOM) is None
+    assert later(OOM + STEPS) is None  # goes on, but ends with no traceback: not told apart
+    assert diagnose(OOM + STEPS).detected
+
+
+@pytest.mark.parametrize(
+    "marker",
+    [
+        "During handling of the above exception, another exception occurred:",
+        "The above exception was the direct cause of the following exception:",
+    ],
+)
+def test_an_error_chained_to_the_oom_leaves_the_oom_the_failure(marker: str) -> None:
+    log = OOM + f"\n{marker}\n\n" + KEYERROR
+    assert later(log) is None
+    assert diagnose(log).detected
+
+
+def test_a_chain_that_starts_after_the_oom_is_decided_by_its_first_exception() -> None:
+    chained = "\nDuring handling of the above exception, another exception occurred:\n\n"
+    log = OOM + STEPS + KEYERROR + chained + traceback("ValueError: bad value")
+    assert later(log) == "ValueError: bad value"  # the chain's last: what ended the job
+
+
+@pytest.mark.parametrize(
+    "before",
+    [
+        "Exception in thread Thread-3 (_pin_memory_loop):",
+        "Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ at 0x7f>",
+        "Error in atexit._run_exitfuncs:",
+    ],
+)
+def test_tracebacks_printed_on_the_way_out_are_passed_over(before: str) -> None:
+    log = OOM + before + "\n" + traceback("OSError: [Errno 9] Bad file descriptor")
+    assert later(log) is None
+    # passed over, not a stop: an unrelated error before it still counts
+    log = OOM + STEPS + KEYERROR + before + "\n" + traceback("OSError: [Errno 9] Bad fd")
+    assert later(log) == "KeyError: 'lr'"
+
+
+@pytest.mark.parametrize(
+    "exception",
+    [
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+        "subprocess.CalledProcessError: Command '['python', 'train.py']' returned non-zero exit "
+        "status 1.",
+        "torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated with exit "
+        "code 1",
+        "torch.multiprocessing.spawn.ProcessRaisedException: ",
+        "torch.distributed.elastic.multiprocessing.api.SignalException: Process 41 got signal: 15",
+        "KeyboardInterrupt",
+        "SystemExit: 1",
+        "BrokenPipeError: [Errno 32] Broken pipe",
+        "ConnectionResetError: [Errno 104] Connection reset by peer",
+        "torch.distributed.DistBackendError: NCCL communicator was aborted on rank 0.",
+        "torch.distributed.DistNetworkError: Connection reset by peer",
+    ],
+)
+def test_a_report_of_another_processs_end_is_a_consequence(exception: str) -> None:
+    assert later(OOM + traceback(exception)) is None
+
+
+def test_a_name_that_only_ends_like_a_consequence_is_not_one() -> None:
+    assert later(OOM + traceback("MyChildFailedError: x")) == "MyChildFailedError: x"
+    assert later(OOM + traceback("SystemExitError: x")) == "SystemExitError: x"
+
+
+def test_only_the_failures_own_rank_is_read() -> None:
+    oom = "".join(f"[rank1]: {line}\n" for line in OOM.splitlines())
+    assert later(oom + traceback("KeyError: 'lr'", prefix="[rank0]: ")) is None
+    assert later(oom + KEYERROR) is None  # the launcher (no prefix): another process
+    assert later(oom + traceback("KeyError: 'lr'", prefix="[rank1]: ")) == "KeyError: 'lr'"
+    assert later(OOM + traceback("KeyError: 'lr'", prefix="[rank1]: ")) is None
+
+
+def test_a_traceback_that_holds_an_oom_wording_is_the_failure_again() -> None:
+    quoted = FRAMES + "    " + OOM.splitlines()[0] + "\n"
+    assert later(OOM + traceback("ProcessingError: child failed", frames=quoted)) is None
+    assert later(OOM + traceback("RuntimeError: CUDA error: out of memory")) is None
+
+
+def test_a_traceback_cut_before_its_exception_line_says_nothing() -> None:
+    cut = "Traceback (most recent call last):\n" + FRAMES + "\n   ^^^^^^\n"
+    assert later(OOM + cut) is None
+    # and a cut one after a complete one: the last decides, and it cannot
+    assert later(OOM + KEYERROR + cut) is None
+
+
+def test_an_exception_line_that_is_not_a_name_says_nothing() -> None:
+    assert later(OOM + traceback("*** crashed ***")) is None
+
+
+def test_the_exception_is_shown_without_control_characters_and_bounded() -> None:
+    assert later(OOM + traceback("KeyError: \x1b[31mred\x07 \u202eevil")) == (
+        "KeyError: ?[31mred? ?evil"
+    )
+    long = "ValueError: " + "v" * 300
+    assert later(OOM + traceback(long)) == long[:200]
+
+
+def test_the_scanner_keeps_the_log_after_the_failure_up_to_its_last_32_kib() -> None:
+    log = OOM + STEPS + KEYERROR
+    scan = scan_bytes(log.encode())
+    assert scan.tail == "\n" + STEPS + KEYERROR  # from the failure line's end
+    filler = "".join(f"step {i:07d}\n" for i in range(4096))  # 53,248 bytes
+    scan = scan_bytes((OOM + filler + KEYERROR).encode(), chunk_bytes=4096)
+    assert len(scan.tail.encode()) == 32 * 1024
+    assert scan.tail.endswith(KEYERROR)
+    assert later_failure(scan.tail, None) == "KeyError: 'lr'"
+    assert scan_bytes(b"no failure here\n" + KEYERROR.encode()).tail == ""
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 4096, 1 << 20])
+def test_the_tail_is_the_same_however_the_log_is_split(chunk: int) -> None:
+    log = (OOM + STEPS + KEYERROR).encode()
+    assert scan_bytes(log, chunk_bytes=chunk).tail == scan_bytes(log).tail
