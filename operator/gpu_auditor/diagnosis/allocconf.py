@@ -149,7 +149,10 @@ def _parse(tokens: list[str]) -> tuple[list[Entry], list[str]]:
             i = _next_comma(tokens, j)
             continue
         if tokens[j] == "[":
-            close = tokens.index("]", j) if "]" in tokens[j:] else len(tokens)
+            try:  # searched in place: a slice per '[' made many brackets quadratic
+                close = tokens.index("]", j)
+            except ValueError:
+                close = len(tokens)
             value = "".join(tokens[j : close + 1])
             entries.append(Entry(key, value, j))
             j = close + 1

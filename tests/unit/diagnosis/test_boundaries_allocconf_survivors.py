@@ -64,3 +64,30 @@ def test_a_roundup_list_is_read_inside_its_brackets(value: str, problem: str | N
     c = check(f"roundup_power2_divisions:{value}", TORCH_2_11)
     assert [i.message for i in c.issues if i.kind is IssueKind.INVALID_VALUE] == (
         [problem] if problem else [])
+
+
+class _CountingTokens(list[str]):
+    """A token list that adds up the length of every slice taken of it."""
+
+    sliced = 0
+
+    def __getitem__(self, key):  # type: ignore[no-untyped-def]
+        if isinstance(key, slice):
+            start, stop, _ = key.indices(len(self))
+            self.sliced += max(0, stop - start)
+        return super().__getitem__(key)
+
+
+def test_many_bracketed_values_are_parsed_with_linear_work() -> None:
+    from gpu_auditor.diagnosis.allocconf import _parse
+
+    # 2,000 'a:[]' entries: each value's tokens are read once (the old code sliced the rest of
+    # the list at every '[': 2,000 x 10,000 / 2 tokens); the entries are all read
+    tokens = _CountingTokens(["a", ":", "[", "]", ","] * 2000)
+    entries, problems = _parse(tokens)
+    assert [(e.key, e.value) for e in entries] == [("a", "[]")] * 2000
+    assert problems == []
+    assert tokens.sliced <= 2 * len(tokens)
+    # an unclosed '[' takes the rest as its value, as before
+    entries, _ = _parse(["a", ":", "[", "1", ",", "2"])
+    assert [(e.key, e.value) for e in entries] == [("a", "[1,2")]
