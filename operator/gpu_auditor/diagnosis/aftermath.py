@@ -14,8 +14,9 @@ names the later error when all of these hold:
   ``The above exception was the direct cause``) and does not say it came from a thread,
   ``__del__`` or ``atexit`` (``Exception in thread``, ``Exception ignored in``, ``Error in
   atexit``), which the failure's own unwinding sets off;
-- neither its frames nor its final exception line hold a failure wording of any family (a
-  re-raised OOM, a child's OOM quoted by ``mp.spawn``), and its exception is not one that only
+- none of its lines (up to the next traceback) holds a failure wording of any family (a
+  re-raised OOM, a child's OOM quoted by ``mp.spawn``, an exception message that names one, a
+  re-print of the OOM after it), and its exception is not one that only
   reports another process's exit (``CONSEQUENCES``: launchers, a signal from one, a peer gone);
 - the traceback ends in an exception line within the tail (named with its control and format
   characters as ``?``, at most ``MAX_EXCEPTION_CHARS``).
@@ -74,31 +75,31 @@ def later_failure(tail: str, rank: str | None) -> str | None:
         before = next((x.text.strip() for x in reversed(own[:start]) if x.text.strip()), "")
         if before.startswith(_ON_THE_WAY_OUT):
             continue
-        exception = _exception_line(own, start, stop)
-        if exception is None:
+        text = _exception_line(own, start, stop)
+        if text is None:
             return None  # cut short, or not a traceback Python printed: read nothing into it
-        at, text = exception
-        if any(formats.find_failure(line.text) is not None for line in own[start : at + 1]):
-            return None  # the failure again (re-raised, quoted by a launcher)
+        if any(formats.find_failure(line.text) is not None for line in own[start:stop]):
+            return None  # the failure again (re-raised, quoted, in its message or after it)
         name = _EXCEPTION.match(text)
         if name is None:
             return None
-        if name.group(1).rsplit(".", 1)[-1] in CONSEQUENCES:
+        if name.group(1).rpartition(".")[2] in CONSEQUENCES:
             continue
-        ended = ended or text
+        if ended is None:
+            ended = text
         if before not in _CHAINED:
             return _visible(ended[:MAX_EXCEPTION_CHARS])
     return None  # no traceback, or a chain whose first exception is the failure's own
 
 
-def _exception_line(lines: list[Line], start: int, stop: int) -> tuple[int, str] | None:
+def _exception_line(lines: list[Line], start: int, stop: int) -> str | None:
     """The traceback's final line: the first one in ``lines[start + 1 : stop]`` that is not
-    indented (frames and their code are), not a caret line and not blank."""
+    indented (frames, their code and its carets are) and not blank."""
     for i in range(start + 1, stop):
         text = lines[i].text
-        if not text.strip() or text[0] in " \t" or text.lstrip().startswith(("^", "~")):
+        if not text.strip() or text[0] in " \t":
             continue
-        return i, text.strip()
+        return text.strip()
     return None
 
 

@@ -166,3 +166,41 @@ def test_the_scanner_keeps_the_log_after_the_failure_up_to_its_last_32_kib() -> 
 def test_the_tail_is_the_same_however_the_log_is_split(chunk: int) -> None:
     log = (OOM + STEPS + KEYERROR).encode()
     assert scan_bytes(log, chunk_bytes=chunk).tail == scan_bytes(log).tail
+
+
+def test_a_consequence_is_passed_over_and_the_error_before_it_decides() -> None:
+    # a single-process launcher (accelerate) reports the child's exit after the child's error
+    launcher = traceback("subprocess.CalledProcessError: Command 'train.py' returned 1.")
+    assert later(OOM + STEPS + KEYERROR + launcher) == "KeyError: 'lr'"
+    assert later(OOM + launcher + launcher) is None
+
+
+def test_an_oom_wording_anywhere_in_the_traceback_block_keeps_the_oom() -> None:
+    # in the exception's second message line, and in a re-print of the OOM after it
+    message = "RuntimeError: loading failed\nreason: CUDA error: out of memory"
+    assert later_failure(traceback(message), None) is None
+    assert later_failure(traceback("RuntimeError: loading failed\nreason: disk"), None) == (
+        "RuntimeError: loading failed"
+    )
+    assert later(OOM + KEYERROR + OOM) is None  # the same message again: one failure
+
+
+@pytest.mark.parametrize(
+    ("exception", "shown"),
+    [
+        ("E", "E"),  # one character
+        ("XMLSyntaxError: bad config", "XMLSyntaxError: bad config"),
+        ("_Private.Error", "_Private.Error"),
+    ],
+)
+def test_exception_lines_are_read_whatever_their_first_character(
+    exception: str, shown: str
+) -> None:
+    assert later(OOM + traceback(exception)) == shown
+
+
+def test_indented_and_blank_lines_are_never_the_exception_line() -> None:
+    frames = '  File "a.py", line 1, in f\n x = y\n\t  z\n    ^^^^\n\n'
+    assert later(OOM + traceback("ValueError: v", frames=frames)) == "ValueError: v"
+    # no frames at all: the line after the header is the exception
+    assert later(OOM + "Traceback (most recent call last):\nValueError: v\n") == "ValueError: v"
