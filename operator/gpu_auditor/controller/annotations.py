@@ -25,15 +25,13 @@ from gpu_auditor.base.contract import (
 )
 from gpu_auditor.base.nodereport import Finding
 from gpu_auditor.controller import bounded
-from gpu_auditor.controller.pod import AllocConf, Pod, Termination
+from gpu_auditor.controller.pod import AllocConf, DiagnosedKeys, Pod, Termination, recorded
 from gpu_auditor.controller.probe import ProbeUse
 from gpu_auditor.diagnosis import ALLOC_CONF_ENV, Diagnosis, DiagnosisKind, Figures, NodeEvidence
 
 DEFAULT_PREFIX = DEFAULT_ANNOTATION_PREFIX
 MAX_PREFIX = 64
 """Characters of `--annotation-prefix` at most (keys count against the budget too)."""
-KEYS_KEPT = 16
-"""How many diagnosed termination keys a pod remembers (a crash-looping pod keeps restarting)."""
 BUDGET = 16 * 1024
 """Bytes all of the operator's annotations on one object take at most, keys included."""
 LIMITS: dict[Annotation, int] = {
@@ -117,7 +115,7 @@ def diagnosis_annotations(
     pod: Pod,
     *,
     prefix: str,
-    previous_keys: Sequence[str],
+    previous_keys: DiagnosedKeys | Sequence[str],
     source: str,
     now: dt.datetime,
     node: NodeEvidence | None = None,
@@ -128,7 +126,8 @@ def diagnosis_annotations(
     """The annotation patch, the owner's annotations and the Event for one diagnosed
     termination, from the typed diagnosis. The problems of the job's current setting are the
     core's (checked against the release and backend the core settled on). `samples`: points of
-    the node's memory series the diagnosis had; `probe`: what it did with a probe record."""
+    the node's memory series the diagnosis had; `probe`: what it did with a probe record;
+    `previous_keys`: what the pod's `diagnosed-key` records (or its keys)."""
     recommendation = diagnosis.recommendation
     other_pods = [f"{p.namespace}/{p.pod}" for p in (node.other_pods if node else ()) if p.pod]
     fields: list[tuple[str, Any]] = [
@@ -172,7 +171,7 @@ def diagnosis_annotations(
             fields, LIMITS[Annotation.EVIDENCE], string_limit=ITEM_LIMIT,
             list_limit=EVIDENCE_LIST_LIMIT),
         Annotation.DIAGNOSED_AT: _timestamp(now),
-        Annotation.DIAGNOSED_KEY: _keys([*previous_keys, termination.key]),
+        Annotation.DIAGNOSED_KEY: _keys(previous_keys, termination),
     }
     if recommended:
         written[Annotation.RECOMMENDED_ALLOC_CONF] = recommended
@@ -202,8 +201,8 @@ def _patch(written: dict[Annotation, str], pod: Pod, prefix: str) -> dict[str, s
 
 
 def failure_annotations(
-    termination: Termination, *, prefix: str, previous_keys: Sequence[str], reason: str,
-    detail: str, now: dt.datetime,
+    termination: Termination, *, prefix: str, previous_keys: DiagnosedKeys | Sequence[str],
+    reason: str, detail: str, now: dt.datetime,
 ) -> dict[str, str]:
     """A diagnosis that failed (raised, ran over its budget): said once on the pod, and the
     termination recorded as done so that no later event starts it again."""
@@ -211,7 +210,7 @@ def failure_annotations(
         f"{prefix}{Annotation.DIAGNOSIS_FAILED}": value(
             Annotation.DIAGNOSIS_FAILED, f"{termination.key}: {reason}: {detail}"),
         f"{prefix}{Annotation.DIAGNOSED_AT}": _timestamp(now),
-        f"{prefix}{Annotation.DIAGNOSED_KEY}": _keys([*previous_keys, termination.key]),
+        f"{prefix}{Annotation.DIAGNOSED_KEY}": _keys(previous_keys, termination),
     }
 
 
@@ -241,12 +240,28 @@ def sharing_message(finding: Finding, ref: str) -> str:
     return bounded.clip(text, EVENT_MESSAGE_LIMIT)
 
 
-def _keys(keys: Sequence[str]) -> str:
-    """The last KEYS_KEPT distinct keys, comma-separated, within the limit (oldest dropped)."""
-    kept = list(dict.fromkeys(keys))[-KEYS_KEPT:]
-    while len(",".join(kept)) > LIMITS[Annotation.DIAGNOSED_KEY] and len(kept) > 1:
-        kept.pop(0)
-    return ",".join(kept)
+def _keys(previous: DiagnosedKeys | Sequence[str], termination: Termination) -> str:
+    """`diagnosed-key`: the record with `termination` done, per container its highest restart
+    count, within the limit: while it is over, the lowest entry is folded into `*/<N>` (every
+    container done up to N), so what is left out reads as done, never as to do again."""
+    done = previous if isinstance(previous, DiagnosedKeys) else recorded(previous)
+    done = done.added(termination)
+    lowest_first = sorted(done.counts.items(), key=lambda entry: (entry[1], entry[0]))
+    floor = done.floor
+    size = sum(len(c) + len(str(n)) + 2 for c, n in lowest_first) - 1  # "c/n", commas between
+    limit = LIMITS[Annotation.DIAGNOSED_KEY]
+    dropped = 0
+    while dropped < len(lowest_first) and size + _floor_size(floor) > limit:
+        container, count = lowest_first[dropped]
+        size -= len(container) + len(str(count)) + 2
+        floor = max(count, count if floor is None else floor)
+        dropped += 1
+    return ",".join(DiagnosedKeys(dict(lowest_first[dropped:]), floor).keys())
+
+
+def _floor_size(floor: int | None) -> int:
+    """Bytes `*/<floor>` adds to the value, with its comma."""
+    return 0 if floor is None else len(str(floor)) + 3
 
 
 def _joined(items: list[str], name: Annotation) -> str:

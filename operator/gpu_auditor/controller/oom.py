@@ -6,7 +6,9 @@
     and Event built from the typed Diagnosis ─► Event, pod patch, owner patch
 
 Idempotency: one diagnosis per (pod UID, container, restart count). The pod's `diagnosed-key`
-annotation records what was written, so operator restarts and watch re-lists find it done;
+annotation records what was written (per container the highest restart count: a termination at
+or below it is done; a pod's older terminations are diagnosed first), so operator restarts and
+watch re-lists find it done;
 Events have deterministic names, so a second create is a 409 and never a duplicate. The Event
 is created before the annotation: if the operator dies between the two, the next run writes the
 annotation and its Event create is a harmless 409.
@@ -20,18 +22,27 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gpu_auditor.base import names
+from gpu_auditor.base.contract import Annotation
 from gpu_auditor.base.errors import APIError, APINotFoundError
 from gpu_auditor.controller import annotations as notes
 from gpu_auditor.controller import metrics, owners
 from gpu_auditor.controller.diagnoser import DiagnosisFailed
 from gpu_auditor.controller.kube import KubeApi, LogUnavailable, ObjectRef
 from gpu_auditor.controller.lru import Lru
-from gpu_auditor.controller.pod import AllocConf, Container, Pod, Termination, parse_pod
+from gpu_auditor.controller.pod import (
+    AllocConf,
+    Container,
+    DiagnosedKeys,
+    Pod,
+    Termination,
+    diagnosed_keys,
+    parse_pod,
+)
 from gpu_auditor.controller.probe import ProbeUse, probe_use, record_in_message
 from gpu_auditor.controller.reports import NodeReports
 from gpu_auditor.controller.retry import Attempts
@@ -74,13 +85,22 @@ class OomPath:
         self.failures = Lru(10_000)
         """(pod UID, key) -> (reason, detail) of a failed diagnosis not yet written."""
         self.written = Lru(50_000)
-        """Pod UID -> termination keys this process has written (stale events see them)."""
+        """Pod UID -> the `DiagnosedKeys` this process last wrote on it (stale events see
+        them): what the annotation holds, so at most one entry per container."""
 
     def pending(self, pod: Pod) -> list[Termination]:
-        """Failed terminations of this pod not yet diagnosed (no API call)."""
-        done = set(pod.diagnosed_keys)
-        return [t for t in pod.terminations
-                if t.key not in done and self.attempts.due((pod.uid, t.key))]
+        """Failed terminations of this pod not yet diagnosed (no API call), the oldest first:
+        a container's record keeps only its highest restart count, so a newer run written
+        first would leave the older one done, never diagnosed."""
+        written = self._written(pod)
+        return sorted((t for t in pod.terminations
+                       if not pod.diagnosed_keys.done(t) and not written.done(t)
+                       and self.attempts.due((pod.uid, t.key))),
+                      key=lambda t: t.restart_count)
+
+    def _written(self, pod: Pod) -> DiagnosedKeys:
+        written = self.written.get(pod.uid)
+        return written if isinstance(written, DiagnosedKeys) else DiagnosedKeys()
 
     def handle(self, pod: Pod) -> None:
         """Diagnose the pod's pending terminations; never raises (a handler's exception would
@@ -106,11 +126,10 @@ class OomPath:
         event (one queued before our own patch) is caught by the in-memory record of what this
         process wrote, and after a restart kopf's fresh listing carries the annotation.
         Measured at 5,000 pods, the extra GET cost about half the median latency."""
-        written = self.written.get(pod.uid)
-        keys = list(dict.fromkeys([*pod.diagnosed_keys,
-                                   *(written if isinstance(written, list) else [])]))
-        if t.key in keys:
+        written = self._written(pod)
+        if pod.diagnosed_keys.done(t) or written.done(t):
             return
+        keys = pod.diagnosed_keys.merged(written)
         container = next((c for c in pod.containers if c.name == t.container),
                          Container(t.container, AllocConf(None), None, None, None))
         failure = self.failures.get((pod.uid, t.key))
@@ -174,7 +193,7 @@ class OomPath:
             return Diagnosed(None, "log", node)
         return built(self.diagnoser.diagnose(text, **options), "log")
 
-    def _write(self, pod: Pod, t: Termination, keys: Sequence[str], diagnosis: Diagnosis,
+    def _write(self, pod: Pod, t: Termination, keys: DiagnosedKeys, diagnosis: Diagnosis,
                found: Diagnosed, container: Container) -> None:
         now = dt.datetime.now(dt.UTC)
         result = notes.diagnosis_annotations(
@@ -186,7 +205,7 @@ class OomPath:
                              message=result.event_message)
         self.kube.patch_pod_annotations(pod.namespace, pod.name, result.annotations,
                                         uid=pod.uid)
-        self.written.add(pod.uid, [*keys, t.key])
+        self._wrote(pod, result.annotations)
         metrics.DIAGNOSES.labels(pod.namespace, diagnosis.kind).inc()
         _count_probe(pod, t, diagnosis, found.probe)
         if t.finished_at is not None:
@@ -195,16 +214,20 @@ class OomPath:
         if self.annotate_owners:
             self._annotate_owner(pod, result.owner_annotations)
 
-    def _write_failure(self, pod: Pod, t: Termination, keys: Sequence[str],
+    def _write_failure(self, pod: Pod, t: Termination, keys: DiagnosedKeys,
                        failure: tuple[str, str]) -> None:
         reason, detail = failure
         patch = notes.failure_annotations(t, prefix=self.prefix, previous_keys=keys,
                                           reason=reason, detail=detail,
                                           now=dt.datetime.now(dt.UTC))
         self.kube.patch_pod_annotations(pod.namespace, pod.name, patch, uid=pod.uid)
-        self.written.add(pod.uid, [*keys, t.key])
+        self._wrote(pod, patch)
         self.attempts.done((pod.uid, t.key))
         self.failures.pop((pod.uid, t.key))
+
+    def _wrote(self, pod: Pod, patch: Mapping[str, str | None]) -> None:
+        """Remember the `diagnosed-key` just written, as the annotation holds it (bounded)."""
+        self.written.add(pod.uid, diagnosed_keys(patch[f"{self.prefix}{Annotation.DIAGNOSED_KEY}"]))
 
     def _annotate_owner(self, pod: Pod, annotations: dict[str, str]) -> None:
         if pod.controller is None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -164,6 +164,43 @@ def requests_gpu(container: Mapping[str, Any]) -> bool:
 
 
 @dataclass(frozen=True)
+class DiagnosedKeys:
+    """What a pod's `diagnosed-key` annotation records: per container the highest restart count
+    diagnosed (or whose diagnosis failed). A termination at or below it is done: one entry per
+    container, however often it restarts, and never more entries than the pod has containers."""
+
+    counts: Mapping[str, int] = field(default_factory=dict)
+    """Container name -> the highest restart count done."""
+    floor: int | None = None
+    """Every container is done up to this restart count (`*/<N>`): written only when the
+    per-container entries do not fit the annotation's limit (the lowest are folded into it)."""
+
+    def done(self, t: Termination) -> bool:
+        highest = self.counts.get(t.container)
+        if highest is not None and t.restart_count <= highest:
+            return True
+        return self.floor is not None and t.restart_count <= self.floor
+
+    def merged(self, other: DiagnosedKeys) -> DiagnosedKeys:
+        """What either record says is done."""
+        counts = dict(self.counts)
+        for container, count in other.counts.items():
+            counts[container] = max(count, counts.get(container, count))
+        floors = [f for f in (self.floor, other.floor) if f is not None]
+        return DiagnosedKeys(counts, max(floors) if floors else None)
+
+    def added(self, t: Termination) -> DiagnosedKeys:
+        """This record with `t` done as well."""
+        return self.merged(DiagnosedKeys({t.container: t.restart_count}))
+
+    def keys(self) -> list[str]:
+        """The entries as the annotation writes them: `<container>/<restartCount>` sorted by
+        container, then `*/<floor>`."""
+        floor = [] if self.floor is None else [f"*/{self.floor}"]
+        return [*(f"{c}/{n}" for c, n in sorted(self.counts.items())), *floor]
+
+
+@dataclass(frozen=True)
 class Container:
     """What one container's spec says that a diagnosis uses, worked out once."""
 
@@ -193,8 +230,8 @@ class Pod:
     """A valid node name, or "" (not scheduled, or not a name)."""
     ignored: bool
     """Labelled `gpu-auditor.io/ignore=true`."""
-    diagnosed_keys: tuple[str, ...]
-    """Termination keys our `diagnosed-key` annotation lists (well-formed ones only)."""
+    diagnosed_keys: DiagnosedKeys
+    """What our `diagnosed-key` annotation records as done (well-formed entries only)."""
     our_annotations: frozenset[str]
     """Which of our annotation names (`Annotation`, without the prefix) the pod carries."""
     annotations: tuple[tuple[str, str], ...]
@@ -227,7 +264,7 @@ def parse_pod(body: Mapping[str, Any], prefix: str) -> Pod:
         uid=str(meta.get("uid") or ""),
         node_name=str(node) if names.is_subdomain(node) else "",
         ignored=_map(meta.get("labels")).get(IGNORE_LABEL) == "true",
-        diagnosed_keys=tuple(diagnosed_keys(ours.get(Annotation.DIAGNOSED_KEY))),
+        diagnosed_keys=diagnosed_keys(ours.get(Annotation.DIAGNOSED_KEY)),
         our_annotations=frozenset(Annotation(k) for k in ours),
         annotations=tuple(sorted(ours.items())),
         controller=controller_reference(meta.get("ownerReferences")),
@@ -254,16 +291,34 @@ def controller_reference(references: object) -> OwnerReference | None:
                           name=ref.get("name"), uid=ref.get("uid"))
 
 
-_KEY = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?/[0-9]{1,10}")
+_KEY = re.compile(r"([a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?|\*)/([0-9]{1,10})")
 MAX_KEYS_TEXT = 4 * 1280
 
 
-def diagnosed_keys(raw: str | None) -> list[str]:
-    """Termination keys a `diagnosed-key` value lists (only well-formed ones: the annotation is
-    on the tenant's object, and it is copied into our next write)."""
+def diagnosed_keys(raw: str | None) -> DiagnosedKeys:
+    """What a `diagnosed-key` value records (only well-formed entries: the annotation is on the
+    tenant's object, and it is copied into our next write). The previous release's value (the
+    last 16 keys, several per container) reads the same way: the highest per container."""
     if not isinstance(raw, str):
-        return []
-    return [key for key in raw[:MAX_KEYS_TEXT].split(",") if _KEY.fullmatch(key)]
+        return DiagnosedKeys()
+    return recorded(raw[:MAX_KEYS_TEXT].split(","))
+
+
+def recorded(keys: Iterable[str]) -> DiagnosedKeys:
+    """The record of `<container>/<restartCount>` and `*/<restartCount>` keys; others are
+    ignored."""
+    counts: dict[str, int] = {}
+    floor: int | None = None
+    for key in keys:
+        match = _KEY.fullmatch(key)
+        if match is None:
+            continue
+        container, count = match.group(1), int(match.group(2))
+        if container == "*":
+            floor = max(count, count if floor is None else floor)
+        else:
+            counts[container] = max(count, counts.get(container, count))
+    return DiagnosedKeys(counts, floor)
 
 
 def _map(value: object) -> Mapping[str, Any]:

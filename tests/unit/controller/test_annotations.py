@@ -11,7 +11,14 @@ from gpu_auditor.base.contract import FindingKind
 from gpu_auditor.base.nodereport import Finding
 from gpu_auditor.controller import annotations as notes
 from gpu_auditor.controller import bounded
-from gpu_auditor.controller.pod import AllocConf, Pod, Termination, diagnosed_keys, parse_pod
+from gpu_auditor.controller.pod import (
+    AllocConf,
+    DiagnosedKeys,
+    Pod,
+    Termination,
+    diagnosed_keys,
+    parse_pod,
+)
 from gpu_auditor.diagnosis import (
     Diagnosis,
     Figures,
@@ -131,15 +138,15 @@ def test_an_ignored_current_setting_is_said_in_the_evidence() -> None:
     assert evidence["currentAllocConf"] == why
 
 
-def test_diagnosed_keys_keep_16_and_ignore_keys_a_tenant_forged() -> None:
+def test_diagnosed_keys_keep_one_entry_per_container_and_ignore_keys_a_tenant_forged() -> None:
     forged = ",".join(["main/1", "../x/2", "a" * 70 + "/1", "main/" + "9" * 11, "side/2"])
-    assert diagnosed_keys(forged) == ["main/1", "side/2"]
-    assert _pod({f"{PREFIX}diagnosed-key": forged}).diagnosed_keys == ("main/1", "side/2")
+    assert diagnosed_keys(forged) == DiagnosedKeys({"main": 1, "side": 2})
+    assert _pod({f"{PREFIX}diagnosed-key": forged}).diagnosed_keys.keys() == ["main/1", "side/2"]
     previous = [f"side/{i}" for i in range(40)]
     keys = notes.diagnosis_annotations(
         _diagnosis(), TERMINATION, _pod(), prefix=PREFIX, previous_keys=previous,
         source="log", now=NOW).annotations[f"{PREFIX}diagnosed-key"]
-    assert str(keys).split(",") == [*(f"side/{i}" for i in range(25, 40)), "main/3"]
+    assert keys == "main/3,side/39"
 
 
 def test_a_failure_is_one_short_annotation_and_records_the_key() -> None:
@@ -147,7 +154,7 @@ def test_a_failure_is_one_short_annotation_and_records_the_key() -> None:
                                       reason="timeout", detail="x" * 2000, now=NOW)
     assert patch[f"{PREFIX}diagnosis-failed"].startswith("main/3: timeout: xxx")
     assert len(patch[f"{PREFIX}diagnosis-failed"].encode()) == 512
-    assert patch[f"{PREFIX}diagnosed-key"] == "main/2,main/3"
+    assert patch[f"{PREFIX}diagnosed-key"] == "main/3"
 
 
 def test_a_later_diagnosis_clears_a_stale_failure_and_recommendation() -> None:

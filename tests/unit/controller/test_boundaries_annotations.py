@@ -1,9 +1,10 @@
 """Boundary tables for what the operator writes (issue 18): each limit from both sides, with
 literal numbers, never the module's constants.
 
-Survivors these kill: no bound on the diagnosed keys kept, values never cut, a stale
-`recommended-alloc-conf` not cleared, an Event name that ignores the termination key (a second
-crash's Event would be a 409 and lost), the pod view's ignore label and key reading.
+Survivors these kill: no bound on the diagnosed keys kept (and the floor they fold into), values
+never cut, a stale `recommended-alloc-conf` not cleared, an Event name that ignores the
+termination key (a second crash's Event would be a 409 and lost), the pod view's ignore label
+and key reading.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import pytest
 from gpu_auditor.base.contract import Annotation, FindingKind
 from gpu_auditor.base.nodereport import Finding
 from gpu_auditor.controller import annotations as notes
-from gpu_auditor.controller.pod import Pod, Termination, diagnosed_keys, parse_pod
+from gpu_auditor.controller.pod import DiagnosedKeys, Pod, Termination, diagnosed_keys, parse_pod
 from gpu_auditor.diagnosis import Diagnosis, Figures, Recommendation
 
 pytestmark = pytest.mark.unit
@@ -50,7 +51,7 @@ def diagnosis(alloc_conf: str | None = None, summary: str = "fragmentation: 2.0 
 
 
 def written(d: Diagnosis | None = None, p: Pod | None = None, t: Termination | None = None,
-            previous: list[str] | None = None) -> notes.Written:  # fmt: skip
+            previous: list[str] | DiagnosedKeys | None = None) -> notes.Written:  # fmt: skip
     return notes.diagnosis_annotations(
         d or diagnosis(), t or termination(), p or pod(), prefix=PREFIX,
         previous_keys=previous or [], source="log", now=NOW)  # fmt: skip
@@ -60,45 +61,125 @@ def keys_of(w: notes.Written) -> list[str]:
     return str(w.annotations[f"{PREFIX}diagnosed-key"]).split(",")
 
 
-# -- diagnosed-key: the last 16 distinct keys, within 1,280 bytes -------------------------------
+# -- diagnosed-key: per container its highest restart count, within 1,280 bytes ----------------
 
 
-def test_15_earlier_keys_and_the_new_one_are_all_kept() -> None:
-    previous = [f"side/{i}" for i in range(15)]
-    assert keys_of(written(previous=previous)) == [*previous, "main/3"]
+def test_each_container_keeps_only_its_highest_restart_count() -> None:
+    previous = ["main/1", "side/0", "main/2", "side/4"]
+    assert keys_of(written(previous=previous)) == ["main/3", "side/4"]
 
 
-def test_16_earlier_keys_lose_the_oldest() -> None:
-    previous = [f"side/{i}" for i in range(16)]
-    assert keys_of(written(previous=previous)) == [*previous[1:], "main/3"]
+def test_a_higher_count_recorded_before_is_kept() -> None:
+    assert keys_of(written(previous=["main/5", "side/1"])) == ["main/5", "side/1"]
 
 
-def test_a_key_seen_before_is_kept_once_where_it_first_was() -> None:
-    assert keys_of(written(previous=["main/3", "side/1"])) == ["main/3", "side/1"]
+def test_17_containers_are_all_recorded_the_16_keys_of_the_old_format_are_no_bound() -> None:
+    previous = [f"c{i}/0" for i in range(16)]
+    new = termination(container="c16", restart=0)
+    assert sorted(keys_of(written(previous=previous, t=new))) == sorted(
+        [*previous, "c16/0"])
 
 
-def test_keys_are_kept_while_they_fit_1280_bytes() -> None:
-    # seven keys of 182 characters joined by six commas: 1,280 bytes exactly, all kept
-    at_limit = [f"{chr(97 + i) * 180}/{i}" for i in range(6)]
-    new = termination(container="g" * 180, restart=6)
-    kept = keys_of(written(previous=at_limit, t=new))
-    assert len(",".join(kept)) == 1280 and kept == [*at_limit, new.key]
-    # one byte more (a 183-character key): the oldest goes
-    over = termination(container="g" * 181, restart=6)
-    assert keys_of(written(previous=at_limit, t=over)) == [*at_limit[1:], over.key]
+def test_the_old_formats_16_keys_read_as_the_highest_per_container() -> None:
+    old = ",".join(f"main/{i}" for i in range(16))  # what the previous release wrote
+    assert diagnosed_keys(old) == DiagnosedKeys({"main": 15})
+    p = pod({f"{PREFIX}diagnosed-key": old})
+    assert p.diagnosed_keys.done(termination(restart=15))
+    assert p.diagnosed_keys.done(termination(restart=0))
+    assert not p.diagnosed_keys.done(termination(restart=16))
 
 
-def test_one_key_over_1280_bytes_is_still_recorded() -> None:
-    huge = termination(container="h" * 1300, restart=0)
-    assert keys_of(written(previous=["side/1"], t=huge)) == [huge.key]
+def test_keys_are_kept_whole_while_they_fit_1280_bytes() -> None:
+    # nineteen entries of 65 characters and one of 26, joined by 19 commas: 1,280 bytes
+    previous = [f"{chr(97 + i) * 63}/{i % 9 + 1}" for i in range(19)]
+    new = termination(container="t" * 24, restart=5)
+    kept = keys_of(written(previous=previous, t=new))
+    assert len(",".join(kept)) == 1280 and kept == [*previous, new.key]
+
+
+def test_one_byte_over_1280_folds_the_lowest_entry_into_the_floor() -> None:
+    previous = [f"{chr(97 + i) * 63}/{i % 9 + 1}" for i in range(19)]
+    new = termination(container="t" * 25, restart=5)  # 1,281 bytes whole
+    kept = keys_of(written(previous=previous, t=new))
+    # a.../1 (the lowest count, then the first name) is left out: every container is done up
+    # to restart count 1
+    assert kept == [*previous[1:], new.key, "*/1"] and len(",".join(kept)) == 1219
+
+
+def test_the_floor_counts_against_1280_bytes_too() -> None:
+    previous = [f"{chr(97 + i) * 63}/{i % 9 + 1}" for i in range(19)] + ["*/7"]
+    inside = termination(container="t" * 20, restart=5)  # 1,280 bytes with ",*/7"
+    kept = keys_of(written(previous=previous, t=inside))
+    assert len(",".join(kept)) == 1280 and kept == [*previous[:19], inside.key, "*/7"]
+    outside = termination(container="t" * 21, restart=5)
+    kept = keys_of(written(previous=previous, t=outside))
+    assert kept == [*previous[1:19], outside.key, "*/7"] and len(",".join(kept)) == 1215
+
+
+def test_a_folded_count_above_the_floor_raises_it() -> None:
+    previous = [f"{chr(97 + i) * 63}/{i % 9 + 3}" for i in range(19)] + ["*/2"]
+    outside = termination(container="t" * 21, restart=5)
+    assert keys_of(written(previous=previous, t=outside))[-1] == "*/3"
+
+
+def test_one_entry_over_1280_bytes_leaves_the_floor() -> None:
+    huge = termination(container="h" * 1300, restart=0)  # no container name is that long
+    assert keys_of(written(previous=["side/1"], t=huge)) == ["side/1", "*/0"]
 
 
 def test_a_failure_records_its_key_under_the_same_bounds() -> None:
-    previous = [f"side/{i}" for i in range(16)]
-    patch = notes.failure_annotations(termination(), prefix=PREFIX, previous_keys=previous,
-                                      reason="timeout", detail="d", now=NOW)  # fmt: skip
-    assert patch[f"{PREFIX}diagnosed-key"].split(",") == [*previous[1:], "main/3"]
+    previous = [f"{chr(97 + i) * 63}/{i % 9 + 1}" for i in range(19)]
+    patch = notes.failure_annotations(termination(container="t" * 25, restart=5),
+                                      prefix=PREFIX, previous_keys=previous, reason="timeout",
+                                      detail="d", now=NOW)  # fmt: skip
+    assert patch[f"{PREFIX}diagnosed-key"].split(",") == [*previous[1:], "t" * 25 + "/5", "*/1"]
     assert patch[f"{PREFIX}diagnosed-at"] == "2026-11-29T10:00:00Z"
+
+
+def test_the_record_itself_is_taken_as_previous_keys() -> None:
+    record = DiagnosedKeys({"side": 4}, 1)
+    assert keys_of(written(previous=record)) == ["main/3", "side/4", "*/1"]
+
+
+@pytest.mark.parametrize(
+    ("record", "restart", "container", "done"),
+    [
+        (DiagnosedKeys({"main": 3}), 3, "main", True),
+        (DiagnosedKeys({"main": 3}), 4, "main", False),
+        (DiagnosedKeys({"main": 3}), 0, "side", False),
+        (DiagnosedKeys({"main": 0}), 0, "main", True),
+        (DiagnosedKeys({}, 2), 2, "side", True),
+        (DiagnosedKeys({}, 2), 3, "side", False),
+        (DiagnosedKeys({"main": 1}, 5), 4, "main", True),
+        (DiagnosedKeys({"main": 5}, 1), 4, "main", True),
+        (DiagnosedKeys({}, 0), 0, "main", True),
+        (DiagnosedKeys(), 0, "main", False),
+    ],
+    ids=[f"case{i}" for i in range(10)],  # plain ids: mutmut runs tests by id
+)
+def test_a_termination_is_done_at_or_below_its_containers_count_or_the_floor(
+    record: DiagnosedKeys, restart: int, container: str, done: bool
+) -> None:
+    assert record.done(termination(container=container, restart=restart)) is done
+
+
+@pytest.mark.parametrize(
+    ("one", "other", "both"),
+    [
+        (DiagnosedKeys({"main": 1}), DiagnosedKeys({"main": 3, "side": 0}, 2),
+         DiagnosedKeys({"main": 3, "side": 0}, 2)),
+        (DiagnosedKeys({"main": 3, "side": 0}, 2), DiagnosedKeys({"main": 1}),
+         DiagnosedKeys({"main": 3, "side": 0}, 2)),
+        (DiagnosedKeys({}, 4), DiagnosedKeys({}, 2), DiagnosedKeys({}, 4)),
+        (DiagnosedKeys({}, 2), DiagnosedKeys({}, 4), DiagnosedKeys({}, 4)),
+        (DiagnosedKeys(), DiagnosedKeys(), DiagnosedKeys()),
+    ],
+    ids=[f"case{i}" for i in range(5)],
+)
+def test_merged_records_are_done_where_either_is(
+    one: DiagnosedKeys, other: DiagnosedKeys, both: DiagnosedKeys
+) -> None:
+    assert one.merged(other) == both
 
 
 # -- values cut at their limits ------------------------------------------------------------------
@@ -295,24 +376,34 @@ def test_only_the_ignore_label_set_to_true_ignores_a_pod(labels: object, ignored
         ("", []),
         (None, []),
         (7, []),
+        ("main/1,main/0", ["main/1"]),  # the old format: several keys per container
+        ("main/0,main/1", ["main/1"]),
+        ("*/3", ["*/3"]),
+        ("*/1,*/4", ["*/4"]),
+        ("*/4,*/1", ["*/4"]),
+        ("side/3,*/2,main/1", ["main/1", "side/3", "*/2"]),
+        ("**/1", []),
+        ("*a/1", []),
+        ("*/", []),
+        ("main/00", ["main/0"]),
     ],
-    ids=[f"case{i}" for i in range(14)],  # plain ids: mutmut runs tests by id
+    ids=[f"case{i}" for i in range(24)],  # plain ids: mutmut runs tests by id
 )
 def test_diagnosed_keys_are_read_when_well_formed(raw: object, keys: list[str]) -> None:
-    assert diagnosed_keys(raw) == keys  # type: ignore[arg-type]
+    assert diagnosed_keys(raw).keys() == keys  # type: ignore[arg-type]
 
 
 def test_diagnosed_keys_are_read_from_the_first_5120_characters() -> None:
     within = ",".join(["x"] * 2557 + ["main/7"])  # ends at character 5,120
-    assert len(within) == 5120 and diagnosed_keys(within) == ["main/7"]
+    assert len(within) == 5120 and diagnosed_keys(within).keys() == ["main/7"]
     beyond = "," + within
-    assert diagnosed_keys(beyond) == []
+    assert diagnosed_keys(beyond).keys() == []
 
 
 def test_the_pod_view_reads_only_our_prefix() -> None:
     p = pod({f"{PREFIX}diagnosed-key": "main/0", "other.io/diagnosed-key": "main/1",
              f"{PREFIX}recommended-alloc-conf": "expandable_segments:True"})  # fmt: skip
-    assert p.diagnosed_keys == ("main/0",)
+    assert p.diagnosed_keys == DiagnosedKeys({"main": 0})
     assert p.our_annotations == {Annotation.DIAGNOSED_KEY, Annotation.RECOMMENDED_ALLOC_CONF}
     assert dict(p.annotations) == {"diagnosed-key": "main/0",
                                    "recommended-alloc-conf": "expandable_segments:True"}

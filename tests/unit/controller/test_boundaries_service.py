@@ -8,6 +8,7 @@ Survivors these kill: `pending()` ignoring `diagnosed-key`, the sharing path ign
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -30,6 +31,7 @@ from gpu_auditor.base.errors import APIForbiddenError, APIServerError
 from gpu_auditor.base.nodereport import parse_report
 from gpu_auditor.controller import annotations as notes
 from gpu_auditor.controller.kube import ObjectRef
+from gpu_auditor.controller.pod import DiagnosedKeys
 from gpu_auditor.controller.service import OperatorConfig, Services
 
 pytestmark = pytest.mark.unit
@@ -45,22 +47,23 @@ def failed_pod(diagnosed: str | None, restarts: int = 0) -> dict[str, Any]:
     return body
 
 
-# -- pending(): a termination whose key is in diagnosed-key is done ------------------------------
+# -- pending(): a termination diagnosed-key records (or one below it) is done --------------------
 
 
 @pytest.mark.parametrize(
     ("diagnosed", "pending"),
     [
         (None, ["main/0"]),
-        ("main/1", ["main/0"]),
+        ("main/1", []),  # a higher restart count of the container is recorded
         ("side/0", ["main/0"]),
         ("main/0", []),
         ("side/0,main/0", []),
         ("main/0,side/0", []),
-        ("main/00", ["main/0"]),
+        ("main/00", []),  # read as 0
         ("Main/0", ["main/0"]),  # not a key: a tenant cannot mark work done with junk
+        ("*/0", []),  # every container done up to restart count 0
     ],
-    ids=[f"case{i}" for i in range(8)],  # plain ids: mutmut runs tests by id
+    ids=[f"case{i}" for i in range(9)],  # plain ids: mutmut runs tests by id
 )
 def test_pending_leaves_out_what_diagnosed_key_lists(
     diagnosed: str | None, pending: list[str]
@@ -89,7 +92,102 @@ def test_a_diagnosed_termination_is_not_diagnosed_again_a_new_one_is() -> None:
     diagnoser = Inline()
     _services(again, diagnoser).handle_pod(again.pod)
     assert (diagnoser.calls, again.log_reads, len(again.patches)) == (1, 1, 1)
-    assert again.pod["metadata"]["annotations"][f"{PREFIX}diagnosed-key"] == "main/0,main/1"
+    assert again.pod["metadata"]["annotations"][f"{PREFIX}diagnosed-key"] == "main/1"
+
+
+def oom_message(gib: int) -> str:
+    return (f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {gib}.00 GiB. GPU 0 "
+            "has a total capacity of 79.15 GiB of which 0.20 GiB is free. Including non-PyTorch "
+            "memory, this process has 78.80 GiB memory in use. Of the allocated memory 78.10 GiB "
+            "is allocated by PyTorch, and 0.10 GiB is reserved by PyTorch but unallocated.\n")
+
+
+def many_failed(containers: int) -> dict[str, Any]:
+    body = _pod(ERROR)
+    body["spec"]["containers"] = [{"name": f"c{i}"} for i in range(containers)]
+    body["status"]["containerStatuses"] = [
+        {"name": f"c{i}", "restartCount": 0,
+         "state": {"terminated": {**OOM, "message": oom_message(i + 1)}}}
+        for i in range(containers)]  # fmt: skip
+    return body
+
+
+def test_a_pod_with_20_failed_containers_converges_across_operator_restarts() -> None:
+    kube = FakeKube(many_failed(20))
+    first = Inline()
+    _services(kube, first).handle_pod(kube.pod)
+    notes_after_first = dict(kube.pod["metadata"]["annotations"])
+    assert first.calls == 20 and len(kube.events) == 20
+    for _ in range(3):  # the operator restarted three times: kopf lists the pod again
+        again = Inline()
+        services = _services(kube, again)
+        assert services.pending(kube.pod) == []
+        services.handle_pod(kube.pod)
+        assert again.calls == 0
+    assert kube.pod["metadata"]["annotations"] == notes_after_first
+    assert len(notes_after_first[f"{PREFIX}diagnosed-key"].split(",")) == 20
+
+
+def test_17_failed_containers_and_16_are_all_recorded() -> None:
+    for containers in (16, 17):  # the old format kept 16 keys: no bound at 16 any more
+        kube = FakeKube(many_failed(containers))
+        _services(kube).handle_pod(kube.pod)
+        assert _services(kube).pending(kube.pod) == []
+
+
+def restarted(restarts: int, *, current: bool = False) -> dict[str, Any]:
+    """A crash-looping container at `restarts`: its last run failed (lastState); with `current`
+    the run after it failed too and is not restarted yet (state.terminated)."""
+    body = _pod(ERROR)
+    status = body["status"]["containerStatuses"][0]
+    status.update(restartCount=restarts, state={"waiting": {"reason": "CrashLoopBackOff"}},
+                  lastState={"terminated": {**OOM, "message": oom_message(1)}})
+    if current:
+        status["state"] = {"terminated": {**OOM, "message": oom_message(2)}}
+    return body
+
+
+def test_the_older_run_is_diagnosed_first_and_the_newer_one_is_what_the_pod_shows() -> None:
+    kube = FakeKube(restarted(1, current=True))  # main/0 (lastState) and main/1 (state)
+    services = _services(kube)
+    assert [t.key for t in services.pending(kube.pod)] == ["main/0", "main/1"]
+    services.handle_pod(kube.pod)
+    notes = kube.pod["metadata"]["annotations"]
+    assert len(kube.events) == 2
+    assert notes[f"{PREFIX}diagnosed-key"] == "main/1"
+    assert json.loads(notes[f"{PREFIX}evidence"])["restartCount"] == 1
+    assert "2.00 GiB" in notes[f"{PREFIX}summary"]
+
+
+def test_a_crash_looping_pod_is_remembered_by_one_entry_however_often_it_restarts() -> None:
+    kube = FakeKube(restarted(1))
+    services = _services(kube)
+    for restarts in range(1, 201):  # 200 diagnosed restarts of one container
+        kube.pod = restarted(restarts) | {"metadata": kube.pod["metadata"]}
+        services.handle_pod(kube.pod)
+    assert len(kube.events) == 200
+    assert services.oom.written.get("uid-1") == DiagnosedKeys({"main": 199})
+    assert kube.pod["metadata"]["annotations"][f"{PREFIX}diagnosed-key"] == "main/199"
+    stale = restarted(50)  # an event from long ago, before any of our patches
+    assert services.pending(stale) == []
+    services.handle_pod(stale)
+    assert len(kube.events) == 200
+
+
+def test_a_pod_annotated_by_the_previous_release_is_not_diagnosed_again() -> None:
+    body = restarted(16)  # its lastState is main/15
+    body["metadata"]["annotations"][f"{PREFIX}diagnosed-key"] = ",".join(
+        f"main/{i}" for i in range(16))  # the last 16 keys, as 0.x wrote them
+    kube = FakeKube(body)
+    diagnoser = Inline()
+    services = _services(kube, diagnoser)
+    assert services.pending(kube.pod) == []
+    services.handle_pod(kube.pod)
+    assert (diagnoser.calls, kube.patches) == (0, [])
+    kube.pod = restarted(17) | {"metadata": kube.pod["metadata"]}  # main/16: a new failure
+    services.handle_pod(kube.pod)
+    assert diagnoser.calls == 1
+    assert kube.pod["metadata"]["annotations"][f"{PREFIX}diagnosed-key"] == "main/16"
 
 
 def test_a_termination_waiting_for_its_retry_is_not_pending_until_due() -> None:
