@@ -57,7 +57,8 @@ EVIDENCE_LIST_LIMIT = 1536
 EVENT_MESSAGE_LIMIT = 1024
 OWNER_KEEPS = (Annotation.DIAGNOSIS, Annotation.SUMMARY, Annotation.RECOMMENDED_ALLOC_CONF,
                Annotation.ACTIONS, Annotation.DIAGNOSED_AT)
-"""What the owning workload gets of a pod's diagnosis (plus `diagnosed-pod`)."""
+"""What the owning workload gets of a pod's diagnosis (plus `diagnosed-pod`): each one, set or
+cleared, so that none is left over from the diagnosis of another pod."""
 CLEARED = (Annotation.RECOMMENDED_ALLOC_CONF, Annotation.DIAGNOSIS_FAILED)
 """Annotations of an earlier diagnosis that a new one removes when it has none."""
 
@@ -70,7 +71,9 @@ class Written:
     event_reason: EventReason
     event_message: str
     event_name: str
-    owner_annotations: dict[str, str]
+    owner_annotations: dict[str, str | None]
+    """Every one of OWNER_KEEPS and `diagnosed-pod`; None (cleared) for one this diagnosis has
+    not (`recommended-alloc-conf`)."""
 
 
 def event_name(pod_name: str, *parts: str) -> str:
@@ -179,7 +182,7 @@ def diagnosis_annotations(
     message = f"[{termination.container}] {diagnosis.summary}"
     if recommended:
         message += f" Recommended: {recommendation.env or ALLOC_CONF_ENV}={recommended}"
-    owner = {f"{prefix}{k}": v for k, v in written.items() if k in OWNER_KEEPS}
+    owner: dict[str, str | None] = {f"{prefix}{k}": written.get(k) for k in OWNER_KEEPS}
     owner[f"{prefix}{Annotation.DIAGNOSED_POD}"] = value(Annotation.DIAGNOSED_POD, pod.ref)
     return Written(
         annotations=_patch(written, pod, prefix),

@@ -193,9 +193,11 @@ class KubeApi:
         return obj
 
     def patch_workload(
-        self, kind: str, namespace: str, name: str, uid: str, annotations: Mapping[str, str],
+        self, kind: str, namespace: str, name: str, uid: str,
+        annotations: Mapping[str, str | None],
     ) -> None:
-        """Merge `annotations` into the workload's, only if it still has `uid`."""
+        """Merge `annotations` into the workload's (None removes one), only if it still has
+        `uid`."""
         workload = WORKLOADS[kind]
         path = workload.path(namespace, name)
         body = _metadata_patch(uid, annotations)

@@ -229,7 +229,7 @@ class OomPath:
         """Remember the `diagnosed-key` just written, as the annotation holds it (bounded)."""
         self.written.add(pod.uid, diagnosed_keys(patch[f"{self.prefix}{Annotation.DIAGNOSED_KEY}"]))
 
-    def _annotate_owner(self, pod: Pod, annotations: dict[str, str]) -> None:
+    def _annotate_owner(self, pod: Pod, annotations: dict[str, str | None]) -> None:
         if pod.controller is None:
             return
         try:

@@ -195,6 +195,44 @@ def test_the_owner_gets_the_summary_and_the_pod_it_came_from() -> None:
     assert written.owner_annotations[f"{PREFIX}diagnosed-pod"] == "ml/train-x"
 
 
+def test_the_owner_loses_a_recommended_setting_the_next_diagnosis_has_not() -> None:
+    # pod A of a Deployment: fragmentation, a setting helps; then pod B: capacity, none does
+    owner: dict[str, str] = {}
+    capacity = Diagnosis(**{**_diagnosis().__dict__, "kind": "capacity",
+                            "summary": "capacity: the request exceeds the GPU"})
+    for name, diagnosis in (("train-a", _diagnosis(alloc_conf="expandable_segments:True")),
+                            ("train-b", capacity)):
+        pod = parse_pod({"metadata": {"namespace": "ml", "name": name, "uid": name}}, PREFIX)
+        patch = notes.diagnosis_annotations(diagnosis, TERMINATION, pod, prefix=PREFIX,
+                                            previous_keys=[], source="log",
+                                            now=NOW).owner_annotations
+        for key, value in patch.items():  # a JSON merge patch (RFC 7386)
+            if value is None:
+                owner.pop(key, None)
+            else:
+                owner[key] = value
+    assert owner == {f"{PREFIX}diagnosis": "capacity",
+                     f"{PREFIX}summary": "capacity: the request exceeds the GPU",
+                     f"{PREFIX}actions": "[]", f"{PREFIX}diagnosed-at": "2026-11-29T10:00:00Z",
+                     f"{PREFIX}diagnosed-pod": "ml/train-b"}
+
+
+def test_every_owner_annotation_is_set_or_cleared_and_only_the_setting_is_cleared() -> None:
+    kept = {f"{PREFIX}{name}" for name in ("diagnosis", "summary", "recommended-alloc-conf",
+                                           "actions", "diagnosed-at", "diagnosed-pod")}
+    without = notes.diagnosis_annotations(_diagnosis(), TERMINATION, _pod(), prefix=PREFIX,
+                                          previous_keys=[], source="log", now=NOW)
+    assert set(without.owner_annotations) == kept
+    assert [k for k, v in without.owner_annotations.items() if v is None] == [
+        f"{PREFIX}recommended-alloc-conf"]
+    with_setting = notes.diagnosis_annotations(
+        _diagnosis(alloc_conf="expandable_segments:True"), TERMINATION, _pod(), prefix=PREFIX,
+        previous_keys=[], source="log", now=NOW)
+    assert with_setting.owner_annotations[f"{PREFIX}recommended-alloc-conf"] == (
+        "expandable_segments:True")
+    assert None not in with_setting.owner_annotations.values()
+
+
 def test_sharing_annotations_list_whole_pod_refs_within_1024_bytes() -> None:
     pods = tuple(f"ns/{'p' * 60}-{i:03d}" for i in range(40))
     finding = Finding(kind=FindingKind.UNINTENDED_SHARING, gpu_uuid="GPU-a", pods=pods,

@@ -43,7 +43,7 @@ class FakeKube:
         self.reads: list[tuple[str, str]] = []
         self.workloads: dict[tuple[str, str], dict[str, Any]] = {}
         self.workload_reads: list[tuple[str, str]] = []
-        self.workload_patches: list[tuple[str, str, str, dict[str, str]]] = []
+        self.workload_patches: list[tuple[str, str, str, dict[str, str | None]]] = []
         self.fail_patch: dict[str, Exception] = {}
 
     def _pods(self) -> dict[str, dict[str, Any]]:
@@ -100,9 +100,15 @@ class FakeKube:
         return copy.deepcopy(self.workloads[(kind, name)])
 
     def patch_workload(self, kind: str, namespace: str, name: str, uid: str,
-                       annotations: dict[str, str]) -> None:
+                       annotations: dict[str, str | None]) -> None:
         assert self.workloads[(kind, name)]["metadata"]["uid"] == uid
         self.workload_patches.append((kind, name, uid, annotations))
+        notes = self.workloads[(kind, name)]["metadata"].setdefault("annotations", {})
+        for key, value in annotations.items():  # a JSON merge patch, as the API server applies
+            if value is None:
+                notes.pop(key, None)
+            else:
+                notes[key] = value
 
 
 class Inline:
@@ -397,6 +403,22 @@ def test_the_owning_job_gets_the_summary_when_its_uid_matches() -> None:
     assert (kind, name, uid) == ("Job", "train", "job-uid")
     assert owner[f"{PREFIX}diagnosis"] == "fragmentation"
     assert owner[f"{PREFIX}diagnosed-pod"] == "ml/train-x"
+
+
+def test_the_job_keeps_no_setting_from_an_earlier_pods_diagnosis() -> None:
+    kube = _fragmentation(_pod(ERROR))  # fragmentation: expandable_segments helps
+    kube.workloads[("Job", "train")] = {"metadata": {"uid": "job-uid"}}
+    _services(kube).handle_pod(kube.pod)
+    job = kube.workloads[("Job", "train")]["metadata"]["annotations"]
+    assert job[f"{PREFIX}recommended-alloc-conf"] == "expandable_segments:True"
+    second = _pod({**ERROR, "message": (FIXTURE / "capacity_batch_too_big_fullgpu.log")
+                   .read_text()})  # the Job's next pod: capacity, no setting helps
+    second["metadata"].update(name="train-y", uid="uid-2")
+    kube.others["train-y"] = second
+    _services(kube).handle_pod(second)
+    assert job[f"{PREFIX}diagnosis"] == "capacity"
+    assert job[f"{PREFIX}diagnosed-pod"] == "ml/train-y"
+    assert f"{PREFIX}recommended-alloc-conf" not in job
 
 
 def test_a_forged_owner_reference_is_refused_and_counted() -> None:
