@@ -233,6 +233,7 @@ def garbage_collector_paused(cluster: LocalCluster) -> Iterator[None]:
 
 @pytest.mark.parametrize(("owner_name", "forged_uid", "reason"), [
     ("victim", True, "uid-mismatch"),
+    ("victim", False, "not-selected"),  # the Job's real UID, none of its pods' labels
     ("../victim", False, "invalid-reference"),
     ("../../../../batch/v1/namespaces/NS/jobs/victim", False, "invalid-reference"),
 ])

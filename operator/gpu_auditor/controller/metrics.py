@@ -51,7 +51,7 @@ OWNER_WRITES_REFUSED = Counter(
     "owner_writes_refused",
     "Owner annotations not written because the pod's owner reference could not be verified, by "
     "reason: invalid-reference (a name or UID that is not valid), uid-mismatch (the object of "
-    "that name has another UID).",
+    "that name has another UID), not-selected (its selector does not select the pod).",
     ["reason"], namespace=NS, subsystem=OPERATOR,
 )
 REPORT_ITEMS_IGNORED = Counter(

@@ -233,7 +233,7 @@ class OomPath:
         if pod.controller is None:
             return
         try:
-            owner = owners.verified_owner(self.kube, pod.namespace, pod.controller)
+            owner = owners.verified_owner(self.kube, pod.namespace, pod.controller, pod.labels)
             if owner is None:
                 return
             self.kube.patch_workload(owner.kind, pod.namespace, owner.name, owner.uid,

@@ -1,11 +1,15 @@
 """Which workload owns a pod, verified before the operator writes onto it.
 
 A pod's `ownerReferences` are written by whoever created the pod: a forged one can name any Job,
-Deployment, StatefulSet or DaemonSet of the namespace. So the owner is followed only when the
-object of that name has the UID the reference states (a GET), the Deployment behind a
-ReplicaSet only through the ReplicaSet's own verified reference, and the write itself carries
-the UID as a precondition (`KubeApi.patch_workload`), so an object recreated in between is not
-written either.
+Deployment, StatefulSet or DaemonSet of the namespace, with its real UID (anyone who may `get`
+it reads that). So the owner is followed only when its controller reference (`controller:
+true`) names the object of that name with the UID it has (a GET) and that object's selector
+selects the pod, as the workload's own controller decides which pods are its own (it releases a
+pod it does not select, and counts one it does); for a Job with a generated selector, also the
+`controller-uid` label the API server puts on its pods. The Deployment behind a ReplicaSet is
+followed only through the ReplicaSet's own verified reference, when its selector selects both
+the ReplicaSet and the pod. The write itself carries the UID as a precondition
+(`KubeApi.patch_workload`), so an object recreated in between is not written either.
 """
 
 from __future__ import annotations
@@ -20,6 +24,9 @@ from gpu_auditor.controller.pod import OwnerReference, controller_reference
 
 POD_OWNERS = ("Job", "ReplicaSet", "StatefulSet", "DaemonSet")
 """Controllers that own pods directly (a Deployment owns its pods through a ReplicaSet)."""
+JOB_UID_LABELS = ("batch.kubernetes.io/controller-uid", "controller-uid")
+"""The labels the API server puts on the pods of a Job whose selector it generates (the first
+since Kubernetes 1.27, the second, legacy, on every release), each the Job's UID."""
 
 
 class OwnerRefused(Exception):
@@ -57,21 +64,32 @@ def controller_ref(ref: OwnerReference | None, kinds: Sequence[str]) -> Owner | 
     return Owner(kind=str(kind), name=str(name), uid=str(uid))
 
 
-def verified_owner(kube: Workloads, namespace: str, ref: OwnerReference | None) -> Owner | None:
-    """The workload to annotate for a pod with this controller reference, every link verified;
-    None when the pod has no such owner. Raises OwnerRefused, or the API's errors."""
+def verified_owner(kube: Workloads, namespace: str, ref: OwnerReference | None,
+                   labels: Mapping[str, str] | None = None) -> Owner | None:
+    """The workload to annotate for a pod with this controller reference and these labels,
+    every link verified; None when the pod has no such owner. Raises OwnerRefused, or the API's
+    errors. `labels` None: only the references are walked, no selector is checked (what the
+    RBAC table's test asks: which kinds are read); the OOM path always passes the pod's."""
     owner = controller_ref(ref, POD_OWNERS)
     if owner is None:
         return None
     replica_set = _verified(kube, namespace, owner)
+    if labels is not None:
+        _selects(owner, replica_set, labels, "the pod")
     if owner.kind != "ReplicaSet":
         return owner
     metadata = replica_set.get("metadata")  # the ReplicaSet as read: parsed here, its edge
-    references = metadata.get("ownerReferences") if isinstance(metadata, Mapping) else None
-    deployment = controller_ref(controller_reference(references), ("Deployment",))
+    metadata = metadata if isinstance(metadata, Mapping) else {}
+    deployment = controller_ref(controller_reference(metadata.get("ownerReferences")),
+                                ("Deployment",))
     if deployment is None:
         return None
-    _verified(kube, namespace, deployment)
+    found = _verified(kube, namespace, deployment)
+    if labels is not None:
+        _selects(deployment, found, labels, "the pod")
+        rs_labels = metadata.get("labels")
+        _selects(deployment, found, rs_labels if isinstance(rs_labels, Mapping) else {},
+                 f"ReplicaSet {owner.name}")
     return deployment
 
 
@@ -84,3 +102,56 @@ def _verified(kube: Workloads, namespace: str, owner: Owner) -> dict[str, Any]:
                                            f"{names.shown(actual)}, the reference says "
                                            f"{owner.uid}")
     return obj
+
+
+def _selects(owner: Owner, obj: Mapping[str, Any], labels: Mapping[str, Any], what: str) -> None:
+    """Raises OwnerRefused unless the workload `obj` (as read) selects `labels` (of `what`)."""
+    spec = obj.get("spec")
+    spec = spec if isinstance(spec, Mapping) else {}
+    if not selector_matches(spec.get("selector"), labels):
+        raise OwnerRefused("not-selected", f"{owner.kind} {owner.name}: its selector does not "
+                                           f"select {what}")
+    if owner.kind == "Job" and spec.get("manualSelector") is not True and (
+            _job_uid(labels) != owner.uid):
+        raise OwnerRefused("not-selected", f"Job {owner.name}: {what} has not its UID as "
+                                           "controller-uid label")
+
+
+def _job_uid(labels: Mapping[str, Any]) -> object:
+    """The Job UID a pod's labels state (the current label first, then the legacy one)."""
+    return next((labels[label] for label in JOB_UID_LABELS if label in labels), None)
+
+
+def selector_matches(selector: object, labels: Mapping[str, Any]) -> bool:
+    """Whether a label selector, as the API serves it, selects `labels` (Kubernetes' own rule:
+    every `matchLabels` pair and every `matchExpressions` requirement). False for a selector
+    that is missing, empty (the API server gives no controller an empty one) or malformed."""
+    if not isinstance(selector, Mapping):
+        return False
+    match_labels = selector.get("matchLabels") or {}
+    expressions = selector.get("matchExpressions") or []
+    if not isinstance(match_labels, Mapping) or not isinstance(expressions, list):
+        return False
+    if not match_labels and not expressions:
+        return False
+    if any(labels.get(key) != value for key, value in match_labels.items()):
+        return False
+    return all(_requirement_matches(e, labels) for e in expressions)
+
+
+def _requirement_matches(requirement: object, labels: Mapping[str, Any]) -> bool:
+    """One `matchExpressions` item: In, NotIn (also true without the label), Exists,
+    DoesNotExist; any other operator or shape matches nothing."""
+    if not isinstance(requirement, Mapping):
+        return False
+    key, operator = requirement.get("key"), requirement.get("operator")
+    values = requirement.get("values") or []
+    if not isinstance(key, str) or not isinstance(values, list):
+        return False
+    if operator == "In":
+        return key in labels and labels[key] in values
+    if operator == "NotIn":
+        return key not in labels or labels[key] not in values
+    if operator == "Exists":
+        return key in labels
+    return operator == "DoesNotExist" and key not in labels

@@ -240,6 +240,9 @@ class Pod:
     containers: tuple[Container, ...]
     """Only of a pod with a failed termination (nothing else reads them): kopf's filter parses
     every event of every pod, and a healthy pod's env is not worth scanning."""
+    labels: Mapping[str, str]
+    """The pod's labels (string values only), which an owner's selector must match; only of a
+    pod with a failed termination, like `containers`."""
     terminations: tuple[Termination, ...]
     ref: str = field(init=False)
     """`namespace/name`."""
@@ -257,19 +260,21 @@ def parse_pod(body: Mapping[str, Any], prefix: str) -> Pod:
     ours = {name: raw_notes[f"{prefix}{name}"] for name in Annotation
             if isinstance(raw_notes.get(f"{prefix}{name}"), str)}
     node = spec.get("nodeName")
+    labels = _map(meta.get("labels"))
     failed = tuple(terminations(body))
     return Pod(
         namespace=str(meta.get("namespace") or ""),
         name=str(meta.get("name") or ""),
         uid=str(meta.get("uid") or ""),
         node_name=str(node) if names.is_subdomain(node) else "",
-        ignored=_map(meta.get("labels")).get(IGNORE_LABEL) == "true",
+        ignored=labels.get(IGNORE_LABEL) == "true",
         diagnosed_keys=diagnosed_keys(ours.get(Annotation.DIAGNOSED_KEY)),
         our_annotations=frozenset(Annotation(k) for k in ours),
         annotations=tuple(sorted(ours.items())),
         controller=controller_reference(meta.get("ownerReferences")),
         containers=tuple(_container(_map(c)) for c in _list(spec.get("containers")))
         if failed else (),
+        labels={k: v for k, v in labels.items() if isinstance(v, str)} if failed else {},
         terminations=failed,
     )
 

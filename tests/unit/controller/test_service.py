@@ -138,6 +138,11 @@ def metric(name: str, **labels: str) -> float:
     return REGISTRY.get_sample_value(name, labels) or 0.0
 
 
+JOB_POD_LABELS = {"batch.kubernetes.io/controller-uid": "job-uid", "controller-uid": "job-uid",
+                  "batch.kubernetes.io/job-name": "train", "job-name": "train"}
+"""What the API server puts on the pods of Job `train` (UID job-uid)."""
+
+
 def _pod(terminated: dict[str, Any], *, env: list[dict[str, str]] | None = None,
          restarted: bool = False) -> dict[str, Any]:
     status: dict[str, Any] = {"name": "main", "restartCount": 1 if restarted else 0}
@@ -147,6 +152,7 @@ def _pod(terminated: dict[str, Any], *, env: list[dict[str, str]] | None = None,
         status["state"] = {"terminated": terminated}
     return {
         "metadata": {"namespace": "ml", "name": "train-x", "uid": "uid-1", "annotations": {},
+                     "labels": dict(JOB_POD_LABELS),
                      "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "train",
                                           "uid": "job-uid", "controller": True}]},
         "spec": {"nodeName": "gpu-1", "containers": [
@@ -384,10 +390,13 @@ def test_a_later_successful_diagnosis_clears_the_failure() -> None:
 # -- owners ----------------------------------------------------------------------------------------
 
 
-def _owned(kind: str, name: str, uid: str, api_version: str = "batch/v1") -> dict[str, Any]:
+def _owned(kind: str, name: str, uid: str, api_version: str = "batch/v1",
+           labels: dict[str, str] | None = None) -> dict[str, Any]:
     pod = _pod(ERROR)
     pod["metadata"]["ownerReferences"] = [
         {"apiVersion": api_version, "kind": kind, "name": name, "uid": uid, "controller": True}]
+    if labels is not None:
+        pod["metadata"]["labels"] = labels
     return pod
 
 
@@ -395,9 +404,19 @@ def _fragmentation(pod: dict[str, Any]) -> FakeKube:
     return FakeKube(pod, log=(FIXTURE / "seed_example_fragmentation.log").read_bytes())
 
 
+def _job(uid: str, selector: dict[str, Any] | None = None,
+         manual: bool | None = None) -> dict[str, Any]:
+    """A Job as the API server serves it: its generated selector names its UID."""
+    spec: dict[str, Any] = {"selector": selector or {
+        "matchLabels": {"batch.kubernetes.io/controller-uid": uid}}}
+    if manual is not None:
+        spec["manualSelector"] = manual
+    return {"metadata": {"uid": uid}, "spec": spec}
+
+
 def test_the_owning_job_gets_the_summary_when_its_uid_matches() -> None:
     kube = _fragmentation(_pod(ERROR))
-    kube.workloads[("Job", "train")] = {"metadata": {"uid": "job-uid"}}
+    kube.workloads[("Job", "train")] = _job("job-uid")
     _services(kube).handle_pod(kube.pod)
     ((kind, name, uid, owner),) = kube.workload_patches
     assert (kind, name, uid) == ("Job", "train", "job-uid")
@@ -407,7 +426,7 @@ def test_the_owning_job_gets_the_summary_when_its_uid_matches() -> None:
 
 def test_the_job_keeps_no_setting_from_an_earlier_pods_diagnosis() -> None:
     kube = _fragmentation(_pod(ERROR))  # fragmentation: expandable_segments helps
-    kube.workloads[("Job", "train")] = {"metadata": {"uid": "job-uid"}}
+    kube.workloads[("Job", "train")] = _job("job-uid")
     _services(kube).handle_pod(kube.pod)
     job = kube.workloads[("Job", "train")]["metadata"]["annotations"]
     assert job[f"{PREFIX}recommended-alloc-conf"] == "expandable_segments:True"
@@ -423,7 +442,7 @@ def test_the_job_keeps_no_setting_from_an_earlier_pods_diagnosis() -> None:
 
 def test_a_forged_owner_reference_is_refused_and_counted() -> None:
     kube = _fragmentation(_owned("Job", "victim", "forged-uid"))
-    kube.workloads[("Job", "victim")] = {"metadata": {"uid": "real-uid"}}
+    kube.workloads[("Job", "victim")] = _job("real-uid")
     before = metric("gpu_auditor_operator_owner_writes_refused_total", reason="uid-mismatch")
     _services(kube).handle_pod(kube.pod)
     assert kube.workload_patches == []
@@ -444,30 +463,45 @@ def test_an_owner_name_that_is_not_a_valid_name_is_refused_before_any_request(na
 
 def test_an_owner_of_another_group_is_not_followed() -> None:
     kube = _fragmentation(_owned("Job", "train", "job-uid", api_version="example.com/v1"))
-    kube.workloads[("Job", "train")] = {"metadata": {"uid": "job-uid"}}
+    kube.workloads[("Job", "train")] = _job("job-uid")
     _services(kube).handle_pod(kube.pod)
     assert (kube.workload_reads, kube.workload_patches) == ([], [])
 
 
-def _replica_set(deployment_uid: str) -> dict[str, Any]:
-    return {"metadata": {"uid": "rs-uid", "ownerReferences": [
+WEB_POD_LABELS = {"app": "web", "pod-template-hash": "5d9f"}
+
+
+def _replica_set(deployment_uid: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"metadata": {"uid": "rs-uid", "labels": WEB_POD_LABELS if labels is None else labels,
+                         "ownerReferences": [
         {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": deployment_uid,
-         "controller": True}]}}
+         "controller": True}]},
+            "spec": {"selector": {"matchLabels": WEB_POD_LABELS}}}
+
+
+def _deployment(selector: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"metadata": {"uid": "dep-uid"},
+            "spec": {"selector": selector or {"matchLabels": {"app": "web"}}}}
+
+
+def _web_pod(labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return _owned("ReplicaSet", "web-1", "rs-uid", api_version="apps/v1",
+                  labels=dict(WEB_POD_LABELS) if labels is None else labels)
 
 
 def test_the_deployment_is_reached_through_its_verified_replica_set() -> None:
-    kube = _fragmentation(_owned("ReplicaSet", "web-1", "rs-uid", api_version="apps/v1"))
+    kube = _fragmentation(_web_pod())
     kube.workloads[("ReplicaSet", "web-1")] = _replica_set("dep-uid")
-    kube.workloads[("Deployment", "web")] = {"metadata": {"uid": "dep-uid"}}
+    kube.workloads[("Deployment", "web")] = _deployment()
     _services(kube).handle_pod(kube.pod)
     assert [(k, n, u) for k, n, u, _ in kube.workload_patches] == [("Deployment", "web",
                                                                       "dep-uid")]
 
 
 def test_a_replica_set_whose_deployment_reference_is_stale_writes_nothing() -> None:
-    kube = _fragmentation(_owned("ReplicaSet", "web-1", "rs-uid", api_version="apps/v1"))
+    kube = _fragmentation(_web_pod())
     kube.workloads[("ReplicaSet", "web-1")] = _replica_set("old-dep-uid")
-    kube.workloads[("Deployment", "web")] = {"metadata": {"uid": "dep-uid"}}
+    kube.workloads[("Deployment", "web")] = _deployment()
     _services(kube).handle_pod(kube.pod)
     assert kube.workload_patches == []
 
