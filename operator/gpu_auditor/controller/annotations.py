@@ -254,7 +254,7 @@ def _keys(previous: DiagnosedKeys | Sequence[str], termination: Termination) -> 
     size = sum(len(c) + len(str(n)) + 2 for c, n in lowest_first) - 1  # "c/n", commas between
     limit = LIMITS[Annotation.DIAGNOSED_KEY]
     dropped = 0
-    while dropped < len(lowest_first) and size + _floor_size(floor) > limit:
+    while size + _floor_size(floor) > limit:  # ends before the list: `*/N` alone is <= 12 bytes
         container, count = lowest_first[dropped]
         size -= len(container) + len(str(count)) + 2
         floor = max(count, count if floor is None else floor)

@@ -116,6 +116,24 @@ def test_the_floor_counts_against_1280_bytes_too() -> None:
     assert kept == [*previous[1:19], outside.key, "*/7"] and len(",".join(kept)) == 1215
 
 
+def test_folding_stops_at_1280_bytes_with_the_floor_and_goes_on_at_1281() -> None:
+    previous = [f"{chr(97 + i) * 63}/{i % 9 + 1}" for i in range(20)]
+    inside = termination(container="u" * 20, restart=5)  # 1,342 bytes whole: 1,280 without a.../1
+    kept = keys_of(written(previous=previous, t=inside))
+    assert len(",".join(kept)) == 1280 and kept == [*previous[1:], inside.key, "*/1"]
+    outside = termination(container="u" * 21, restart=5)  # 1,281 without a.../1: j.../1 goes too
+    kept = keys_of(written(previous=previous, t=outside))
+    assert len(",".join(kept)) == 1215
+    assert kept == [*previous[1:9], *previous[10:], outside.key, "*/1"]
+
+
+def test_the_lowest_entry_is_folded_first_whatever_order_the_record_was_read_in() -> None:
+    previous = [f"{chr(97 + i) * 63}/{i % 9 + 1}" for i in range(19)]
+    new = termination(container="t" * 25, restart=5)  # 1,281 bytes whole
+    kept = keys_of(written(previous=list(reversed(previous)), t=new))
+    assert kept == [*previous[1:], new.key, "*/1"]  # a.../1, not s.../1 (read first)
+
+
 def test_a_folded_count_above_the_floor_raises_it() -> None:
     previous = [f"{chr(97 + i) * 63}/{i % 9 + 3}" for i in range(19)] + ["*/2"]
     outside = termination(container="t" * 21, restart=5)
@@ -386,8 +404,9 @@ def test_only_the_ignore_label_set_to_true_ignores_a_pod(labels: object, ignored
         ("*a/1", []),
         ("*/", []),
         ("main/00", ["main/0"]),
+        ("Main/0,main/2", ["main/2"]),  # junk before a key: the key is still read
     ],
-    ids=[f"case{i}" for i in range(24)],  # plain ids: mutmut runs tests by id
+    ids=[f"case{i}" for i in range(25)],  # plain ids: mutmut runs tests by id
 )
 def test_diagnosed_keys_are_read_when_well_formed(raw: object, keys: list[str]) -> None:
     assert diagnosed_keys(raw).keys() == keys  # type: ignore[arg-type]
