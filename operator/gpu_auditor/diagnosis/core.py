@@ -192,7 +192,7 @@ def _not_found(
         torch_version_hint=release.hint(),
         recommendation=Recommendation(actions=actions),
         summary=summary,
-        oom_count=scan.oom_count if later is not None else 0,
+        oom_count=scan.oom_count,  # 0 without a failure; with a handled one, its count
         alloc_conf_problems=tuple(problems),
         growth=growth,
         extra=extra,

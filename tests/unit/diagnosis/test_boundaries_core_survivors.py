@@ -239,6 +239,71 @@ def test_a_log_without_a_failure_but_a_rising_series_reports_the_growth() -> Non
     }
 
 
+
+HANDLED = (
+    "WARNING caught an OOM, skipping the batch: torch.OutOfMemoryError: CUDA out of memory. "
+    "Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 GiB of which 1.20 GiB is "
+    "free.\nstep 1 loss 0.5\nTraceback (most recent call last):\n"
+    '  File "/app/train.py", line 9, in <module>\n    cfg["lr"]\nKeyError: \'lr\'\n'
+)
+
+
+def test_a_handled_oom_checks_the_settings_and_the_series_like_a_log_without_one() -> None:
+    result = diagnose(
+        HANDLED,
+        torch_version="2.9.1+cu128",
+        alloc_conf="expandable_segments:True,per_process_memory_fraction:0.5",
+        backend="cudaMallocAsync",
+        samples=RISING,
+    )
+    problems = [
+        "expandable_segments is an option of the native allocator; backend:cudaMallocAsync "
+        "ignores it",
+        "Unrecognized CachingAllocator option: per_process_memory_fraction "
+        "(per_process_memory_fraction needs torch >= 2.10)",
+    ]
+    out = result.to_json_dict()
+    assert out["growth"]["growth_bytes"] == 10737418240
+    del out["growth"]
+    assert out == {
+        "detected": False,
+        "framework": None,
+        "kind": "unknown",
+        "contributing": ["leak"],
+        "figures": NO_FIGURES,
+        "torch_version_hint": "2.9",
+        "recommendation": {
+            "env": None,
+            "alloc_conf": None,
+            "actions": [
+                "the job failed with KeyError: 'lr', not for lack of GPU memory: the "
+                "out-of-memory error before it was caught and the job went on",
+                *(
+                    f"the current PYTORCH_CUDA_ALLOC_CONF has problems for this release: {p}"
+                    for p in problems
+                ),
+            ],
+        },
+        "summary": "no out-of-memory failure ended the job: it went on after the log's last "
+        "out-of-memory error and then failed with KeyError: 'lr'",
+        "oom_count": 1,
+        "message": None,
+        "alloc_conf_problems": problems,
+        "later_failure": "KeyError: 'lr'",
+    }
+
+
+def test_a_handled_oom_is_read_on_the_failures_own_rank() -> None:
+    ranked = "".join(f"[rank1]: {line}\n" for line in HANDLED.splitlines())
+    assert diagnose(ranked).detected is False
+    # another rank's traceback after rank 1's OOM: a consequence of it, the OOM stays
+    other = ranked.replace("[rank1]: Traceback", "[rank0]: Traceback")
+    other = "".join(
+        line.replace("[rank1]:", "[rank0]:") if i > 1 else line
+        for i, line in enumerate(other.splitlines(keepends=True))
+    )
+    assert diagnose(other).detected is True
+
 # -- the settings, the release and the backend of a failure ----------------------------------
 
 EXPANDABLE_IGNORED = (
