@@ -107,3 +107,17 @@ def test_memory_limit_and_request_come_from_the_container_resources() -> None:
                                "requests": {"memory": "4Gi"}}}
     assert podview.memory_limits(container) == (8 * 2**30, 4 * 2**30)
     assert podview.requests_gpu(container)
+
+
+def test_the_labels_of_a_failed_pod_are_read_string_values_only() -> None:
+    body = _pod([{"name": "main", "restartCount": 0,
+                  "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}])
+    body["metadata"]["labels"] = {"app": "web", "replicas": 3, "tier": "front"}
+    assert podview.parse_pod(body, "gpu-auditor.io/").labels == {"app": "web", "tier": "front"}
+
+
+def test_a_healthy_pods_labels_are_not_read() -> None:
+    # kopf's filter parses every event of every pod: only a failed one's labels are needed
+    body = _pod([{"name": "main", "restartCount": 0, "state": {"running": {}}}])
+    body["metadata"]["labels"] = {"app": "web"}
+    assert podview.parse_pod(body, "gpu-auditor.io/").labels == {}

@@ -451,6 +451,17 @@ def test_a_forged_owner_reference_is_refused_and_counted() -> None:
     assert kube.pod["metadata"]["annotations"][f"{PREFIX}diagnosis"] == "fragmentation"
 
 
+def test_a_job_whose_selector_does_not_select_the_pod_is_refused_and_counted() -> None:
+    # the Job's real UID, none of its pods' labels (the full table: test_owners.py)
+    kube = _fragmentation(_owned("Job", "victim", "real-uid", labels={"app": "x"}))
+    kube.workloads[("Job", "victim")] = _job("real-uid")
+    before = metric("gpu_auditor_operator_owner_writes_refused_total", reason="not-selected")
+    _services(kube).handle_pod(kube.pod)
+    assert kube.workload_reads == [("Job", "victim")] and kube.workload_patches == []
+    assert metric("gpu_auditor_operator_owner_writes_refused_total",
+                  reason="not-selected") - before == 1
+
+
 @pytest.mark.parametrize("name", ["../victim", "a/b", "UPPER", "x" * 254, "", "a..b"])
 def test_an_owner_name_that_is_not_a_valid_name_is_refused_before_any_request(name: str) -> None:
     kube = _fragmentation(_owned("Job", name, "job-uid"))
