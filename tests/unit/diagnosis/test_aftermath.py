@@ -204,3 +204,27 @@ def test_indented_and_blank_lines_are_never_the_exception_line() -> None:
     assert later(OOM + traceback("ValueError: v", frames=frames)) == "ValueError: v"
     # no frames at all: the line after the header is the exception
     assert later(OOM + "Traceback (most recent call last):\nValueError: v\n") == "ValueError: v"
+
+
+@pytest.mark.parametrize(
+    ("chunk", "lengths"),
+    [
+        # 16 KiB feeds: 65,536 bytes held is at the bound (twice TAIL_BYTES), not past it
+        (16_384, [16_384, 32_768, 49_152, 65_536, 32_768, 49_152, 65_536, 32_768]),
+        # 20,000-byte feeds: past 65,536 the tail is cut to its last 32,768 bytes
+        (20_000, [20_000, 40_000, 60_000, 32_768, 52_768, 32_768, 52_768, 32_768]),
+    ],
+)
+def test_the_scanner_holds_at_most_twice_the_tail_between_cuts(
+    chunk: int, lengths: list[int]
+) -> None:
+    from gpu_auditor.diagnosis import LogScanner
+
+    scanner = LogScanner()
+    held = []
+    for i in range(len(lengths)):
+        scanner.feed(bytes([97 + i % 26]) * (chunk - 1) + b"\n")
+        held.append(len(scanner._tail))
+    assert held == lengths
+    # what is kept is the log's end
+    assert scanner._tail[-chunk:] == bytes([97 + (len(lengths) - 1) % 26]) * (chunk - 1) + b"\n"
