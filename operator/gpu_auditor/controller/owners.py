@@ -65,17 +65,15 @@ def controller_ref(ref: OwnerReference | None, kinds: Sequence[str]) -> Owner | 
 
 
 def verified_owner(kube: Workloads, namespace: str, ref: OwnerReference | None,
-                   labels: Mapping[str, str] | None = None) -> Owner | None:
+                   labels: Mapping[str, str]) -> Owner | None:
     """The workload to annotate for a pod with this controller reference and these labels,
-    every link verified; None when the pod has no such owner. Raises OwnerRefused, or the API's
-    errors. `labels` None: only the references are walked, no selector is checked (what the
-    RBAC table's test asks: which kinds are read); the OOM path always passes the pod's."""
+    every link verified (references and selectors); None when the pod has no such owner.
+    Raises OwnerRefused, or the API's errors."""
     owner = controller_ref(ref, POD_OWNERS)
     if owner is None:
         return None
     replica_set = _verified(kube, namespace, owner)
-    if labels is not None:
-        _selects(owner, replica_set, labels, "the pod")
+    _selects(owner, replica_set, labels, "the pod")
     if owner.kind != "ReplicaSet":
         return owner
     metadata = replica_set.get("metadata")  # the ReplicaSet as read: parsed here, its edge
@@ -85,11 +83,10 @@ def verified_owner(kube: Workloads, namespace: str, ref: OwnerReference | None,
     if deployment is None:
         return None
     found = _verified(kube, namespace, deployment)
-    if labels is not None:
-        _selects(deployment, found, labels, "the pod")
-        rs_labels = metadata.get("labels")
-        _selects(deployment, found, rs_labels if isinstance(rs_labels, Mapping) else {},
-                 f"ReplicaSet {owner.name}")
+    _selects(deployment, found, labels, "the pod")
+    rs_labels = metadata.get("labels")
+    _selects(deployment, found, rs_labels if isinstance(rs_labels, Mapping) else {},
+             f"ReplicaSet {owner.name}")
     return deployment
 
 

@@ -517,12 +517,14 @@ def _owner_kinds() -> tuple[set[str], set[str]]:
             meta["ownerReferences"] = [{"controller": True, "kind": "Deployment",
                                         "apiVersion": "apps/v1", "name": "d",
                                         "uid": "uid-Deployment"}]
-            return {"metadata": meta}
+            meta["labels"] = {"app": "w"}  # a ReplicaSet's, which its Deployment selects
+            return {"metadata": meta, "spec": {"selector": {"matchLabels": {"app": "w"}}}}
 
     for kind, workload in WORKLOADS.items():
         refs = [{"controller": True, "kind": kind, "apiVersion": workload.api_version,
                  "name": "w", "uid": f"uid-{kind}"}]
-        owner = owners.verified_owner(Workloads(), "ml", controller_reference(refs))
+        labels = {"app": "w", "batch.kubernetes.io/controller-uid": f"uid-{kind}"}
+        owner = owners.verified_owner(Workloads(), "ml", controller_reference(refs), labels)
         if owner is not None:
             returned.add(owner.kind)
     return read, returned

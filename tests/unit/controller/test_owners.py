@@ -144,8 +144,9 @@ def test_a_stateful_set_or_daemon_set_is_written_only_when_it_selects_the_pod(ki
     assert _refused(kube) == 1 and kube.workload_patches == []
 
 
-def test_without_labels_only_the_references_are_walked() -> None:
-    """What the RBAC table's test calls (tests/unit/chart/test_chart_rbac.py)."""
+def test_an_owner_without_a_selector_selects_no_pod() -> None:
+    """Every caller passes the pod's labels (no path walks the references alone): a Job read
+    back without a selector is refused."""
 
     class Workloads:
         def read_workload(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
@@ -153,8 +154,6 @@ def test_without_labels_only_the_references_are_walked() -> None:
 
     ref = controller_reference([{"apiVersion": "batch/v1", "kind": "Job", "name": "train",
                                  "uid": "job-uid", "controller": True}])
-    assert owners.verified_owner(Workloads(), "ml", ref) == owners.Owner("Job", "train",
-                                                                         "job-uid")
     with pytest.raises(owners.OwnerRefused, match="not-selected"):
         owners.verified_owner(Workloads(), "ml", ref, JOB_POD_LABELS)
 
