@@ -61,7 +61,8 @@ def release_of(container: Mapping[str, Any]) -> tuple[TorchRange, str]:
 
 def check_container(container: Mapping[str, Any]) -> list[Finding]:
     """Every finding for one container's allocator variables; [] when they are fine or unset."""
-    name = shown(str(container.get("name") or "?"))
+    raw_name = container.get("name")
+    name = shown(raw_name) if isinstance(raw_name, str) and raw_name else "?"
     cuda = env_value(container, CUDA_VARIABLE)
     generic = env_value(container, GENERIC_VARIABLE)
     if cuda is None and generic is None:

@@ -88,7 +88,8 @@ def inject(pod: Mapping[str, Any], image: str, pull_policy: str | None = None) -
         if not isinstance(container, Mapping):
             continue
         ops, why = _container_patch(index, container)
-        name = shown(str(container.get("name") or "?"))
+        raw = container.get("name")
+        name = shown(raw) if isinstance(raw, str) and raw else "?"
         if why:
             warnings.append(f'gpu-auditor: probe not injected into container "{name}": {why}')
         else:

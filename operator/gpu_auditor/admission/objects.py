@@ -50,7 +50,8 @@ class Checked:
 
 def pod_spec(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The pod spec of a Pod or a workload, None for any other kind or shape."""
-    path = POD_SPEC_PATHS.get(str(obj.get("kind")))
+    kind = obj.get("kind")
+    path = POD_SPEC_PATHS.get(kind) if isinstance(kind, str) else None
     node: Any = obj
     for step in path or ():
         node = node.get(step) if isinstance(node, Mapping) else None
@@ -82,7 +83,8 @@ def check_object(obj: object, depth: int = 0) -> Iterator[Checked]:
     """Each object with a pod spec in ``obj`` (itself, or a List's items), with its findings."""
     if not isinstance(obj, Mapping):
         return
-    kind = str(obj.get("kind") or "")
+    kind = obj.get("kind")
+    kind = kind if isinstance(kind, str) else ""
     items = obj.get("items")
     if kind.endswith("List") and isinstance(items, list) and depth < MAX_LIST_DEPTH:
         for item in items:

@@ -25,11 +25,14 @@ _TORCH_IN_ENV = re.compile(r"(\d{1,3}\.\d{1,3})(?:[.+-]|$)")
 
 
 def env_value(container: Mapping[str, Any], variable: str) -> str | None:
-    """A literal env value from the spec (valueFrom references are not resolved)."""
+    """A literal env value from the spec (valueFrom references are not resolved). A value that
+    is not a string is absent: the API server refuses one, and a manifest's YAML alias can make
+    one of any size (its `str()` is never taken)."""
     env = container.get("env")
     for item in env if isinstance(env, list) else ():
         if isinstance(item, Mapping) and item.get("name") == variable and "value" in item:
-            return str(item["value"])
+            value = item["value"]
+            return value if isinstance(value, str) else None
     return None
 
 
@@ -42,6 +45,8 @@ def torch_version_hint(container: Mapping[str, Any]) -> str | None:
         match = _TORCH_IN_ENV.match(value[:32]) if value else None
         if match:
             return match.group(1)
-    image = str(container.get("image") or "")
-    match = _TORCH_IN_IMAGE.search(image) if len(image) <= MAX_IMAGE else None
+    image = container.get("image")
+    if not isinstance(image, str) or len(image) > MAX_IMAGE:
+        return None
+    match = _TORCH_IN_IMAGE.search(image)
     return match.group(1) if match else None

@@ -129,3 +129,26 @@ def test_the_core_keeps_max_split_minus_one_out_of_its_problems() -> None:
     checked = check("max_split_size_mb:-1")
     assert checked.problems == () and checked.bad_keys == frozenset()
     assert [i.kind.value for i in checked.issues] == ["ignored"]
+
+class Bomb(list):  # type: ignore[type-arg]
+    """A YAML alias bomb's stand-in: a value whose text must never be taken."""
+
+    def __str__(self) -> str:
+        raise AssertionError("str() of a tenant's non-string value")
+
+    __repr__ = __str__
+
+
+def test_a_value_that_is_not_a_string_is_absent_and_never_made_text() -> None:
+    """A manifest's alias can make a 10**8-element list of any field; its str() took 31 s for
+    410 bytes of YAML. The API server refuses a non-string env value, so it reads as unset."""
+    bomb = Bomb()
+    assert check_container({"name": "main", "env": [
+        {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": bomb}]}) == []
+    assert check_container({"name": "main", "env": [
+        {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": 128}]}) == []
+    [finding] = check_container({"name": bomb, "image": bomb, "env": [
+        {"name": "TORCH_VERSION", "value": 2.1},
+        {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segment:True"}]})
+    assert finding.container == "?" and "torch release unknown" in finding.message
+

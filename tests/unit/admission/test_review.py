@@ -128,3 +128,12 @@ def test_a_pod_made_by_a_controller_is_warned_not_refused() -> None:
     assert outcome.allowed and outcome.result == "warned"
     del pod["metadata"]["ownerReferences"][0]["controller"]
     assert not validate(parse_review(review(pod)), deny=True).allowed
+
+def test_values_that_are_not_strings_are_unset_not_text() -> None:
+    """JSON cannot alias, but it can carry a number where the API server wants a string: it
+    was checked as its str() ("128": a syntax finding). Now it reads as unset, as in YAML."""
+    pod = {"kind": "Pod", "metadata": {"name": 5}, "spec": {"containers": [
+        {"name": 7, "image": 1.5, "env": [{"name": "PYTORCH_CUDA_ALLOC_CONF", "value": 128},
+                                          {"name": "TORCH_VERSION", "value": 2.1}]}]}}
+    outcome = validate(parse_review(review(pod)), deny=True)
+    assert outcome.allowed and outcome.result == "clean"
