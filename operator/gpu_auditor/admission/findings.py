@@ -23,6 +23,13 @@ MAX_VALUE: Final = 4096
 torch has, each with a long value, takes about 700)."""
 MAX_SHOWN: Final = 40
 """Characters of a tenant's key or value echoed in a finding."""
+MAX_FINDINGS: Final = 8
+"""Findings of one container; past it the last one counts the rest (each did-you-mean is a
+difflib search, and a 4 KiB setting of unknown keys has about 570 of them)."""
+MAX_HINTED_KEY: Final = 64
+"""Characters of an unknown key searched for a did-you-mean (torch's longest key has 30; one
+more than twice as long as a key cannot be close enough to it, and difflib's time grows with
+the product of the lengths)."""
 
 CONFLICTING_VARIABLES: Final = "conflicting-variables"
 NOT_CHECKED: Final = "not-checked"
@@ -60,7 +67,8 @@ def release_of(container: Mapping[str, Any]) -> tuple[TorchRange, str]:
 
 
 def check_container(container: Mapping[str, Any]) -> list[Finding]:
-    """Every finding for one container's allocator variables; [] when they are fine or unset."""
+    """Every finding for one container's allocator variables (at most MAX_FINDINGS); [] when
+    they are fine or unset."""
     raw_name = container.get("name")
     name = shown(raw_name) if isinstance(raw_name, str) and raw_name else "?"
     cuda = env_value(container, CUDA_VARIABLE)
@@ -79,23 +87,32 @@ def check_container(container: Mapping[str, Any]) -> list[Finding]:
         return findings
     variable, value = (CUDA_VARIABLE, cuda) if cuda is not None else (GENERIC_VARIABLE, generic)
     assert value is not None
-    findings += _check_value(name, variable, value, release, about)
+    findings += _check_value(name, variable, value, release, about,
+                             MAX_FINDINGS - len(findings))
     return findings
 
 
 def _check_value(
-    name: str, variable: str, value: str, release: TorchRange, about: str
+    name: str, variable: str, value: str, release: TorchRange, about: str, room: int
 ) -> list[Finding]:
+    """The setting's findings, at most ``room``: past it, the last one counts the rest (only the
+    ones shown are worded, so a did-you-mean is searched for at most ``room`` keys)."""
     if len(value) > MAX_VALUE:
         return [Finding(name, variable, NOT_CHECKED,
                         f"{len(value)} characters, over the {MAX_VALUE} checked")]
+    issues = check(value, release).issues
+    shown_issues = issues if len(issues) <= room else issues[: room - 1]
     findings = []
-    for issue in check(value, release).issues:
+    for issue in shown_issues:
         hint = _did_you_mean(issue.kind, issue.entry.key if issue.entry else "",
                              issue.entry.value if issue.entry else "", release)
         where = f" ({about})" if issue.kind in _RELEASE_BOUND else ""
         findings.append(Finding(name, variable, issue.kind.value,
                                 f"{_bounded(issue.message)}{hint}{where}"))
+    if len(shown_issues) < len(issues):
+        findings.append(Finding(name, variable, NOT_CHECKED,
+                                f"{len(issues) - len(shown_issues)} more findings in this setting "
+                                "not shown; gpu-auditor check-alloc-conf lists its problems"))
     return findings
 
 
@@ -110,6 +127,8 @@ def _bounded(message: str) -> str:
 
 def _did_you_mean(kind: IssueKind, key: str, value: str, release: TorchRange) -> str:
     if kind is IssueKind.UNKNOWN_KEY:
+        if len(key) > MAX_HINTED_KEY:
+            return ""
         known = [k for k, spec in KEYS.items() if key_available(spec, release)] or list(KEYS)
         match = difflib.get_close_matches(key.lower(), known, n=1, cutoff=0.7)
         return f"; did you mean {match[0]}?" if match else ""

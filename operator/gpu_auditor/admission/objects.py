@@ -31,6 +31,11 @@ CONTAINER_LISTS: Final = ("initContainers", "containers")
 MAX_CONTAINERS: Final = 128
 """Containers of one pod spec that are checked; the rest are named in one finding (a pod with
 more is either hostile or generated, and the API server stops waiting after a few seconds)."""
+MAX_OBJECT_FINDINGS: Final = 64
+"""Findings of one object; the containers after the one that reaches it are named in one
+finding, not checked (an admission response keeps about 14 warnings anyway)."""
+VARIABLE: Final = "PYTORCH_CUDA_ALLOC_CONF"
+"""The variable a finding about the object as a whole (not one container) names."""
 
 
 @dataclass(frozen=True)
@@ -67,13 +72,16 @@ def containers(spec: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
 
 
 def check_spec(spec: Mapping[str, Any]) -> list[Finding]:
+    """The findings of a pod spec's containers: at most MAX_CONTAINERS checked and about
+    MAX_OBJECT_FINDINGS kept, the rest named in one finding."""
     findings: list[Finding] = []
     for count, container in enumerate(containers(spec)):
-        if count == MAX_CONTAINERS:
-            rest = sum(1 for _ in containers(spec)) - MAX_CONTAINERS
-            findings.append(Finding("*", "PYTORCH_CUDA_ALLOC_CONF", NOT_CHECKED,
-                                    f"{rest} containers after the first {MAX_CONTAINERS} "
-                                    "not checked"))
+        if count == MAX_CONTAINERS or len(findings) >= MAX_OBJECT_FINDINGS:
+            rest = sum(1 for _ in containers(spec)) - count
+            why = (f"after the first {MAX_CONTAINERS}" if count == MAX_CONTAINERS else
+                   f"after {MAX_OBJECT_FINDINGS} findings")
+            findings.append(Finding("*", VARIABLE, NOT_CHECKED,
+                                    f"{rest} containers {why} not checked"))
             break
         findings += check_container(container)
     return findings

@@ -71,14 +71,15 @@ def parse_review(body: object) -> Request:
 
 
 def findings_text(obj: Mapping[str, Any]) -> list[str]:
-    """Each finding of the object as its warning line, in order, without repeats."""
-    lines: list[str] = []
+    """Each finding of the object as its warning line, in order, without repeats. All of them,
+    not only the ones that fit in MAX_WARNINGS: an update is refused for a line the old object
+    did not have, wherever it is; the checks bound them (MAX_FINDINGS per container,
+    MAX_OBJECT_FINDINGS per object)."""
+    lines: dict[str, None] = {}  # a dict keeps the order; `in` on a list made this quadratic
     for checked in check_object(obj):
         for finding in checked.findings:
-            line = _cut(PREFIX + finding.text(), MAX_WARNING)
-            if line not in lines:
-                lines.append(line)
-    return lines
+            lines.setdefault(_cut(PREFIX + finding.text(), MAX_WARNING))
+    return list(lines)
 
 
 def validate(request: Request, *, deny: bool) -> Outcome:

@@ -152,3 +152,52 @@ def test_a_value_that_is_not_a_string_is_absent_and_never_made_text() -> None:
         {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segment:True"}]})
     assert finding.container == "?" and "torch release unknown" in finding.message
 
+def many_unknown_keys(count: int, prefix: str = "k") -> str:
+    return ",".join(f"{prefix}{i:03d}:1" for i in range(count))
+
+
+def test_a_setting_with_many_problems_shows_eight_and_counts_the_rest(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """572 unknown keys made 572 findings and 572 difflib searches per container (0.08 s each
+    container: 64 containers kept the webhook busy for 16 s)."""
+    import gpu_auditor.admission.findings as findings
+
+    searched: list[str] = []
+    real = findings.difflib.get_close_matches
+
+    def counting(word: str, *args: Any, **kwargs: Any) -> list[str]:
+        searched.append(word)
+        return real(word, *args, **kwargs)
+
+    monkeypatch.setattr(findings.difflib, "get_close_matches", counting)
+    result = check_container(container(PYTORCH_CUDA_ALLOC_CONF=many_unknown_keys(572)))
+    assert len(result) == findings.MAX_FINDINGS == 8
+    assert [f.kind for f in result] == ["unknown-key"] * 7 + ["not-checked"]
+    assert result[-1].message.startswith("565 more findings in this setting not shown")
+    assert searched == [f"k{i:03d}" for i in range(7)]
+
+
+def test_a_conflict_takes_one_of_the_eight() -> None:
+    c = container(PYTORCH_CUDA_ALLOC_CONF=many_unknown_keys(20), PYTORCH_ALLOC_CONF="x:1")
+    result = check_container(c)
+    assert len(result) == 8 and result[0].kind == "conflicting-variables"
+    assert result[-1].message.startswith("14 more findings")
+
+
+def test_eight_problems_are_all_shown() -> None:
+    result = check_container(container(PYTORCH_CUDA_ALLOC_CONF=many_unknown_keys(8)))
+    assert [f.kind for f in result] == ["unknown-key"] * 8
+
+
+def test_a_long_unknown_key_is_not_searched_for_a_did_you_mean(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gpu_auditor.admission.findings as findings
+
+    def never(*_: Any, **__: Any) -> list[str]:
+        raise AssertionError("difflib on a key no known key can be close to")
+
+    monkeypatch.setattr(findings.difflib, "get_close_matches", never)
+    [finding] = check_container(container(PYTORCH_CUDA_ALLOC_CONF="x" * 3000 + ":1"))
+    assert finding.kind == "unknown-key" and "did you mean" not in finding.message

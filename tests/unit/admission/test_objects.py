@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gpu_auditor.admission.objects import check_object
+from gpu_auditor.admission.objects import MAX_OBJECT_FINDINGS, check_object
 
 pytestmark = pytest.mark.unit
 
@@ -17,6 +17,15 @@ BAD = [{"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segment:True"}]
 def pod(name: str = "p", *containers: dict[str, Any]) -> dict[str, Any]:
     return {"kind": "Pod", "metadata": {"name": name},
             "spec": {"containers": list(containers) or [{"name": "c", "env": BAD}]}}
+
+
+def test_findings_of_one_object_stop_at_the_bound_and_name_the_containers_left() -> None:
+    many = ",".join(f"k{i}:1" for i in range(20))  # 8 findings a container
+    [found] = check_object(pod("p", *[{"name": f"c{i}", "env": [
+        {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": many}]} for i in range(20)]))
+    assert len(found.findings) == MAX_OBJECT_FINDINGS + 1
+    assert found.findings[-1].kind == "not-checked"
+    assert found.findings[-1].message == "12 containers after 64 findings not checked"
 
 
 class Bomb(list):  # type: ignore[type-arg]
