@@ -2,9 +2,11 @@
 CI pipelines and pre-commit, over any Kubernetes YAML or JSON (multi-document files, Lists,
 ``helm template`` output).
 
-Each finding is one line, ``FILE:LINE: KIND NAMESPACE/NAME: container "C": VARIABLE: message``.
-Exit status: 0 when nothing was found; 1 on findings; 2 when an input cannot be read or is not
-YAML (each such input named with the reason; the others are still checked and printed).
+Each finding is one line, ``FILE:LINE: KIND NAMESPACE/NAME: container "C": VARIABLE: message``,
+at most MAX_PRINTED per input (then one line on stderr counts the rest). Exit status: 0 when
+nothing was found; 1 on findings; 2 when an input cannot be read, is not YAML, or was not
+checked to its end (its work bound: `admission.findings.MAX_WORK`). Each such input is named
+with the reason; the others are still checked and printed.
 Needs PyYAML (the ``operator`` or ``agent`` extra, or the pre-commit hook's environment).
 """
 
@@ -15,12 +17,16 @@ import os
 from collections.abc import Iterator
 from typing import Any, BinaryIO, TextIO
 
+from .admission.findings import MAX_WORK, Budget
 from .admission.objects import check_object
 
 COMMAND = "check-manifest"
 SUFFIXES = (".yaml", ".yml", ".json")
 MAX_INPUT = 64 << 20
 """Bytes read of one input; a larger one is refused (no manifest is that large)."""
+MAX_PRINTED = 1000
+"""Findings printed for one input; the rest are counted on stderr (an input whose aliases name
+one bad pod 64,000 times printed 16 MB)."""
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 
 
@@ -92,14 +98,24 @@ def documents(data: bytes) -> Iterator[tuple[int, object]]:
         loader.dispose()
 
 
-def check_input(name: str, data: bytes, out: TextIO) -> int:
-    """Print the findings of one input; their number."""
+def check_input(name: str, data: bytes, out: TextIO, err: TextIO) -> int:
+    """Print the findings of one input (MAX_PRINTED at most, then a count on ``err``); their
+    number. `BadInput` when it cannot be read to its end, after what was found before."""
     found = 0
+    budget = Budget()
     for line, obj in documents(data):
-        for checked in check_object(obj):
+        for checked in check_object(obj, budget):
             for finding in checked.findings:
-                print(f"{name}:{line}: {checked.ref}: {finding.text()}", file=out)
+                if found < MAX_PRINTED:
+                    print(f"{name}:{line}: {checked.ref}: {finding.text()}", file=out)
                 found += 1
+        if budget.spent:
+            raise BadInput(f"checked up to the document at line {line} only: its YAML aliases "
+                           "name more objects, containers and settings than the work bound "
+                           f"({MAX_WORK} units); findings up to there are printed")
+    if found > MAX_PRINTED:
+        print(f"gpu-auditor: {name}: {found - MAX_PRINTED} more findings not printed (the first "
+              f"{MAX_PRINTED} are)", file=err)
     return found
 
 
@@ -113,7 +129,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: BinaryIO | No
     found, bad = 0, 0
     for name, path in inputs(list(args.paths)):
         try:
-            found += check_input(name, read(path, stdin), out)
+            found += check_input(name, read(path, stdin), out, err)
         except BadInput as exc:
             print(f"gpu-auditor: {name}: {exc}", file=err)
             bad += 1

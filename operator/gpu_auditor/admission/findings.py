@@ -13,7 +13,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from gpu_auditor.base.podspec import ALLOC_CONF_VARIABLES, env_value, torch_version_hint
+from gpu_auditor.base.podspec import (
+    ALLOC_CONF_VARIABLES,
+    TORCH_VARIABLES,
+    env_values,
+    release_hint,
+)
 from gpu_auditor.diagnosis.allocconf import KEYS, NEWEST, IssueKind, check, key_available
 from gpu_auditor.diagnosis.torchversion import TorchRange, format_release, parse_torch_version
 
@@ -30,6 +35,12 @@ MAX_HINTED_KEY: Final = 64
 """Characters of an unknown key searched for a did-you-mean (torch's longest key has 30; one
 more than twice as long as a key cannot be close enough to it, and difflib's time grows with
 the product of the lengths)."""
+MAX_WORK: Final = 1 << 21
+"""Work one input (a manifest file, an admission request) may cost: one unit per object,
+container and env entry read, and per character of a setting checked; about 1.5 s of checks
+at most. Unaliased, each unit is at least a few bytes of the input (two million env entries
+are some 40 MB of YAML); a YAML alias can name one list or setting any number of times, and
+this, not the file's size, bounds the work then."""
 
 CONFLICTING_VARIABLES: Final = "conflicting-variables"
 NOT_CHECKED: Final = "not-checked"
@@ -49,15 +60,34 @@ class Finding:
         return f'container "{self.container}": {self.variable}: {self.message}'
 
 
+class OverBudget(Exception):
+    """The input's work bound (MAX_WORK) is spent: what is left of it is not checked."""
+
+
+@dataclass
+class Budget:
+    """What checking one input may still cost (MAX_WORK); shared by all its documents."""
+
+    left: int = MAX_WORK
+    spent: bool = False
+
+    def spend(self, units: int) -> None:
+        self.left -= units
+        if self.left < 0:
+            self.spent = True
+            raise OverBudget
+
+
 def shown(text: str) -> str:
     """A tenant's text fit to echo: printable ASCII, at most MAX_SHOWN characters."""
     clean = "".join(c if " " <= c <= "~" else "?" for c in text[: MAX_SHOWN + 1])
     return clean if len(clean) <= MAX_SHOWN else clean[: MAX_SHOWN - 3] + "..."
 
 
-def release_of(container: Mapping[str, Any]) -> tuple[TorchRange, str]:
-    """The container's release and how it is named in a finding."""
-    release = parse_torch_version(torch_version_hint(container))
+def release_of(env: Mapping[str, str], image: object) -> tuple[TorchRange, str]:
+    """The container's release (from its literal env values and image) and how it is named in a
+    finding."""
+    release = parse_torch_version(release_hint(env, image))
     if release is None:
         return TorchRange.exact(NEWEST), (
             f"torch release unknown, checked as {format_release(NEWEST)}; "
@@ -66,16 +96,20 @@ def release_of(container: Mapping[str, Any]) -> tuple[TorchRange, str]:
     return TorchRange.exact(release), f"torch {format_release(release)}"
 
 
-def check_container(container: Mapping[str, Any]) -> list[Finding]:
+def check_container(container: Mapping[str, Any], budget: Budget | None = None) -> list[Finding]:
     """Every finding for one container's allocator variables (at most MAX_FINDINGS); [] when
-    they are fine or unset."""
+    they are fine or unset. ``budget`` is charged for the env read and the setting checked
+    (`OverBudget` when it runs out)."""
     raw_name = container.get("name")
     name = shown(raw_name) if isinstance(raw_name, str) and raw_name else "?"
-    cuda = env_value(container, CUDA_VARIABLE)
-    generic = env_value(container, GENERIC_VARIABLE)
+    env = container.get("env")
+    if budget is not None:
+        budget.spend(1 + (len(env) if isinstance(env, list) else 0))
+    env = env_values(container, (*ALLOC_CONF_VARIABLES, *TORCH_VARIABLES))
+    cuda, generic = env.get(CUDA_VARIABLE), env.get(GENERIC_VARIABLE)
     if cuda is None and generic is None:
         return []
-    release, about = release_of(container)
+    release, about = release_of(env, container.get("image"))
     findings: list[Finding] = []
     if cuda is not None and generic is not None and cuda != generic:
         findings.append(Finding(name, GENERIC_VARIABLE, CONFLICTING_VARIABLES,
@@ -87,6 +121,8 @@ def check_container(container: Mapping[str, Any]) -> list[Finding]:
         return findings
     variable, value = (CUDA_VARIABLE, cuda) if cuda is not None else (GENERIC_VARIABLE, generic)
     assert value is not None
+    if budget is not None:
+        budget.spend(min(len(value), MAX_VALUE))
     findings += _check_value(name, variable, value, release, about,
                              MAX_FINDINGS - len(findings))
     return findings

@@ -7,10 +7,10 @@ is not of the documented shape has no pod spec.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
-from .findings import NOT_CHECKED, Finding, check_container, shown
+from .findings import NOT_CHECKED, Budget, Finding, OverBudget, check_container, shown
 
 TEMPLATE: Final = ("spec", "template", "spec")
 POD_SPEC_PATHS: Final[dict[str, tuple[str, ...]]] = {
@@ -36,6 +36,7 @@ MAX_OBJECT_FINDINGS: Final = 64
 finding, not checked (an admission response keeps about 14 warnings anyway)."""
 VARIABLE: Final = "PYTORCH_CUDA_ALLOC_CONF"
 """The variable a finding about the object as a whole (not one container) names."""
+OVER_BUDGET: Final = "not checked past this point: the input's work bound is spent"
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,22 @@ class Checked:
         return f"{self.kind} {where}{self.name or '(no name)'}"
 
 
+@dataclass
+class _Walk:
+    """One document's walk: what it has seen (a YAML alias names the same Python object again),
+    each container's findings by identity, and the input's budget."""
+
+    budget: Budget
+    seen: set[int] = field(default_factory=set)
+    containers: dict[int, list[Finding]] = field(default_factory=dict)
+
+    def first_visit(self, node: object) -> bool:
+        if id(node) in self.seen:
+            return False
+        self.seen.add(id(node))
+        return True
+
+
 def pod_spec(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The pod spec of a Pod or a workload, None for any other kind or shape."""
     kind = obj.get("kind")
@@ -64,16 +81,20 @@ def pod_spec(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 
 def containers(spec: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
-    for field in CONTAINER_LISTS:
-        items = spec.get(field)
+    for field_name in CONTAINER_LISTS:
+        items = spec.get(field_name)
         for item in items if isinstance(items, list) else ():
             if isinstance(item, Mapping):
                 yield item
 
 
-def check_spec(spec: Mapping[str, Any]) -> list[Finding]:
+def check_spec(spec: Mapping[str, Any], budget: Budget | None = None) -> list[Finding]:
     """The findings of a pod spec's containers: at most MAX_CONTAINERS checked and about
     MAX_OBJECT_FINDINGS kept, the rest named in one finding."""
+    return _check_spec(spec, _Walk(budget or Budget()))
+
+
+def _check_spec(spec: Mapping[str, Any], walk: _Walk) -> list[Finding]:
     findings: list[Finding] = []
     for count, container in enumerate(containers(spec)):
         if count == MAX_CONTAINERS or len(findings) >= MAX_OBJECT_FINDINGS:
@@ -83,28 +104,49 @@ def check_spec(spec: Mapping[str, Any]) -> list[Finding]:
             findings.append(Finding("*", VARIABLE, NOT_CHECKED,
                                     f"{rest} containers {why} not checked"))
             break
-        findings += check_container(container)
+        known = walk.containers.get(id(container))
+        if known is None:
+            try:
+                known = check_container(container, walk.budget)
+            except OverBudget:
+                findings.append(Finding("*", VARIABLE, NOT_CHECKED, OVER_BUDGET))
+                break
+            walk.containers[id(container)] = known
+        findings += known
     return findings
 
 
-def check_object(obj: object, depth: int = 0) -> Iterator[Checked]:
-    """Each object with a pod spec in ``obj`` (itself, or a List's items), with its findings."""
-    if not isinstance(obj, Mapping):
+def check_object(obj: object, budget: Budget | None = None) -> Iterator[Checked]:
+    """Each object with a pod spec in ``obj`` (itself, or a List's items, Lists nested up to
+    MAX_LIST_DEPTH), with its findings; an object named again (a YAML alias) is checked once.
+    ``budget`` bounds the work of a whole input (`Budget.spent` once it ran out: the rest of the
+    input is not checked, and the last object's findings say so)."""
+    walk = _Walk(budget or Budget())
+    try:
+        yield from _check_object(obj, 0, walk)
+    except OverBudget:
         return
+
+
+def _check_object(obj: object, depth: int, walk: _Walk) -> Iterator[Checked]:
+    if not isinstance(obj, Mapping) or not walk.first_visit(obj):
+        return
+    walk.budget.spend(1)
     kind = obj.get("kind")
     kind = kind if isinstance(kind, str) else ""
     items = obj.get("items")
     if kind.endswith("List") and isinstance(items, list) and depth < MAX_LIST_DEPTH:
-        for item in items:
-            yield from check_object(item, depth + 1)
+        if walk.first_visit(items):
+            for item in items:
+                yield from _check_object(item, depth + 1, walk)
         return
     spec = pod_spec(obj)
     if spec is None:
         return
     meta = obj.get("metadata")
     meta = meta if isinstance(meta, Mapping) else {}
-    yield Checked(kind, _name(meta.get("namespace")), _name(meta.get("name")),
-                  tuple(check_spec(spec)))
+    yield Checked(shown(kind), _name(meta.get("namespace")), _name(meta.get("name")),
+                  tuple(_check_spec(spec, walk)))
 
 
 def _name(value: object) -> str:

@@ -91,3 +91,45 @@ def test_alias_bomb_is_read_without_blowing_up(tmp_path: Path) -> None:
     path = tmp_path / "bomb.yaml"
     path.write_text("\n".join(lines) + "\nkind: Pod\nspec: {containers: *a29}\n")
     assert run(str(path))[0] == 0
+
+
+GOOD_BAD_POD = ("kind: Pod\nmetadata: {name: train}\nspec:\n  containers:\n  - name: c\n"
+                "    env:\n    - {name: PYTORCH_CUDA_ALLOC_CONF, "
+                "value: 'expandable_segment:True'}\n")
+
+
+def test_a_pod_named_by_aliases_64000_times_is_one_finding(tmp_path: Path) -> None:
+    """1.4 KB of YAML made 64,000 finding lines (16 MB) in 12.4 s."""
+    p = ("{kind: Pod, metadata: {name: x}, spec: {containers: [{name: c, env: "
+         "[{name: PYTORCH_CUDA_ALLOC_CONF, value: 'expandable_segment:True'}]}]}}")
+    y = ("kind: List\nitems:\n- &l3\n  kind: List\n  items:\n  - &l2\n    kind: List\n"
+         f"    items:\n    - &l1\n      kind: List\n      items:\n      - &p {p}\n")
+    y += "      - *p\n" * 39 + "    - *l1\n" * 39 + "  - *l2\n" * 39
+    code, out, _ = run("-", stdin=y.encode())
+    assert code == 1 and len(out.splitlines()) == 1
+
+
+def test_findings_past_the_printed_bound_are_counted_on_stderr() -> None:
+    from gpu_auditor.checkmanifest import MAX_PRINTED
+
+    docs = "---\n".join(GOOD_BAD_POD.replace("train", f"p{i}") for i in range(MAX_PRINTED + 5))
+    code, out, err = run("-", stdin=docs.encode())
+    assert code == 1 and len(out.splitlines()) == MAX_PRINTED
+    assert err == "gpu-auditor: stdin: 5 more findings not printed (the first 1000 are)\n"
+
+
+def test_an_input_past_its_work_bound_exits_2_after_its_findings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gpu_auditor.checkmanifest as checkmanifest
+    from gpu_auditor.admission.findings import Budget
+
+    monkeypatch.setattr(checkmanifest, "Budget", lambda: Budget(left=3))
+    good = tmp_path / "z.yaml"
+    good.write_text(GOOD_BAD_POD)
+    docs = "---\n".join([GOOD_BAD_POD] * 3)
+    code, out, err = run("-", str(good), stdin=docs.encode())
+    assert code == 2
+    assert out.splitlines()[0].startswith("stdin:1: Pod train: ")
+    assert err.startswith("gpu-auditor: stdin: checked up to the document at line")
+    assert f"{good}:1: Pod train: " in out  # a fresh budget for the next input

@@ -130,6 +130,7 @@ def test_the_core_keeps_max_split_minus_one_out_of_its_problems() -> None:
     assert checked.problems == () and checked.bad_keys == frozenset()
     assert [i.kind.value for i in checked.issues] == ["ignored"]
 
+
 class Bomb(list):  # type: ignore[type-arg]
     """A YAML alias bomb's stand-in: a value whose text must never be taken."""
 
@@ -151,6 +152,17 @@ def test_a_value_that_is_not_a_string_is_absent_and_never_made_text() -> None:
         {"name": "TORCH_VERSION", "value": 2.1},
         {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segment:True"}]})
     assert finding.container == "?" and "torch release unknown" in finding.message
+
+
+def test_env_values_read_each_variable_once_like_env_value() -> None:
+    from gpu_auditor.base.podspec import env_value, env_values
+
+    c = {"env": [{"name": "A", "valueFrom": {}}, {"name": "A", "value": "first"},
+                 {"name": "A", "value": "second"}, {"name": "B", "value": 5},
+                 {"name": "B", "value": "later"}, {"name": ["x"], "value": "y"}, "junk"]}
+    assert env_values(c, ("A", "B", "C")) == {"A": "first"}
+    assert [env_value(c, v) for v in ("A", "B", "C")] == ["first", None, None]
+
 
 def many_unknown_keys(count: int, prefix: str = "k") -> str:
     return ",".join(f"{prefix}{i:03d}:1" for i in range(count))
