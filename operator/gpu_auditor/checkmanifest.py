@@ -4,10 +4,11 @@ CI pipelines and pre-commit, over any Kubernetes YAML or JSON (multi-document fi
 
 Each finding is one line, ``FILE:LINE: KIND NAMESPACE/NAME: container "C": VARIABLE: message``,
 at most MAX_PRINTED per input (then one line on stderr counts the rest). Exit status: 0 when
-nothing was found; 1 on findings; 2 when an input cannot be read, is not YAML, or was not
-checked to its end (its work bound: `admission.findings.MAX_WORK`). Each such input is named
-with the reason; the others are still checked and printed.
-Needs PyYAML (the ``operator`` or ``agent`` extra, or the pre-commit hook's environment).
+nothing was found; 1 on findings; 2 when an input cannot be read, is not YAML or holds a value
+YAML cannot construct, or was not checked to its end (its work bound:
+`admission.findings.MAX_WORK`). Each such input is named with the reason; the others are still
+checked and printed. Needs PyYAML (the ``operator`` or ``agent`` extra, or the pre-commit
+hook's environment).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import os
 from collections.abc import Iterator
 from typing import Any, BinaryIO, TextIO
 
-from .admission.findings import MAX_WORK, Budget
+from .admission.findings import MAX_WORK, Budget, shown
 from .admission.objects import check_object
 
 COMMAND = "check-manifest"
@@ -76,24 +77,36 @@ def read(path: str | None, stdin: BinaryIO | None) -> bytes:
 
 
 def documents(data: bytes) -> Iterator[tuple[int, object]]:
-    """(first line, object) of each YAML document."""
+    """(first line, object) of each YAML document; `BadInput` for one that is not YAML, or whose
+    values YAML cannot construct (``2023-02-30``, ``!!int abc``, an int of 5,000 digits: the
+    constructor's ValueError), or nested deeper than the loader follows (the pure-Python loader's
+    RecursionError; libyaml stops at its own limit)."""
     import yaml
 
     loader_class = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     loader = loader_class(data)
+    line = 1
     try:
         while loader.check_node():
             node = loader.get_node()
             if node is None:
                 break
-            yield node.start_mark.line + 1, loader.construct_document(node)
+            line = node.start_mark.line + 1
+            yield line, loader.construct_document(node)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark is not None else ""
         problem = getattr(exc, "problem", None) or type(exc).__name__
         helm = "; a Helm template? render it first: helm template ... | gpu-auditor " \
                "check-manifest -" if b"{{" in data else ""
-        raise BadInput(f"not YAML: {where}{problem}{helm}") from None
+        raise BadInput(f"not YAML: {where}{shown(str(problem), 200)}{helm}") from None
+    except RecursionError:
+        position = getattr(loader, "line", None)  # the pure-Python reader's line
+        at = position + 1 if isinstance(position, int) else line
+        raise BadInput(f"not YAML that can be read: line {at}: nested too deeply") from None
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise BadInput(f"a value YAML cannot construct in the document at line {line}: "
+                       f"{shown(str(exc), 200)}") from None
     finally:
         loader.dispose()
 

@@ -78,10 +78,10 @@ class Budget:
             raise OverBudget
 
 
-def shown(text: str) -> str:
-    """A tenant's text fit to echo: printable ASCII, at most MAX_SHOWN characters."""
-    clean = "".join(c if " " <= c <= "~" else "?" for c in text[: MAX_SHOWN + 1])
-    return clean if len(clean) <= MAX_SHOWN else clean[: MAX_SHOWN - 3] + "..."
+def shown(text: str, limit: int = MAX_SHOWN) -> str:
+    """A tenant's text fit to echo: printable ASCII, at most ``limit`` characters."""
+    clean = "".join(c if " " <= c <= "~" else "?" for c in text[: limit + 1])
+    return clean if len(clean) <= limit else clean[: limit - 3] + "..."
 
 
 def release_of(env: Mapping[str, str], image: object) -> tuple[TorchRange, str]:

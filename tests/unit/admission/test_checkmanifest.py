@@ -98,6 +98,47 @@ GOOD_BAD_POD = ("kind: Pod\nmetadata: {name: train}\nspec:\n  containers:\n  - n
                 "value: 'expandable_segment:True'}\n")
 
 
+@pytest.mark.parametrize(("content", "reason"), [
+    ("kind: ConfigMap\ndata: {}\nreleased: 2023-02-30\n", "day is out of range for month"),
+    ("kind: ConfigMap\nsize: " + "9" * 5000 + "\n", "Exceeds the limit (4300 digits)"),
+    ("kind: ConfigMap\nx: !!int abc\n", "invalid literal for int()"),
+    ("kind: ConfigMap\nx: !!float '1e99999999999999999999999999999999x'\n", "could not convert"),
+])
+def test_a_value_yaml_cannot_construct_exits_2_naming_the_file_and_the_rest_is_checked(
+    tmp_path: Path, content: str, reason: str
+) -> None:
+    """The constructor's ValueError was a traceback and exit 1, and the files after it were
+    never read."""
+    bad, good = tmp_path / "bad.yaml", tmp_path / "z.yaml"
+    bad.write_text(content)
+    good.write_text(GOOD_BAD_POD)
+    code, out, err = run(str(bad), str(good))
+    assert code == 2
+    assert err.startswith(f"gpu-auditor: {bad}: a value YAML cannot construct in the document "
+                          "at line 1: ") and reason in err
+    assert out.startswith(f"{good}:1: Pod train: ")
+
+
+def test_nesting_too_deep_for_the_pure_python_loader_exits_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PyYAML without libyaml (built from the sdist) raises RecursionError at 500 levels."""
+    import yaml
+
+    monkeypatch.delattr(yaml, "CSafeLoader", raising=False)
+    good = tmp_path / "z.yaml"
+    good.write_text(GOOD_BAD_POD)
+    code, out, err = run("-", str(good), stdin=b"[" * 2000 + b"]" * 2000)
+    assert code == 2
+    assert err == "gpu-auditor: stdin: not YAML that can be read: line 1: nested too deeply\n"
+    assert out.startswith(f"{good}:1: Pod train: ")
+
+
+def test_nesting_past_libyaml_s_limit_is_not_yaml(tmp_path: Path) -> None:
+    code, _, err = run("-", stdin=b"[" * 5000 + b"]" * 5000)
+    assert code == 2 and "exceeded maximum nesting depth" in err
+
+
 def test_a_pod_named_by_aliases_64000_times_is_one_finding(tmp_path: Path) -> None:
     """1.4 KB of YAML made 64,000 finding lines (16 MB) in 12.4 s."""
     p = ("{kind: Pod, metadata: {name: x}, spec: {containers: [{name: c, env: "
