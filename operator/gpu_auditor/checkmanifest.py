@@ -4,17 +4,19 @@ CI pipelines and pre-commit, over any Kubernetes YAML or JSON (multi-document fi
 
 Each finding is one line, ``FILE:LINE: KIND NAMESPACE/NAME: container "C": VARIABLE: message``,
 at most MAX_PRINTED per input (then one line on stderr counts the rest). Exit status: 0 when
-nothing was found; 1 on findings; 2 when an input cannot be read, is not YAML or holds a value
-YAML cannot construct, or was not checked to its end (its work bound:
-`admission.findings.MAX_WORK`). Each such input is named with the reason; the others are still
-checked and printed. Needs PyYAML (the ``operator`` or ``agent`` extra, or the pre-commit
-hook's environment).
+nothing was found; 1 on findings; 2 when an input cannot be read, is not a regular file (a pipe,
+FIFO or device: a symlink to /proc/self/fd/1 would wait for ourselves forever; stdin is read
+with ``-``), is not YAML or holds a value YAML cannot construct, or was not checked to its end
+(its work bound: `admission.findings.MAX_WORK`). Each such input is named with the reason; the
+others are still checked and printed. Needs PyYAML (the ``operator`` or ``agent`` extra, or the
+pre-commit hook's environment).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import stat
 from collections.abc import Iterator
 from typing import Any, BinaryIO, TextIO
 
@@ -43,37 +45,72 @@ class BadInput(Exception):
     """An input that cannot be read or parsed; the message says why."""
 
 
-def inputs(paths: list[str]) -> Iterator[tuple[str, str | None]]:
-    """(name, path) of every input: a folder's manifests in sorted order; None for stdin."""
+def inputs(paths: list[str]) -> Iterator[tuple[str, str | OSError | None]]:
+    """(name, path) of every input: a folder's manifests in sorted order; None for stdin. A
+    folder that cannot be listed is an input of its own, with its error for `read` to name."""
     for path in paths:
         if path == "-":
             yield "stdin", None
         elif os.path.isdir(path):
+            unlisted: list[OSError] = []
             found = sorted(
                 os.path.join(root, name)
-                for root, dirs, files in os.walk(path)
+                for root, dirs, files in os.walk(path, onerror=unlisted.append)
                 if not dirs.sort()  # walk in a stable order
                 for name in files if name.endswith(SUFFIXES)
             )
             yield from ((name, name) for name in found)
+            yield from ((str(error.filename), error) for error in unlisted)
         else:
             yield path, path
 
 
-def read(path: str | None, stdin: BinaryIO | None) -> bytes:
+def read(path: str | OSError | None, stdin: BinaryIO | None) -> bytes:
     try:
+        if isinstance(path, OSError):
+            raise path
         if path is None:
             if stdin is None:
                 raise BadInput("stdin is closed")
             data = stdin.read(MAX_INPUT + 1)
         else:
-            with open(path, "rb") as f:
-                data = f.read(MAX_INPUT + 1)
+            data = _read_regular(path)
     except OSError as exc:
         raise BadInput(exc.strerror or type(exc).__name__) from None
     if len(data) > MAX_INPUT:
         raise BadInput(f"larger than {MAX_INPUT >> 20} MiB")
     return data
+
+
+def _read_regular(path: str) -> bytes:
+    """A regular file's bytes (MAX_INPUT + 1 at most). Opened without blocking and looked at
+    before any read: a FIFO, a pipe (a symlink to /proc/self/fd/1), a terminal or a device is
+    refused, where a read would wait forever or never end."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise BadInput(f"not a regular file ({_file_type(mode)}); pipe it to - instead")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_INPUT:
+            chunk = os.read(fd, min(1 << 20, MAX_INPUT + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _file_type(mode: int) -> str:
+    for test, kind in ((stat.S_ISFIFO, "a FIFO or pipe"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISDIR, "a folder")):
+        if test(mode):
+            return kind
+    return "not a file"
 
 
 def documents(data: bytes) -> Iterator[tuple[int, object]]:

@@ -4,7 +4,11 @@ stdin; exit 1 on findings, 2 on input it cannot read, 0 on clean manifests."""
 from __future__ import annotations
 
 import io
+import os
+import signal
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -139,6 +143,60 @@ def test_nesting_past_libyaml_s_limit_is_not_yaml(tmp_path: Path) -> None:
     assert code == 2 and "exceeded maximum nesting depth" in err
 
 
+@pytest.fixture
+def watchdog() -> Iterator[None]:
+    """Turns a read that would wait forever (the old behaviour) into a failure."""
+    def fail(*_: object) -> None:
+        raise AssertionError("check-manifest waited on a file that is not a regular one")
+
+    previous = signal.signal(signal.SIGALRM, fail)
+    signal.alarm(30)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+def test_a_fifo_in_a_folder_is_refused_not_waited_on(tmp_path: Path, watchdog: None) -> None:
+    os.mkfifo(tmp_path / "a.yaml")
+    (tmp_path / "z.yaml").write_text(GOOD_BAD_POD)
+    code, out, err = run(str(tmp_path))
+    assert code == 2
+    assert err == (f"gpu-auditor: {tmp_path / 'a.yaml'}: not a regular file (a FIFO or pipe); "
+                   "pipe it to - instead\n")
+    assert out.startswith(f"{tmp_path / 'z.yaml'}:1: Pod train: ")
+
+
+def test_a_symlink_to_a_pipe_is_refused_named_or_in_a_folder(tmp_path: Path) -> None:
+    """A committed symlink to /proc/self/fd/1 opens our own stdout pipe for reading: the
+    read waited forever. Here the pipe's writer is closed, so the old code read it as empty
+    and passed it."""
+    read_end, write_end = os.pipe()
+    os.close(write_end)
+    try:
+        link = tmp_path / "evil.yaml"
+        link.symlink_to(f"/proc/self/fd/{read_end}")
+        for argv in ([str(link)], [str(tmp_path)]):
+            code, out, err = run(*argv)
+            assert code == 2 and out == ""
+            assert err == f"gpu-auditor: {link}: not a regular file (a FIFO or pipe); pipe it " \
+                          "to - instead\n"
+    finally:
+        os.close(read_end)
+
+
+def test_a_symlink_to_a_device_is_refused_and_one_to_a_regular_file_is_read(
+    tmp_path: Path
+) -> None:
+    (tmp_path / "null.yaml").symlink_to("/dev/null")
+    (tmp_path / "real.yaml").write_text(GOOD_BAD_POD)
+    (tmp_path / "z-link.yaml").symlink_to(tmp_path / "real.yaml")
+    code, out, err = run(str(tmp_path))
+    assert code == 2
+    assert "null.yaml: not a regular file (a character device)" in err
+    assert [line.split(":", 1)[0] for line in out.splitlines()] == [
+        str(tmp_path / "real.yaml"), str(tmp_path / "z-link.yaml")]
+
+
 def test_a_pod_named_by_aliases_64000_times_is_one_finding(tmp_path: Path) -> None:
     """1.4 KB of YAML made 64,000 finding lines (16 MB) in 12.4 s."""
     p = ("{kind: Pod, metadata: {name: x}, spec: {containers: [{name: c, env: "
@@ -174,3 +232,23 @@ def test_an_input_past_its_work_bound_exits_2_after_its_findings(
     assert out.splitlines()[0].startswith("stdin:1: Pod train: ")
     assert err.startswith("gpu-auditor: stdin: checked up to the document at line")
     assert f"{good}:1: Pod train: " in out  # a fresh budget for the next input
+
+
+def test_a_folder_that_cannot_be_listed_is_named_not_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """os.walk passes over a folder it cannot list unless asked (root reads any: simulated)."""
+    import gpu_auditor.checkmanifest as checkmanifest
+
+    locked = str(tmp_path / "locked")
+    real_walk = os.walk
+
+    def walk(top: str, onerror: Any = None) -> Iterator[tuple[str, list[str], list[str]]]:
+        onerror(PermissionError(13, "Permission denied", locked))
+        yield from real_walk(top)
+
+    monkeypatch.setattr(checkmanifest.os, "walk", walk)
+    (tmp_path / "z.yaml").write_text(GOOD_BAD_POD)
+    code, out, err = run(str(tmp_path))
+    assert code == 2 and err == f"gpu-auditor: {locked}: Permission denied\n"
+    assert out.startswith(f"{tmp_path / 'z.yaml'}:1: ")
