@@ -2,14 +2,15 @@
 CI pipelines and pre-commit, over any Kubernetes YAML or JSON (multi-document files, Lists,
 ``helm template`` output).
 
-Each finding is one line, ``FILE:LINE: KIND NAMESPACE/NAME: container "C": VARIABLE: message``,
-at most MAX_PRINTED per input (then one line on stderr counts the rest). Exit status: 0 when
-nothing was found; 1 on findings; 2 when an input cannot be read, is not a regular file (a pipe,
-FIFO or device: a symlink to /proc/self/fd/1 would wait for ourselves forever; stdin is read
-with ``-``), is not YAML or holds a value YAML cannot construct, or was not checked to its end
-(its work bound: `admission.findings.MAX_WORK`). Each such input is named with the reason; the
-others are still checked and printed. Needs PyYAML (the ``operator`` or ``agent`` extra, or the
-pre-commit hook's environment).
+Each finding is one line, ``FILE:LINE: KIND NAMESPACE/NAME: container "C": VARIABLE: message``
+(the file's name in printable ASCII: a terminal escape or any other character is shown as
+``?``), at most MAX_PRINTED per input (then one line on stderr counts the rest). Exit status: 0
+when nothing was found; 1 on findings; 2 when an input cannot be read, is not a regular file (a
+pipe, FIFO or device: a symlink to /proc/self/fd/1 would wait for ourselves forever; stdin is
+read with ``-``), is not YAML or holds a value YAML cannot construct, or was not checked to its
+end (its work bound: `admission.findings.MAX_WORK`). Each such input is named with the reason;
+the others are still checked and printed. Needs PyYAML (the ``operator`` or ``agent`` extra, or
+the pre-commit hook's environment).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ MAX_INPUT = 64 << 20
 MAX_PRINTED = 1000
 """Findings printed for one input; the rest are counted on stderr (an input whose aliases name
 one bad pod 64,000 times printed 16 MB)."""
+MAX_SHOWN_PATH = 4096
+"""Characters of an input's name printed (PATH_MAX)."""
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 
 
@@ -177,7 +180,8 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: BinaryIO | No
               "'gpu-auditor[operator]')", file=err)
         return EXIT_USAGE
     found, bad = 0, 0
-    for name, path in inputs(list(args.paths)):
+    for raw_name, path in inputs(list(args.paths)):
+        name = shown(raw_name, MAX_SHOWN_PATH)  # a file's name is the repository's, not ours
         try:
             found += check_input(name, read(path, stdin), out, err)
         except BadInput as exc:

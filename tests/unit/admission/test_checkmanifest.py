@@ -197,6 +197,17 @@ def test_a_symlink_to_a_device_is_refused_and_one_to_a_regular_file_is_read(
         str(tmp_path / "real.yaml"), str(tmp_path / "z-link.yaml")]
 
 
+def test_a_file_name_with_terminal_escapes_is_printed_cleaned(tmp_path: Path) -> None:
+    name = "ok\x1b]0;owned\x07\r\x1b[2K.yaml"
+    (tmp_path / name).write_text(GOOD_BAD_POD)
+    (tmp_path / "b\x1b[31m.yaml").write_text("a: [\n")
+    code, out, err = run(str(tmp_path))
+    assert code == 2
+    assert out.startswith(f"{tmp_path}/ok?]0;owned???[2K.yaml:1: Pod train: ")
+    assert err.startswith(f"gpu-auditor: {tmp_path}/b?[31m.yaml: not YAML")
+    assert "\x1b" not in out + err and "\x07" not in out + err and "\r" not in out + err
+
+
 def test_a_pod_named_by_aliases_64000_times_is_one_finding(tmp_path: Path) -> None:
     """1.4 KB of YAML made 64,000 finding lines (16 MB) in 12.4 s."""
     p = ("{kind: Pod, metadata: {name: x}, spec: {containers: [{name: c, env: "
