@@ -10,9 +10,14 @@ learns that from the path the API server calls) and not labelled ``false`` itsel
 - a container whose ``terminationMessagePath`` is not the default gets
   ``GPU_AUDITOR_PROBE_PATH`` set to it (the probe writes its record there).
 
-A container that sets ``GPU_AUDITOR_PROBE`` itself, mounts something at the probe's path, or
-takes ``PYTHONPATH`` from a reference (which cannot be prefixed) is left as it is, with a
-warning naming it; a pod that already has the probe's volume is left alone (idempotent).
+A container that sets ``GPU_AUDITOR_PROBE`` itself to anything but ``1``, mounts something at
+the probe's path, takes ``PYTHONPATH`` from a reference (which cannot be prefixed), or has an
+env that is not a list of named entries is left as it is, with a warning naming it; so is one
+with ``envFrom`` (a ConfigMap or Secret may set ``GPU_AUDITOR_PROBE=0``, and an env entry of
+ours would override it) unless its env sets ``GPU_AUDITOR_PROBE=1``: then it gets the probe,
+and ``PYTHONPATH=/opt/gpu-auditor/probe:$(PYTHONPATH)``, which kubelet expands from envFrom.
+A container whose env sets ``GPU_AUDITOR_PROBE=1`` gets no second entry of it. A pod that
+already has the probe's volume is left alone (idempotent).
 """
 
 from __future__ import annotations
@@ -110,30 +115,44 @@ def inject(pod: Mapping[str, Any], image: str, pull_policy: str | None = None) -
 
 def _container_patch(index: int, container: Mapping[str, Any]) -> tuple[list[dict[str, Any]],
                                                                          str | None]:
-    env = _list(container.get("env"))
-    named = {e.get("name"): (i, e) for i, e in enumerate(env) if isinstance(e, Mapping)}
-    if SWITCH in named:
+    env = container.get("env")
+    if env is not None and not isinstance(env, list):
+        return [], "its env is not a list"
+    entries = env or []
+    if not all(isinstance(e, Mapping) and isinstance(e.get("name"), str) for e in entries):
+        return [], "its env has an entry without a name"
+    named = {e["name"]: (i, e) for i, e in enumerate(entries)}  # the last wins, as in kubelet
+    switch = named.get(SWITCH)
+    opted_in = switch is not None and switch[1].get("value") == "1"
+    if switch is not None and not opted_in:
         return [], f"it sets {SWITCH} itself"
+    if _list(container.get("envFrom")) and not opted_in:
+        return [], (f"it takes variables from envFrom, which may set {SWITCH} (an env entry "
+                    f"would override it); to take the probe, set {SWITCH}=1 in its env")
     mounts = _list(container.get("volumeMounts"))
     if any(isinstance(m, Mapping) and m.get("mountPath") == PROBE_DIR for m in mounts):
         return [], f"it mounts something at {PROBE_DIR}"
     base = f"/spec/containers/{index}"
     ops: list[dict[str, Any]] = []
-    add_env = [{"name": SWITCH, "value": "1"}]
+    add_env = [] if opted_in else [{"name": SWITCH, "value": "1"}]
     if "PYTHONPATH" in named:
         at, item = named["PYTHONPATH"]
         if not isinstance(item.get("value"), str):
             return [], "its PYTHONPATH comes from a reference, which cannot be prefixed"
         prefixed = f"{PROBE_DIR}:{item['value']}" if item["value"] else PROBE_DIR
         ops.append({"op": "replace", "path": f"{base}/env/{at}/value", "value": prefixed})
+    elif _list(container.get("envFrom")):
+        # kubelet reads envFrom first and expands $(VAR) in env values from it: envFrom's
+        # PYTHONPATH is kept after ours (unset, the reference stays as it is: a harmless path)
+        add_env.append({"name": "PYTHONPATH", "value": f"{PROBE_DIR}:$(PYTHONPATH)"})
     else:
         add_env.append({"name": "PYTHONPATH", "value": PROBE_DIR})
     path = container.get("terminationMessagePath")
     if isinstance(path, str) and path and path != DEFAULT_TERMINATION_PATH:
         add_env.append({"name": PATH_VARIABLE, "value": path})
-    if isinstance(container.get("env"), list):
+    if isinstance(env, list):
         ops += [{"op": "add", "path": f"{base}/env/-", "value": item} for item in add_env]
-    else:
+    elif add_env:
         ops.append({"op": "add", "path": f"{base}/env", "value": add_env})
     ops += _append(f"{base}/volumeMounts", container.get("volumeMounts"),
                    {"name": VOLUME, "mountPath": PROBE_DIR, "readOnly": True})

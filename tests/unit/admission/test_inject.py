@@ -113,3 +113,70 @@ def test_a_pod_that_has_the_probe_volume_is_not_injected_twice() -> None:
 
 def test_a_pod_without_a_spec_is_left_alone() -> None:
     assert inject({"kind": "Pod"}, IMAGE).patch == []
+
+
+def test_a_container_with_env_from_is_left_with_a_warning_saying_how_to_opt_in() -> None:
+    """envFrom may set the opt-out GPU_AUDITOR_PROBE=0 (or PYTHONPATH): an env entry of ours
+    wins over envFrom, so injecting overrode both, silently."""
+    original = pod(train(envFrom=[{"configMapRef": {"name": "app-env"}}]),
+                   {"name": "second", "image": "img"})
+    done = inject(original, IMAGE)
+    assert done.containers == ("second",)
+    [warning] = done.warnings
+    assert warning == ('gpu-auditor: probe not injected into container "train": it takes '
+                       "variables from envFrom, which may set GPU_AUDITOR_PROBE (an env entry "
+                       "would override it); to take the probe, set GPU_AUDITOR_PROBE=1 in its "
+                       "env")
+    assert apply(original, done.patch)["spec"]["containers"][0] == original["spec"][
+        "containers"][0]
+
+
+def test_env_from_with_the_switch_set_in_env_keeps_env_from_s_pythonpath() -> None:
+    """kubelet reads envFrom first and expands $(VAR) in env values from it (kuberuntime's
+    makeEnvironmentVariables: tmpEnv from envFrom, then expansion.MappingFuncFor(tmpEnv, ...))."""
+    original = pod(train(envFrom=[{"configMapRef": {"name": "app-env"}}],
+                         env=[{"name": "GPU_AUDITOR_PROBE", "value": "1"}]))
+    done = inject(original, IMAGE)
+    assert done.containers == ("train",) and done.warnings == ()
+    env = apply(original, done.patch)["spec"]["containers"][0]["env"]
+    assert env == [{"name": "GPU_AUDITOR_PROBE", "value": "1"},
+                   {"name": "PYTHONPATH", "value": f"{PROBE_DIR}:$(PYTHONPATH)"}]
+
+
+def test_env_from_and_a_literal_pythonpath_prefix_the_literal() -> None:
+    original = pod(train(envFrom=[{"secretRef": {"name": "s"}}],
+                         env=[{"name": "PYTHONPATH", "value": "/app"},
+                              {"name": "GPU_AUDITOR_PROBE", "value": "1"}]))
+    env = apply(original, inject(original, IMAGE).patch)["spec"]["containers"][0]["env"]
+    assert env == [{"name": "PYTHONPATH", "value": f"{PROBE_DIR}:/app"},
+                   {"name": "GPU_AUDITOR_PROBE", "value": "1"}]
+
+
+def test_a_container_that_switches_the_probe_on_itself_gets_no_second_switch() -> None:
+    original = pod(train(env=[{"name": "GPU_AUDITOR_PROBE", "value": "1"}]))
+    env = apply(original, inject(original, IMAGE).patch)["spec"]["containers"][0]["env"]
+    assert env == [{"name": "GPU_AUDITOR_PROBE", "value": "1"},
+                   {"name": "PYTHONPATH", "value": PROBE_DIR}]
+
+
+@pytest.mark.parametrize(("env", "why"), [
+    ([{"name": ["not", "hashable"], "value": "x"}], "its env has an entry without a name"),
+    ([{"name": {"a": 1}}], "its env has an entry without a name"),
+    (["PYTHONPATH=/x"], "its env has an entry without a name"),
+    ({"PYTHONPATH": "/x"}, "its env is not a list"),
+])
+def test_an_env_of_another_shape_is_skipped_with_a_warning_not_a_crash(
+    env: object, why: str
+) -> None:
+    """An unhashable name raised TypeError: the server answered error (and allowed)."""
+    done = inject(pod(train(env=env), {"name": "second", "image": "img", "env": []}), IMAGE)
+    assert done.containers == ("second",)
+    [warning] = done.warnings
+    assert warning.endswith(f'"train": {why}')
+
+
+def test_a_container_name_that_is_not_a_string_is_not_made_text() -> None:
+    done = inject(pod(train(name=["x"] * 3, env=[{"name": "GPU_AUDITOR_PROBE",
+                                                     "value": "0"}])), IMAGE)
+    assert done.warnings == ('gpu-auditor: probe not injected into container "?": it sets '
+                             "GPU_AUDITOR_PROBE itself",)

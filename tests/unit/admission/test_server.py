@@ -68,6 +68,16 @@ def test_the_namespace_path_injects_unless_the_pod_opts_out() -> None:
     assert answer("/inject/namespace", out, SETTINGS).result == "skipped"
 
 
+def test_an_unhashable_env_name_is_a_skip_with_a_warning_not_an_error() -> None:
+    """It raised TypeError in inject(): answered as our own error (allowed, no warning)."""
+    pod = bad_pod({"gpu-auditor.io/probe": "true"})
+    pod["spec"]["containers"][0]["env"].append({"name": ["PYTHONPATH"], "value": "/x"})
+    reply = answer("/inject/pod", review(pod), SETTINGS)
+    assert reply.result == "skipped" and "patch" not in body(reply)
+    assert body(reply)["warnings"] == ['gpu-auditor: probe not injected into container "c": '
+                                       "its env has an entry without a name"]
+
+
 def test_no_probe_image_means_no_injection() -> None:
     labelled = review(bad_pod({"gpu-auditor.io/probe": "true"}))
     assert answer("/inject/pod", labelled, Settings()).result == "skipped"
