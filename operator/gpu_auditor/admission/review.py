@@ -6,9 +6,12 @@ and every client; the request is refused only where the namespace opted into den
 learns that from the path the API server calls, see docs/webhook.md), with the same text. On an
 update, findings the old object had already are warned about but never refused: an object that
 was admitted before its namespace opted in can still be scaled, labelled, or deleted. A pod
-that a controller made (an owner reference with `controller: true`) is never refused either:
-its template was checked when the workload was written, and refusing its pods would break a
-workload admitted before the label (its next pod, its restarts) without anyone seeing why.
+that a controller made is never refused either: its template was checked when the workload was
+written, and refusing its pods would break a workload admitted before the label (its next pod,
+its restarts) without anyone seeing why. "Made by a controller" is an owner reference with
+`controller: true` in a request the API server says comes from outside the namespace's tenants
+(`_controlled`): anyone who may create a pod may write any owner reference into it, but not
+choose the name the API server authenticated them as.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ MAX_WARNING: Final = 256
 """Characters of one warning (the API server may cut longer ones)."""
 MAX_WARNINGS: Final = 3500
 """Characters of all warnings together (the API server keeps about 4 KiB of them)."""
+SERVICE_ACCOUNT: Final = "system:serviceaccount:"
+SYSTEM_MASTERS: Final = "system:masters"
 
 
 class ReviewError(ValueError):
@@ -42,6 +47,9 @@ class Request:
     operation: str
     obj: Mapping[str, Any]
     old: Mapping[str, Any] | None
+    namespace: str = ""
+    user: str = ""  # userInfo.username: who the API server authenticated
+    groups: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -65,9 +73,19 @@ def parse_review(body: object) -> Request:
     if not isinstance(uid, str) or not 0 < len(uid) <= 128:
         raise ReviewError("AdmissionReview request without a uid")
     obj, old = request.get("object"), request.get("oldObject")
-    return Request(uid=uid, operation=str(request.get("operation") or ""),
+    user = request.get("userInfo")
+    user = user if isinstance(user, Mapping) else {}
+    groups = user.get("groups")
+    return Request(uid=uid, operation=_text(request.get("operation")),
                    obj=obj if isinstance(obj, Mapping) else {},
-                   old=old if isinstance(old, Mapping) else None)
+                   old=old if isinstance(old, Mapping) else None,
+                   namespace=_text(request.get("namespace")), user=_text(user.get("username")),
+                   groups=tuple(g for g in groups if isinstance(g, str))
+                   if isinstance(groups, list) else ())
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
 
 
 def findings_text(obj: Mapping[str, Any]) -> list[str]:
@@ -90,7 +108,7 @@ def validate(request: Request, *, deny: bool) -> Outcome:
     warnings = _bounded(lines)
     old = set(findings_text(request.old)) if request.old is not None else set()
     new = [line for line in lines if line not in old]
-    if deny and new and request.operation != "DELETE" and not _controlled(request.obj):
+    if deny and new and request.operation != "DELETE" and not _controlled(request):
         message = "; ".join(line.removeprefix(PREFIX) for line in new)
         return Outcome(False, "denied", warnings,
                        _cut(f"{PREFIX}{message} (this namespace refuses invalid allocator "
@@ -98,11 +116,28 @@ def validate(request: Request, *, deny: bool) -> Outcome:
     return Outcome(True, "warned", warnings)
 
 
-def _controlled(obj: Mapping[str, Any]) -> bool:
-    meta = obj.get("metadata")
-    refs = meta.get("ownerReferences") if isinstance(meta, Mapping) else None
-    return isinstance(refs, list) and any(
-        isinstance(r, Mapping) and r.get("controller") is True for r in refs)
+def _controlled(request: Request) -> bool:
+    """The object has a controller owner reference, and the request is a controller's: a
+    control-plane or node identity (kube-controller-manager's `system:kube-controller-manager`
+    or its `system:serviceaccount:kube-system:replicaset-controller`...), a service account of
+    another namespace (an operator's), or a cluster admin (`system:masters`). A user, or a
+    service account of the object's own namespace (any pod there may hold its token), is a
+    tenant: its owner reference may name a controller that does not exist, and its object is
+    refused like any other (a pure webhook cannot look the owner up)."""
+    meta = request.obj.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    refs = meta.get("ownerReferences")
+    if not (isinstance(refs, list) and any(
+            isinstance(r, Mapping) and r.get("controller") is True for r in refs)):
+        return False
+    if SYSTEM_MASTERS in request.groups:
+        return True
+    user = request.user
+    if user.startswith(SERVICE_ACCOUNT):
+        account_namespace = user.removeprefix(SERVICE_ACCOUNT).partition(":")[0]
+        namespace = request.namespace or _text(meta.get("namespace"))
+        return bool(account_namespace) and account_namespace != namespace
+    return user.startswith("system:") and user not in ("system:anonymous",)
 
 
 def response(uid: str, outcome: Outcome) -> dict[str, Any]:

@@ -178,17 +178,57 @@ def test_repeated_lines_are_warned_once_in_their_order() -> None:
     assert len(lines) == 2 and "'x'" in lines[0] and "'y'" in lines[1]
 
 
-def test_a_pod_made_by_a_controller_is_warned_not_refused() -> None:
-    """Its template was checked when the workload was written; refusing its pods would break a
-    workload admitted before the namespace opted into deny."""
-    pod = {"kind": "Pod", "metadata": {"ownerReferences": [
+def controlled_pod(namespace: str = "team") -> dict[str, Any]:
+    return {"kind": "Pod", "metadata": {"namespace": namespace, "ownerReferences": [
         {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u",
          "controller": True}]},
         "spec": deployment("expandable_segment:True")["spec"]["template"]["spec"]}
-    outcome = validate(parse_review(review(pod)), deny=True)
+
+
+def by(user: str, obj: dict[str, Any], *groups: str) -> dict[str, Any]:
+    body = review(obj)
+    body["request"]["namespace"] = "team"
+    body["request"]["userInfo"] = {"username": user, "groups": list(groups)}
+    return body
+
+
+@pytest.mark.parametrize(("user", "groups"), [
+    ("system:serviceaccount:kube-system:replicaset-controller", ()),
+    ("system:kube-controller-manager", ()),
+    ("system:serviceaccount:kubeflow:training-operator", ()),
+    ("admin", ("system:masters", "system:authenticated")),
+])
+def test_a_pod_a_controller_made_is_warned_not_refused(user: str, groups: tuple[str]) -> None:
+    """Its template was checked when the workload was written; refusing its pods would break a
+    workload admitted before the namespace opted into deny."""
+    outcome = validate(parse_review(by(user, controlled_pod(), *groups)), deny=True)
     assert outcome.allowed and outcome.result == "warned"
+
+
+@pytest.mark.parametrize("user", [
+    "alice", "oidc:bob@example.com", "system:serviceaccount:team:default",
+    "system:serviceaccount:team:ci", "system:anonymous", "",
+])
+def test_a_tenant_s_pod_claiming_a_controller_is_refused_like_a_bare_pod(user: str) -> None:
+    """Any owner reference can be written into a pod: `controller: true` alone let a bare pod
+    through a deny namespace with a warning. Who sent it the API server vouches for."""
+    outcome = validate(parse_review(by(user, controlled_pod(), "system:authenticated")),
+                       deny=True)
+    assert not outcome.allowed and outcome.result == "denied"
+
+
+def test_without_a_controller_reference_even_a_controller_is_refused() -> None:
+    pod = controlled_pod()
     del pod["metadata"]["ownerReferences"][0]["controller"]
-    assert not validate(parse_review(review(pod)), deny=True).allowed
+    body = by("system:serviceaccount:kube-system:replicaset-controller", pod)
+    assert not validate(parse_review(body), deny=True).allowed
+
+
+def test_a_user_info_of_another_shape_is_a_tenant() -> None:
+    body = review(controlled_pod())
+    body["request"]["userInfo"] = {"username": ["system:masters"], "groups": "system:masters"}
+    assert not validate(parse_review(body), deny=True).allowed
+
 
 def test_values_that_are_not_strings_are_unset_not_text() -> None:
     """JSON cannot alias, but it can carry a number where the API server wants a string: it
