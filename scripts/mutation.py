@@ -146,6 +146,7 @@ GROUPS: dict[str, dict[str, Any]] = {
             ],
             "aftermath": [
                 "diagnosis/test_aftermath.py",
+                "diagnosis/test_aftermath_blind.py",
                 "diagnosis/test_diagnosis_properties.py",
                 *_CORPORA,
             ],

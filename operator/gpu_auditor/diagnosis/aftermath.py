@@ -60,6 +60,12 @@ CONSEQUENCES: Final = frozenset(
 )
 """Exceptions that report another process's end, not a failure of the job's own: after an OOM
 they are its consequences, wherever they are printed."""
+_PEER_GONE: Final = re.compile(
+    r"\bNCCL\b|ProcessGroup|\bgloo\b|[Cc]onnection (?:closed|reset) by peer"
+    r"|communicator was aborted|Watchdog caught collective"
+)
+"""An exception whose message reports a collective or a peer failing (``RuntimeError`` before
+torch 2.1 named no ``DistBackendError``): another rank's end, a consequence like those above."""
 _EXCEPTION: Final = re.compile(r"([A-Za-z_][\w.]{0,255})(?::|$)")
 MAX_EXCEPTION_CHARS: Final = 200
 
@@ -67,7 +73,29 @@ MAX_EXCEPTION_CHARS: Final = 200
 def later_failure(tail: str, rank: str | None) -> str | None:
     """The exception line that ended the job after the reported failure (module doc), or None
     when nothing after it says the failure was handled. ``rank``: the failure's rank prefix."""
-    own = [line for line in normalize_text(tail) if line.rank == rank]
+    lines = normalize_text(tail)
+    by_rank: dict[str | None, list[Line]] = {}
+    for line in lines:
+        by_rank.setdefault(line.rank, []).append(line)
+    own = _decide(by_rank.get(rank, []))
+    if own != _NOTHING or rank is not None or len(by_rank) < 2:
+        return own[1]
+    # a failure printed without a rank prefix (the job's own logger), every rank's traceback
+    # after it rank-prefixed: the prefix is torchrun's on the tracebacks that end a worker, so
+    # the failure was not what ended its worker unless one of them reports it again
+    ranked = [_decide(group) for key, group in by_rank.items() if key is not None]
+    if any(verdict == _AGAIN for verdict in ranked):
+        return None
+    return next((text for verdict, text in ranked if text is not None), None)
+
+
+_NOTHING: Final = ("nothing", None)
+_AGAIN: Final = ("again", None)
+
+
+def _decide(own: list[Line]) -> tuple[str, str | None]:
+    """One process's lines after the failure: ("failure", the exception that ended it),
+    ``_AGAIN`` (its last word is the failure again) or ``_NOTHING`` (nothing to read)."""
     starts = [i for i, line in enumerate(own) if line.text.strip() == TRACEBACK]
     ended: str | None = None  # the last exception of a chain, while its first is looked for
     stops = [*starts[1:], len(own)]  # each traceback ends where the next begins
@@ -77,19 +105,21 @@ def later_failure(tail: str, rank: str | None) -> str | None:
             continue
         text = _exception_line(own, start, stop)
         if text is None:
-            return None  # cut short, or not a traceback Python printed: read nothing into it
+            return _NOTHING  # cut short, or not a traceback Python printed: read nothing into it
         if any(formats.find_failure(line.text) is not None for line in own[start:stop]):
-            return None  # the failure again (re-raised, quoted, in its message or after it)
+            return _AGAIN  # the failure again (re-raised, quoted, in its message or after it)
         name = _EXCEPTION.match(text)
         if name is None:
-            return None
-        if name.group(1).rpartition(".")[2] in CONSEQUENCES:
+            return _NOTHING
+        if name.group(1).rpartition(".")[2] in CONSEQUENCES or _PEER_GONE.search(text):
             continue
         if ended is None:
             ended = text
         if before not in _CHAINED:
-            return _visible(ended[:MAX_EXCEPTION_CHARS])
-    return None  # no traceback, or a chain whose first exception is the failure's own
+            return ("failure", _visible(ended[:MAX_EXCEPTION_CHARS]))
+    if ended is not None:  # a chain whose first exception is the failure's own
+        return _AGAIN
+    return _NOTHING
 
 
 def _exception_line(lines: list[Line], start: int, stop: int) -> str | None:

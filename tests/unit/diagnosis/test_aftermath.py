@@ -122,7 +122,49 @@ def test_only_the_failures_own_rank_is_read() -> None:
     assert later(oom + traceback("KeyError: 'lr'", prefix="[rank0]: ")) is None
     assert later(oom + KEYERROR) is None  # the launcher (no prefix): another process
     assert later(oom + traceback("KeyError: 'lr'", prefix="[rank1]: ")) == "KeyError: 'lr'"
-    assert later(OOM + traceback("KeyError: 'lr'", prefix="[rank1]: ")) is None
+
+
+def test_an_unranked_failure_is_read_against_every_ranks_traceback() -> None:
+    # the job's own logger printed the OOM (no prefix); torchrun prefixes the tracebacks that
+    # end its workers: an unrelated one ended a worker, unless a rank reports the OOM again
+    keyerror = traceback("KeyError: 'lr'", prefix="[rank1]: ")
+    assert later(OOM + keyerror) == "KeyError: 'lr'"
+    again = traceback("RuntimeError: CUDA error: out of memory", prefix="[rank0]: ")
+    assert later(OOM + keyerror + again) is None
+    assert later(OOM + again + keyerror) is None
+    # consequences only, or nothing readable: the OOM stays the failure
+    assert later(OOM + traceback("SystemExit: 1", prefix="[rank1]: ")) is None
+    assert later(OOM + "[rank1]: Traceback (most recent call last):\n") is None
+    # an unranked traceback of the failure's own decides first
+    assert later(OOM + KEYERROR + traceback("ValueError: v", prefix="[rank1]: ")) == (
+        "KeyError: 'lr'"
+    )
+    # with a rank, other ranks are never read
+    oom = "".join(f"[rank1]: {line}\n" for line in OOM.splitlines())
+    assert later(oom + traceback("KeyError: 'lr'", prefix="[rank0]: ")) is None
+
+
+@pytest.mark.parametrize(
+    "exception",
+    [
+        "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1191, unhandled system error",
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by "
+        "peer [10.0.0.2]:3710",
+        "RuntimeError: NCCL communicator was aborted on rank 0.",
+        "RuntimeError: [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7)",
+        "RuntimeError: ProcessGroupGloo::allreduce failed",
+        "ConnectionError: Connection reset by peer",
+    ],
+)
+def test_an_error_that_reports_a_peer_failing_is_a_consequence(exception: str) -> None:
+    assert later(OOM + traceback(exception)) is None
+
+
+def test_a_message_that_only_mentions_a_word_like_nccl_inside_another_is_not_one() -> None:
+    assert later(OOM + traceback("ValueError: UNCCLEAR config")) == "ValueError: UNCCLEAR config"
+    assert later(OOM + traceback("RuntimeError: Connection closed")) == (
+        "RuntimeError: Connection closed"
+    )
 
 
 def test_a_traceback_that_holds_an_oom_wording_is_the_failure_again() -> None:
