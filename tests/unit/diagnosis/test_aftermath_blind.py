@@ -48,3 +48,15 @@ def test_a_log_is_detected_exactly_when_the_oom_ended_the_job(name: str, died: b
     if not died:
         assert diagnosis.recommendation.alloc_conf is None
         assert dict(diagnosis.extra).get("later_failure")
+
+
+REAL = FIXTURES.parents[2] / "bench" / "gpu" / "logs" / "aftermath"
+REAL_TRUTH: dict[str, dict[str, object]] = json.loads((REAL / "truth.json").read_text())
+
+
+@pytest.mark.parametrize("name", sorted(REAL_TRUTH))
+def test_real_h200_logs_are_detected_exactly_when_the_oom_ended_the_job(name: str) -> None:
+    """bench/gpu/aftermath_real.py's jobs as the H200 printed them (bench/results/
+    aftermath-real.md): torchrun 2.11, gloo, DataLoader workers, a chained error."""
+    diagnosis = diagnose((REAL / name).read_bytes())
+    assert diagnosis.detected is REAL_TRUTH[name]["died_of_oom"], diagnosis.summary
