@@ -78,24 +78,27 @@ def later_failure(tail: str, rank: str | None) -> str | None:
     for line in lines:
         by_rank.setdefault(line.rank, []).append(line)
     own = _decide(by_rank.get(rank, []))
-    if own != _NOTHING or rank is not None or len(by_rank) < 2:
-        return own[1]
+    if own is not None or rank is not None or len(by_rank) < 2:
+        return own if isinstance(own, str) else None
     # a failure printed without a rank prefix (the job's own logger), every rank's traceback
     # after it rank-prefixed: the prefix is torchrun's on the tracebacks that end a worker, so
     # the failure was not what ended its worker unless one of them reports it again
     ranked = [_decide(group) for key, group in by_rank.items() if key is not None]
-    if any(verdict == _AGAIN for verdict in ranked):
+    if any(verdict is AGAIN for verdict in ranked):
         return None
-    return next((text for verdict, text in ranked if text is not None), None)
+    return next((verdict for verdict in ranked if isinstance(verdict, str)), None)
 
 
-_NOTHING: Final = ("nothing", None)
-_AGAIN: Final = ("again", None)
+class _Again:
+    """What ``_decide`` gives when a process's last word is the failure again."""
 
 
-def _decide(own: list[Line]) -> tuple[str, str | None]:
-    """One process's lines after the failure: ("failure", the exception that ended it),
-    ``_AGAIN`` (its last word is the failure again) or ``_NOTHING`` (nothing to read)."""
+AGAIN: Final = _Again()
+
+
+def _decide(own: list[Line]) -> str | _Again | None:
+    """One process's lines after the failure: the exception that ended it, ``AGAIN`` (its last
+    word is the failure again) or None (nothing to read)."""
     starts = [i for i, line in enumerate(own) if line.text.strip() == TRACEBACK]
     ended: str | None = None  # the last exception of a chain, while its first is looked for
     stops = [*starts[1:], len(own)]  # each traceback ends where the next begins
@@ -105,21 +108,21 @@ def _decide(own: list[Line]) -> tuple[str, str | None]:
             continue
         text = _exception_line(own, start, stop)
         if text is None:
-            return _NOTHING  # cut short, or not a traceback Python printed: read nothing into it
+            return None  # cut short, or not a traceback Python printed: read nothing into it
         if any(formats.find_failure(line.text) is not None for line in own[start:stop]):
-            return _AGAIN  # the failure again (re-raised, quoted, in its message or after it)
+            return AGAIN  # the failure again (re-raised, quoted, in its message or after it)
         name = _EXCEPTION.match(text)
         if name is None:
-            return _NOTHING
+            return None
         if name.group(1).rpartition(".")[2] in CONSEQUENCES or _PEER_GONE.search(text):
             continue
         if ended is None:
             ended = text
         if before not in _CHAINED:
-            return ("failure", _visible(ended[:MAX_EXCEPTION_CHARS]))
+            return _visible(ended[:MAX_EXCEPTION_CHARS])
     if ended is not None:  # a chain whose first exception is the failure's own
-        return _AGAIN
-    return _NOTHING
+        return AGAIN
+    return None
 
 
 def _exception_line(lines: list[Line], start: int, stop: int) -> str | None:
