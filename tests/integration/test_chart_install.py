@@ -712,9 +712,12 @@ def _controllers_paused(cluster: LocalCluster) -> Iterator[None]:
         kcm.wait_until(healthy, 60, "healthy again")
 
 
-def _owners(install: Install, ns: str, tag: str) -> dict[str, tuple[str, dict[str, Any]]]:
+def _owners(install: Install, ns: str, tag: str,
+            ) -> dict[str, tuple[str, dict[str, Any], dict[str, str]]]:
     """One workload of each kind the operator annotates, and a Deployment's ReplicaSet: kind ->
-    (the object the annotation must land on, the controller reference its pod carries)."""
+    (the object the annotation must land on, the controller reference its pod carries, the
+    labels its controller gives the pod: its template's, as the API server returns them, so a
+    Job's include the controller-uid its generated selector selects)."""
     api = install.api()
     apps, batch = client.AppsV1Api(api), client.BatchV1Api(api)
     labels = {"app": f"owned-{tag}"}
@@ -745,14 +748,15 @@ def _owners(install: Install, ns: str, tag: str) -> dict[str, tuple[str, dict[st
         "metadata": {"name": f"ds-{tag}"},
         "spec": {"selector": {"matchLabels": labels}, "template": {
             **template, "spec": {**template["spec"], **nowhere}}}})
+    job_labels = dict(job.spec.template.metadata.labels or {})
     return {
-        "Job": (f"jobs/{job.metadata.name}", ref("Job", "batch/v1", job)),
+        "Job": (f"jobs/{job.metadata.name}", ref("Job", "batch/v1", job), job_labels),
         "Deployment": (f"deployments/{deployment.metadata.name}",
-                       ref("ReplicaSet", "apps/v1", replica_set)),
+                       ref("ReplicaSet", "apps/v1", replica_set), labels),
         "StatefulSet": (f"statefulsets/{stateful_set.metadata.name}",
-                        ref("StatefulSet", "apps/v1", stateful_set)),
+                        ref("StatefulSet", "apps/v1", stateful_set), labels),
         "DaemonSet": (f"daemonsets/{daemon_set.metadata.name}",
-                      ref("DaemonSet", "apps/v1", daemon_set)),
+                      ref("DaemonSet", "apps/v1", daemon_set), labels),
     }
 
 
@@ -777,9 +781,10 @@ def _wait_annotated(install: Install, ns: str, where: str, key: str) -> dict[str
 
 
 def _failing_pod(install: Install, ns: str, name: str, node: str, owner: dict[str, Any],
-                 ) -> None:
+                 labels: dict[str, str]) -> None:
     client.CoreV1Api(install.api()).create_namespaced_pod(ns, {
-        "metadata": {"name": name, "labels": {CHAOS: "true"}, "ownerReferences": [owner],
+        "metadata": {"name": name, "labels": {**labels, CHAOS: "true"},
+                     "ownerReferences": [owner],
                      "annotations": {f"{CHAOS}/reason": "Error", f"{CHAOS}/exit-code": "1",
                                      f"{CHAOS}/delay": "1500ms"}},
         "spec": {"nodeName": node, "restartPolicy": "Never", "containers": [
@@ -828,23 +833,23 @@ def test_the_operator_does_all_its_work_with_only_the_charts_grants(
     tag = chosen.release
     log_file = tmp_path / "oom.log"
     log_file.write_bytes(cri(CUDA_OOM))
-    owners: dict[str, tuple[str, dict[str, Any]]] = {}
+    owners: dict[str, tuple[str, dict[str, Any], dict[str, str]]] = {}
     with _chart_operator(chosen, tmp_path) as operator:
         try:
             with _controllers_paused(cluster):
                 owners = _owners(chosen, ns, tag)
-                for kind, (_, owner) in owners.items():
+                for kind, (_, owner, pod_labels) in owners.items():
                     pod = f"{kind.lower()}-pod-{tag}"
-                    _failing_pod(chosen, ns, pod, node, owner)
+                    _failing_pod(chosen, ns, pod, node, owner, pod_labels)
                     cluster.serve_logs(ns, pod, current=log_file)
-                for kind, (where, _) in owners.items():
+                for kind, (where, _, _) in owners.items():
                     pod = f"{kind.lower()}-pod-{tag}"
                     notes = _wait_annotated(chosen, ns, f"pods/{pod}", "diagnosis")
                     assert notes[f"{PREFIX}diagnosis"] != "unknown", notes
                     owner_notes = _wait_annotated(chosen, ns, where, "diagnosed-pod")
                     assert owner_notes[f"{PREFIX}diagnosed-pod"] == f"{ns}/{pod}"
         finally:
-            for where, _ in owners.values():
+            for where, _, _ in owners.values():
                 _delete(chosen, ns, where)
         # A GPUNodeReport, through kopf's watch of the cluster-scoped reports. It also names a
         # pod of the release namespace, which the namespaced operator does not watch: that one
