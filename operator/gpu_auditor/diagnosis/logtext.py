@@ -5,8 +5,7 @@ The scan never parses every line. It searches each chunk for five byte strings
 (``formats.KEYWORDS``), confirms only those lines with the family regexes, and keeps a bounded
 window of text around the last failure. Memory stays bounded whatever the input: at most
 ``PRECONTEXT_BYTES`` + one chunk + ``MAX_LINE_BYTES`` + ``LOOKAROUND_BYTES`` of log, one window,
-``HEAD_BYTES`` of the log's start, ``TAIL_BYTES`` (twice, between cuts) of its end and
-``MAX_OPEN_RANKS`` offsets.
+``HEAD_BYTES`` of the log's start and ``MAX_OPEN_RANKS`` offsets.
 
 A line ends at ``\\n`` or at ``\\r``: progress bars (tqdm) redraw themselves with carriage
 returns, so a whole training run can be one "line" of megabytes, and the failure printed after
@@ -36,7 +35,8 @@ Constants:
   family with different figures are two failures however close.
 - ``HEAD_BYTES`` (64 KiB): the log's start, for a release banner printed at start-up.
 - ``TAIL_BYTES`` (32 KiB): the log's end, read for what the job printed after the reported
-  failure (a later, unrelated error means the failure was handled: ``aftermath.py``).
+  failure (a later, unrelated error means the failure was handled: ``aftermath.py``); the
+  buffer always holds it, as it holds the ``PRECONTEXT_BYTES`` before the scan position.
 """
 
 from __future__ import annotations
@@ -227,7 +227,6 @@ class LogScanner:
         # (absolute line start looked up last, the absolute start of its newline-ended line)
         self._physical_seen: tuple[int, int | None] = (0, 0)
         self._head = bytearray()
-        self._tail = bytearray()  # the log's last bytes (TAIL_BYTES, and up to as many again)
         self._after_head: int | None = None  # the log's byte just after the head, if any
         self._count = 0
         # per rank: (end offset, family, key) of its last failure line
@@ -243,7 +242,7 @@ class LogScanner:
         if event is not None:
             held = len(event.precontext or b"") + len(event.after or b"")
             held += len(event.line.text) if event.line is not None else 0
-        return len(self._buf) + len(self._head) + len(self._tail) + held
+        return len(self._buf) + len(self._head) + held
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         if self._finished is not None:
@@ -255,9 +254,6 @@ class LogScanner:
             self._after_head = data[room]
         fresh = len(self._buf)
         self._buf += data
-        self._tail += data[-TAIL_BYTES:]
-        if len(self._tail) > 2 * TAIL_BYTES:  # cut now and then: linear in the log
-            del self._tail[:-TAIL_BYTES]
         start = self._pos - self._base
         # bytes before ``fresh`` are the unfinished line of the last feed: no break in them
         last = _last_break(self._buf, max(start, fresh), len(self._buf))
@@ -283,7 +279,6 @@ class LogScanner:
                 self._after_failure(total),
             )
             self._buf = bytearray()
-            self._tail = bytearray()
         return self._finished
 
     def _scan(self, start: int, end: int) -> None:
@@ -462,12 +457,12 @@ class LogScanner:
         event = self._event
         if same_failure and event is not None:
             if event.rank == rank and priority > event.priority:
-                self._event = _Event(start, family, priority, rank, line, after_from, after_bytes)
-                self._event.end = end
+                self._event = _Event(
+                    start, family, priority, rank, line, after_from, after_bytes, end=end
+                )
             return
         self._count += 1
-        self._event = _Event(start, family, priority, rank, line, after_from, after_bytes)
-        self._event.end = end
+        self._event = _Event(start, family, priority, rank, line, after_from, after_bytes, end=end)
 
     def _keep_precontext(self) -> None:
         """Copy the text before the reported failure, once, before the buffer loses it (a copy
@@ -502,7 +497,9 @@ class LogScanner:
         event = self._event
         if event is None:
             return ""
-        tail = self._tail[-TAIL_BYTES:]
+        # the buffer holds the log's end: _trim keeps PRECONTEXT_BYTES (> TAIL_BYTES) before
+        # the scan position, which is at most the buffer's end
+        tail = self._buf[-TAIL_BYTES:]
         skip = event.end - (total - len(tail))  # bytes of the tail up to the failure's end
         return decode(tail[max(0, skip) :])
 

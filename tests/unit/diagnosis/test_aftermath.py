@@ -248,25 +248,12 @@ def test_indented_and_blank_lines_are_never_the_exception_line() -> None:
     assert later(OOM + "Traceback (most recent call last):\nValueError: v\n") == "ValueError: v"
 
 
-@pytest.mark.parametrize(
-    ("chunk", "lengths"),
-    [
-        # 16 KiB feeds: 65,536 bytes held is at the bound (twice TAIL_BYTES), not past it
-        (16_384, [16_384, 32_768, 49_152, 65_536, 32_768, 49_152, 65_536, 32_768]),
-        # 20,000-byte feeds: past 65,536 the tail is cut to its last 32,768 bytes
-        (20_000, [20_000, 40_000, 60_000, 32_768, 52_768, 32_768, 52_768, 32_768]),
-    ],
-)
-def test_the_scanner_holds_at_most_twice_the_tail_between_cuts(
-    chunk: int, lengths: list[int]
-) -> None:
-    from gpu_auditor.diagnosis import LogScanner
-
-    scanner = LogScanner()
-    held = []
-    for i in range(len(lengths)):
-        scanner.feed(bytes([97 + i % 26]) * (chunk - 1) + b"\n")
-        held.append(len(scanner._tail))
-    assert held == lengths
-    # what is kept is the log's end
-    assert scanner._tail[-chunk:] == bytes([97 + (len(lengths) - 1) % 26]) * (chunk - 1) + b"\n"
+@pytest.mark.parametrize("chunk", [4096, 65_536, 1 << 20, 3_000_000])
+def test_the_tail_is_the_logs_end_after_the_buffer_was_trimmed(chunk: int) -> None:
+    # 3 MB after the failure: the scanner's buffer is cut several times on the way, and still
+    # holds the last 32 KiB (it keeps the 256 KiB before the scan position)
+    filler = "".join(f"step {i:07d}\n" for i in range(230_000))
+    log = (OOM + filler + KEYERROR).encode()
+    scan = scan_bytes(log, chunk_bytes=chunk)
+    assert scan.tail.encode() == log[-32 * 1024 :]
+    assert later_failure(scan.tail, None) == "KeyError: 'lr'"

@@ -187,6 +187,15 @@ def test_the_host_summary_and_first_action_follow_the_limit_request_and_exit_cod
 # -- a log with no failure -------------------------------------------------------------------
 
 
+PROBLEMS_ON_2_9_ASYNC = [
+    "expandable_segments is an option of the native allocator; backend:cudaMallocAsync ignores it",
+    "Unrecognized CachingAllocator option: per_process_memory_fraction "
+    "(per_process_memory_fraction needs torch >= 2.10)",
+]
+"""What 'expandable_segments:True,per_process_memory_fraction:0.5' gets on torch 2.9.1 with
+backend cudaMallocAsync."""
+
+
 def test_a_log_without_a_failure_still_checks_the_settings_for_its_release_and_backend() -> None:
     result = diagnose(
         "epoch 1 done\nepoch 2 done\n",
@@ -194,12 +203,7 @@ def test_a_log_without_a_failure_still_checks_the_settings_for_its_release_and_b
         alloc_conf="expandable_segments:True,per_process_memory_fraction:0.5",
         backend="cudaMallocAsync",
     )
-    problems = [
-        "expandable_segments is an option of the native allocator; backend:cudaMallocAsync "
-        "ignores it",
-        "Unrecognized CachingAllocator option: per_process_memory_fraction "
-        "(per_process_memory_fraction needs torch >= 2.10)",
-    ]
+    problems = PROBLEMS_ON_2_9_ASYNC
     assert result.to_json_dict() == {
         "detected": False,
         "framework": None,
@@ -256,12 +260,7 @@ def test_a_handled_oom_checks_the_settings_and_the_series_like_a_log_without_one
         backend="cudaMallocAsync",
         samples=RISING,
     )
-    problems = [
-        "expandable_segments is an option of the native allocator; backend:cudaMallocAsync "
-        "ignores it",
-        "Unrecognized CachingAllocator option: per_process_memory_fraction "
-        "(per_process_memory_fraction needs torch >= 2.10)",
-    ]
+    problems = PROBLEMS_ON_2_9_ASYNC
     out = result.to_json_dict()
     assert out["growth"]["growth_bytes"] == 10737418240
     del out["growth"]
