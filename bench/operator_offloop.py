@@ -37,7 +37,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "operator"))
 
-from gpu_auditor.controller.diagnoser import DiagnosisFailed, DiagnosisPool  # noqa: E402
+from gpu_auditor.controller.diagnosispool import DiagnosisFailed, DiagnosisPool  # noqa: E402
 from gpu_auditor.diagnosis import diagnose  # noqa: E402
 
 CORPUS = [ROOT.parent / "shared" / "corpus" / "oom", ROOT / "tests" / "fixtures" / "oom" / "corpus"]

@@ -51,7 +51,7 @@ def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
     # Handlers block on API calls (3 per diagnosis, more with a log): a bounded pool keeps a
     # burst from starving the rest; 8 queued a 100-pod burst for up to 1.4 s at 5,000 pods,
     # 32 brought the p99 under 0.5 s (bench/results/operator_scale.md). The diagnosis itself
-    # runs in worker processes (diagnoser.py): a handler thread only waits for it.
+    # runs in worker processes (diagnosispool.py): a handler thread only waits for it.
     settings.execution.max_workers = 32
     # Standalone: one replica (Deployment strategy Recreate); no peering objects needed.
     settings.peering.standalone = True

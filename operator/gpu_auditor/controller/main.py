@@ -24,12 +24,12 @@ from gpu_auditor.base.kubeconfig import load_config
 from gpu_auditor.base.names import is_label, is_subdomain
 from gpu_auditor.base.nodereport import GROUP, PLURAL, VERSION
 from gpu_auditor.controller import (
+    diagnosischild,
     handlers,  # noqa: F401  (registers the handlers)
-    memory,
-    worker,
+    malloctrim,
 )
 from gpu_auditor.controller.annotations import DEFAULT_PREFIX, MAX_PREFIX
-from gpu_auditor.controller.diagnoser import DEFAULT_BUDGET, DEFAULT_WORKERS, DiagnosisPool
+from gpu_auditor.controller.diagnosispool import DEFAULT_BUDGET, DEFAULT_WORKERS, DiagnosisPool
 from gpu_auditor.controller.kube import KubeApi
 from gpu_auditor.controller.login import Login
 from gpu_auditor.controller.service import OperatorConfig, Services
@@ -156,7 +156,7 @@ def api_client() -> ApiClient:
 
 
 def main(argv: Sequence[str] | None = None, *,
-         diagnose_function: str = worker.DEFAULT_FUNCTION) -> int:
+         diagnose_function: str = diagnosischild.DEFAULT_FUNCTION) -> int:
     """`diagnose_function` (`module:function`, imported in the worker processes) is a test seam:
     the tests hand in a diagnosis that raises or never returns."""
     cfg = parse_args(argv)
@@ -175,7 +175,7 @@ def main(argv: Sequence[str] | None = None, *,
     services = Services(kube=KubeApi(api), config=cfg, diagnoser=pool)
     if cfg.metrics_port:
         start_http_server(cfg.metrics_port, addr=cfg.metrics_bind_address)
-    memory.start_trimming()
+    malloctrim.start_trimming()
     kopf.run(
         standalone=True,
         clusterwide=not cfg.namespaces,

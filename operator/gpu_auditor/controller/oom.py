@@ -24,14 +24,14 @@ import datetime as dt
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from gpu_auditor.base import names
 from gpu_auditor.base.contract import Annotation
 from gpu_auditor.base.errors import APIError, APINotFoundError
 from gpu_auditor.controller import annotations as notes
 from gpu_auditor.controller import metrics, owners
-from gpu_auditor.controller.diagnoser import DiagnosisFailed
+from gpu_auditor.controller.diagnosispool import Diagnoser, DiagnosisFailed
 from gpu_auditor.controller.kube import KubeApi, LogUnavailable, ObjectRef
 from gpu_auditor.controller.lru import Lru
 from gpu_auditor.controller.pod import (
@@ -49,10 +49,6 @@ from gpu_auditor.controller.retry import Attempts
 from gpu_auditor.diagnosis import Diagnosis, NodeEvidence, diagnose_host_oom
 
 log = logging.getLogger("gpu_auditor.operator")
-
-
-class Diagnoser(Protocol):
-    def diagnose(self, text: bytes | str, **options: Any) -> Diagnosis: ...
 
 
 @dataclass(frozen=True)

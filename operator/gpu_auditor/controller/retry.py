@@ -1,7 +1,7 @@
 """When the operator tries again: attempts per key, their back-off, and the schedule.
 
 kopf never retries an event handler, and a terminated pod sends no more events, so the OOM path
-and the sharing path schedule their own later attempts (`scheduler.Scheduler` runs them). A key
+and the sharing path schedule their own later attempts (`retrytimer.RetryTimer` runs them). A key
 is a termination (pod UID, `<container>/<restartCount>`) or a pod of a node report (node, pod
 UID); it is done (final: written, no OOM, a forbidden log, a failed diagnosis) or has failed
 attempts, each scheduling the next after `RETRY_DELAYS`.
@@ -21,7 +21,7 @@ restarting, a 403): about 45 minutes in all, then the termination waits for an o
 and the report for its next change."""
 
 Schedule = Callable[[float, Callable[[], None]], bool]
-"""Called as schedule(delay, callback) (`scheduler.Scheduler`; tests record the calls)."""
+"""Called as schedule(delay, callback) (`retrytimer.RetryTimer`; tests record the calls)."""
 
 
 class Attempts:

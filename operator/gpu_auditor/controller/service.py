@@ -3,7 +3,7 @@ share, and their retries. The kopf handlers hand each event here.
 
     pod event     ─► parse_pod ─► OomPath.handle          (oom.py)
     report event  ─► parse_report ─► SharingPath.handle   (sharing.py)
-    both          ─► NodeReports (reports.py), Attempts + Scheduler (retry.py, scheduler.py)
+    both          ─► NodeReports (reports.py), Attempts + RetryTimer (retry.py, retrytimer.py)
 """
 
 from __future__ import annotations
@@ -14,12 +14,13 @@ from typing import Any
 
 from gpu_auditor.base.contract import DEFAULT_ANNOTATION_PREFIX
 from gpu_auditor.base.nodereport import NodeReport
+from gpu_auditor.controller.diagnosispool import Diagnoser
 from gpu_auditor.controller.kube import KubeApi
-from gpu_auditor.controller.oom import Diagnoser, OomPath
+from gpu_auditor.controller.oom import OomPath
 from gpu_auditor.controller.pod import Pod, Termination, parse_pod
 from gpu_auditor.controller.reports import NodeReports
 from gpu_auditor.controller.retry import Attempts, Schedule
-from gpu_auditor.controller.scheduler import Scheduler
+from gpu_auditor.controller.retrytimer import RetryTimer
 from gpu_auditor.controller.sharing import SharingPath
 
 
@@ -44,7 +45,7 @@ class Services:
     kube: KubeApi
     config: OperatorConfig
     diagnoser: Diagnoser
-    schedule: Schedule = field(default_factory=Scheduler)
+    schedule: Schedule = field(default_factory=RetryTimer)
     reports: NodeReports = field(init=False)
     oom: OomPath = field(init=False)
     sharing: SharingPath = field(init=False)

@@ -14,7 +14,7 @@ from prometheus_client import REGISTRY
 
 from gpu_auditor.base.errors import APIForbiddenError, APINotFoundError, APIServerError
 from gpu_auditor.base.nodereport import parse_report
-from gpu_auditor.controller.diagnoser import DiagnosisFailed
+from gpu_auditor.controller.diagnosispool import DiagnosisFailed
 from gpu_auditor.controller.kube import LogUnavailable
 from gpu_auditor.controller.service import OperatorConfig, Services
 from gpu_auditor.diagnosis import Diagnosis, diagnose
@@ -113,7 +113,7 @@ class FakeKube:
 
 class Inline:
     """The diagnosis core called in this process (the worker processes are tested in
-    test_diagnoser.py); counts calls."""
+    test_diagnosispool.py); counts calls."""
 
     def __init__(self, fail: DiagnosisFailed | None = None) -> None:
         self.calls = 0

@@ -1,10 +1,11 @@
-"""The diagnosis worker process: `python -m gpu_auditor.controller.worker [module:function]`.
+"""The diagnosis pool's child process:
+`python -m gpu_auditor.controller.diagnosischild [module:function]`.
 
 It imports the diagnosis core only (about 18 MiB of RSS, not the operator's 90), reads one
 request at a time from stdin and answers on stdout, in frames: an 8-byte big-endian length, then
 a pickle. A request is `(text, options)`; the answer is `("ok", Diagnosis)` or
 `("error", "<Type>: <message>")`. The operator kills the process when an answer is late
-(`diagnoser.DiagnosisPool`), which a thread could not do to a computation stuck in C code.
+(`diagnosispool.DiagnosisPool`), which a thread could not do to a computation stuck in C code.
 
 Pickle is safe here: both ends are this package, and the request carries only the log bytes
 (data, not code) and plain option values.

@@ -3,7 +3,7 @@
 A log, a termination message and an env value are the tenant's text. The core promises to return
 on any input, but a regression (a super-linear regex, a deep recursion) would hold the GIL: in a
 thread it stalls kopf's event loop and every other handler, and a thread cannot be stopped; a
-timeout on it only stops waiting. So the core runs in worker processes (`worker.py`), each
+timeout on it only stops waiting. So the core runs in worker processes (`diagnosischild.py`), each
 answering one request at a time, and a worker late past the budget is killed (SIGKILL) and
 replaced. Measured in bench/results/operator_offloop.md: a worker costs about 18 MiB of RSS and
 a fraction of a millisecond per diagnosis; a 3 s GIL-holding computation stalled the event loop
@@ -22,9 +22,9 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
-from gpu_auditor.controller import worker as protocol
+from gpu_auditor.controller import diagnosischild as protocol
 from gpu_auditor.diagnosis import Diagnosis
 
 log = logging.getLogger("gpu_auditor.operator")
@@ -32,6 +32,12 @@ log = logging.getLogger("gpu_auditor.operator")
 DEFAULT_BUDGET = 10.0
 """Seconds one diagnosis may take: a 1 MiB log takes about 0.2 s on a loaded 2-core machine."""
 DEFAULT_WORKERS = 2
+
+
+class Diagnoser(Protocol):
+    """What the OOM path calls: `DiagnosisPool`, or an inline stand-in in tests."""
+
+    def diagnose(self, text: bytes | str, **options: Any) -> Diagnosis: ...
 
 
 class DiagnosisFailed(Exception):

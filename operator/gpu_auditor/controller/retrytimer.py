@@ -22,7 +22,7 @@ CAPACITY = 10_000
 """Pending retries kept at most; beyond, a new one is dropped (logged) until some have run."""
 
 
-class Scheduler:
+class RetryTimer:
     def __init__(self, capacity: int = CAPACITY, workers: int = 4) -> None:
         self.capacity = capacity
         self._heap: list[tuple[float, int, Callable[[], None]]] = []

@@ -6,13 +6,13 @@ import threading
 
 import pytest
 
-from gpu_auditor.controller.scheduler import Scheduler
+from gpu_auditor.controller.retrytimer import RetryTimer
 
 pytestmark = pytest.mark.unit
 
 
 def test_callbacks_run_in_time_order_and_a_failing_one_stops_nothing() -> None:
-    scheduler = Scheduler(workers=1)
+    scheduler = RetryTimer(workers=1)
     ran: list[str] = []
     done = threading.Event()
 
@@ -28,7 +28,7 @@ def test_callbacks_run_in_time_order_and_a_failing_one_stops_nothing() -> None:
 
 
 def test_the_queue_is_bounded() -> None:
-    scheduler = Scheduler(capacity=3)
+    scheduler = RetryTimer(capacity=3)
     accepted = [scheduler(3600, lambda: None) for _ in range(5)]
     assert accepted == [True, True, True, False, False]
     assert scheduler.pending() == 3

@@ -1,7 +1,7 @@
 """The diagnosis in worker processes: answers as the core would, and a worker that raises,
 overruns its budget, dies or answers nonsense is a recorded failure, never a stuck operator.
 
-These start real worker processes (`python -m gpu_auditor.controller.worker`); the stand-in
+These start real worker processes (`python -m gpu_auditor.controller.diagnosischild`); the stand-in
 diagnoses are standard-library functions named as `module:function`, so nothing test-only has to
 be importable in the worker.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_auditor.controller.diagnoser import DiagnosisFailed, DiagnosisPool
+from gpu_auditor.controller.diagnosispool import DiagnosisFailed, DiagnosisPool
 from gpu_auditor.diagnosis import diagnose
 
 pytestmark = pytest.mark.unit
