@@ -48,7 +48,7 @@ mutation: $(STAMP)
 	$(PY) scripts/mutation.py --fail-under 85
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check operator node_agent devtools tests bench
+	$(VENV)/bin/ruff check operator node_agent devtools tests bench evaluation
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 

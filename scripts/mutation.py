@@ -208,7 +208,7 @@ GROUPS: dict[str, dict[str, Any]] = {
     },
 }
 EQUIVALENTS = REPO / "bench" / "results" / "mutation-equivalents.toml"
-COPIED = ("node_agent", "probe", "tests", "bench/gpu/logs", "examples", "charts", "docs")
+COPIED = ("node_agent", "probe", "tests", "evaluation/gpu/logs", "examples", "charts", "docs")
 KILLED = {"killed", "timeout", "caught by type check"}
 UNCHECKED = {"not checked", "check was interrupted by user"}
 

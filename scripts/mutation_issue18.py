@@ -29,7 +29,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 STAGE = REPO / ".mutation" / "issue18"
-COPIED = ("operator", "node_agent", "tests", "probe", "bench/gpu/logs", "examples", "charts",
+COPIED = ("operator", "node_agent", "tests", "probe", "evaluation/gpu/logs", "examples", "charts",
           "docs")  # fmt: skip
 D = "operator/gpu_auditor/diagnosis/"
 C = "operator/gpu_auditor/controller/"

@@ -331,7 +331,7 @@ def test_a_container_over_its_memory_limit_is_oomkilled_and_diagnosed(
 
 # -- a silent leak and the OOM probe's record, through the real kubelet (issues 10, 17) --------
 
-H200_LOGS = ROOT / "bench" / "gpu" / "logs"
+H200_LOGS = ROOT / "evaluation" / "gpu" / "logs"
 EMIT = ("import os, sys, time\n"
         "time.sleep(float(os.environ.get('WAIT', '0')))\n"
         "if os.environ.get('RECORD'):\n"

@@ -1,6 +1,7 @@
 """On a real GPU: two quick OOM scenarios end in a real OOM, are diagnosed right, and our fix works.
 
-A small, fast subset of ``bench/gpu/run_proof.py`` (the full proof runs every scenario and every
+A small, fast subset of ``evaluation/gpu/run_proof.py`` (the full proof runs every scenario and
+every
 baseline fix): the pinned-segment fragmentation scenario under a 7 GiB memory fraction, and the
 memory-fraction-cap scenario. Each baseline must end in ``torch.OutOfMemoryError``; the
 ``gpu-auditor diagnose --json`` kind must be the intended one; where we recommend an allocator
@@ -26,7 +27,7 @@ from gpu_helpers import require_torch_cuda
 pytestmark = pytest.mark.gpu
 
 REPO = Path(__file__).resolve().parents[2]
-SCEN = REPO / "bench" / "gpu" / "scenarios"
+SCEN = REPO / "evaluation" / "gpu" / "scenarios"
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -30,7 +30,7 @@ from devtools.localcluster.components import OperatorProcess, install_crds
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-H200_LOGS = ROOT / "bench/gpu/logs"
+H200_LOGS = ROOT / "evaluation/gpu/logs"
 PREFIX = "gpu-auditor.io/"
 RESTART = "stage.gpu-auditor.io"
 GIB = 2**30

@@ -12,7 +12,7 @@ points of the failed run are used: none after the termination (`finishedAt`, the
 clock on the same node, whole seconds) nor before the run started (`startedAt`); points of the
 next run, after a restart, would otherwise read as memory falling to nothing.
 
-No kopf, no metrics: the GPU demo (bench/gpu/series_demo.py) runs this without the operator.
+No kopf, no metrics: the GPU demo (evaluation/gpu/series_demo.py) runs this without the operator.
 """
 
 from __future__ import annotations

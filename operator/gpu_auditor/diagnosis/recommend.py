@@ -149,7 +149,7 @@ def _alloc_conf(ctx: Context) -> tuple[str | None, list[str]]:
     kind, contributing = ctx.verdict.kind, ctx.verdict.contributing
     # Only when fragmentation is the cause. As a contributing kind beside a leak it did not help:
     # on the H200 the leak scenario with 257 MiB reserved-unallocated still ran out one step
-    # later under expandable_segments:True (bench/results/gpu-proof.md).
+    # later under expandable_segments:True (evaluation/results/gpu-proof.md).
     if kind != "fragmentation" or ctx.event.framework != "pytorch":
         return None, []
     updates, notes = _setting(ctx)

@@ -1,10 +1,12 @@
 """Every threshold a verdict depends on, with the measured rows that set it.
 
 Rows are named as in the result files they come from, all measured on an NVIDIA H200
-(139.8 GiB, torch 2.11.0+cu130): ``sweep:<point>`` in ``bench/results/gpu-sweep.md`` (real OOMs,
+(139.8 GiB, torch 2.11.0+cu130): ``sweep:<point>`` in ``evaluation/results/gpu-sweep.md`` (real
+OOMs,
 each re-run with ``expandable_segments:True`` and ``max_split_size_mb:128``), ``proof:<scenario>``
-in ``bench/results/gpu-proof.md``, ``overhead:<stage>`` in ``bench/results/gpu-overhead.md``.
-The held-out set (``bench/results/gpu-heldout*.md``) set none of them: it judges them.
+in ``evaluation/results/gpu-proof.md``, ``overhead:<stage>`` in
+``evaluation/results/gpu-overhead.md``.
+The held-out set (``evaluation/results/gpu-heldout*.md``) set none of them: it judges them.
 
 Names: R the request, room what PyTorch could still get (device free, or the cap's headroom),
 U the reserved-but-unallocated bytes (or, from a probe record, the free bytes in the cache's

@@ -21,7 +21,7 @@ from gpu_auditor.controller.probe import record_in_message
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[3]
-H200_LOGS = ROOT / "bench/gpu/logs"
+H200_LOGS = ROOT / "evaluation/gpu/logs"
 GIB = 2**30
 FINISHED = dt.datetime(2026, 11, 29, 10, 0, 0, tzinfo=dt.UTC)
 END = FINISHED.timestamp()

@@ -1,7 +1,7 @@
 """The blind set of OOM-then-something logs (tests/fixtures/oom/aftermath, written by someone who
 had not seen aftermath.py; labels.json says whether each container died of the OOM, and where its
 format comes from). Every OOM death stays detected; the handled ones not told apart are listed
-with why (bench/results/aftermath-blind-score.md has the score before and after)."""
+with why (evaluation/results/aftermath-blind-score.md has the score before and after)."""
 
 from __future__ import annotations
 
@@ -50,13 +50,13 @@ def test_a_log_is_detected_exactly_when_the_oom_ended_the_job(name: str, died: b
         assert dict(diagnosis.extra).get("later_failure")
 
 
-REAL = FIXTURES.parents[2] / "bench" / "gpu" / "logs" / "aftermath"
+REAL = FIXTURES.parents[2] / "evaluation" / "gpu" / "logs" / "aftermath"
 REAL_TRUTH: dict[str, dict[str, object]] = json.loads((REAL / "truth.json").read_text())
 
 
 @pytest.mark.parametrize("name", sorted(REAL_TRUTH))
 def test_real_h200_logs_are_detected_exactly_when_the_oom_ended_the_job(name: str) -> None:
-    """bench/gpu/aftermath_real.py's jobs as the H200 printed them (bench/results/
+    """evaluation/gpu/aftermath_real.py's jobs as the H200 printed them (evaluation/results/
     aftermath-real.md): torchrun 2.11, gloo, DataLoader workers, a chained error."""
     diagnosis = diagnose((REAL / name).read_bytes())
     assert diagnosis.detected is REAL_TRUTH[name]["died_of_oom"], diagnosis.summary

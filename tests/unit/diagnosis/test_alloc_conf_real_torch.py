@@ -103,7 +103,8 @@ def test_validator_flags_what_real_torch_rejects(value: str) -> None:
 
 def _same_words(torch_says: str, we_say: str) -> bool:
     """Equal, except for the name torch gives its config parser: on torch 2.11 (H200,
-    bench/results/gpu-alloc-conf-check.json) the env var a job sets is parsed by the CUDA config
+    evaluation/results/gpu-alloc-conf-check.json) the env var a job sets is parsed by the CUDA
+    config
     ("Unrecognized key 'foo' in CUDA allocator config.", which we print, since that is what the
     job's log shows) while this test's setter, ``_accelerator_setAllocatorSettings``, words the
     same rejection "... in Accelerator allocator config."."""

@@ -2,7 +2,7 @@
 grows steadily until the failure. A straight line through the load fits neither part, so the
 rules are tried again on the points after the largest single rise when it is at least half the
 series' growth (found on the H200: held-out set C's forward-hook leak, sampled by the agent's
-NVML source, read as capacity; `bench/results/gpu-series-heldout-c.json`)."""
+NVML source, read as capacity; `evaluation/results/gpu-series-heldout-c.json`)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The real OOMs our GPU proof suite produced on an H200 (bench/gpu/logs): the diagnosis names
+"""The real OOMs our GPU proof suite produced on an H200 (evaluation/gpu/logs): the diagnosis names
 the intended kind and claims an allocator fix only where one removed the OOM there
-(bench/results/gpu-proof.md)."""
+(evaluation/results/gpu-proof.md)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from gpu_auditor.diagnosis import diagnose
 
 pytestmark = pytest.mark.unit
 
-LOGS = Path(__file__).resolve().parents[3] / "bench" / "gpu" / "logs"
+LOGS = Path(__file__).resolve().parents[3] / "evaluation" / "gpu" / "logs"
 
 INTENDED = {
     "frag_pinned": ("fragmentation", "expandable_segments:True"),

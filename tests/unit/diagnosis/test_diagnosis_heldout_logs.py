@@ -1,6 +1,6 @@
 """Held-out set A (``tests/fixtures/oom/heldout/``): real OOMs of jobs written blind to the rules,
 captured on an H200 before the recalibration, with what their re-runs measured
-(``bench/results/gpu-heldout.json``, ``gpu-heldout-score.md``).
+(``evaluation/results/gpu-heldout.json``, ``gpu-heldout-score.md``).
 
 They pin the three classes issue 10 found wrong - a full GPU with a little slack called
 fragmentation, leaks printed in other words missed, runtime overhead called non-pytorch-memory -

@@ -145,7 +145,7 @@ def _real_log_lines() -> list[str]:
     from diagnosis_helpers import FIXTURES, SHARED_CORPUS
 
     root = FIXTURES.parents[2]
-    folders = [FIXTURES, SHARED_CORPUS, root / "bench" / "gpu", root / "examples" / "logs"]
+    folders = [FIXTURES, SHARED_CORPUS, root / "evaluation" / "gpu", root / "examples" / "logs"]
     lines: list[str] = []
     for folder in folders:
         for path in sorted(folder.rglob("*.log")) if folder.is_dir() else ():

@@ -1,4 +1,4 @@
-"""bench/gpu/series_demo.py on a CPU: the GPU demo's own pipeline with a fake NVML source.
+"""evaluation/gpu/series_demo.py on a CPU: the GPU demo's own pipeline with a fake NVML source.
 
 The child prints a real H200 OOM log (a full GPU, no memory figures before it); the fake source
 reports the child's pid rising 2 GiB a pass, or flat. Through the agent's series store, the
@@ -17,7 +17,7 @@ import pytest
 
 pytestmark = pytest.mark.unit
 
-SCRIPT = Path(__file__).resolve().parents[3] / "bench/gpu/series_demo.py"
+SCRIPT = Path(__file__).resolve().parents[3] / "evaluation/gpu/series_demo.py"
 
 
 def _demo() -> ModuleType:

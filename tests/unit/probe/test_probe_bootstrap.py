@@ -1,6 +1,6 @@
 """Real interpreter start-ups with ``PYTHONPATH=probe``: what is armed, when it attaches, what it
 writes, and that the image's own ``sitecustomize`` still runs. A fake ``torch`` package stands
-in for the real one (no GPU here); the GPU scripts under ``bench/gpu`` run the real thing."""
+in for the real one (no GPU here); the GPU scripts under ``evaluation/gpu`` run the real thing."""
 
 from __future__ import annotations
 
