@@ -625,7 +625,7 @@ def markdown(result: dict[str, Any]) -> str:
             "~20 more passes and the scrapes). The agent talks to the API server with "
             "the shared base's client (`gpu_auditor.base.client`, standard library); `kubernetes` "
             "is not imported "
-            "(tests/unit/node_agent/test_agent_cli.py checks that). NVML is the fake source in "
+            "(tests/unit/node_agent/test_cli.py checks that). NVML is the fake source in "
             "every row: a real node adds pynvml (~2 MiB imported) and libnvidia-ml once "
             "initialised; the kubelet client (last row) is the agent's own HTTP/2 gRPC client "
             "(node_agent/podresources; before issue 12 it was grpcio, ~20 MiB).", "",

@@ -164,24 +164,16 @@ GROUPS: dict[str, dict[str, Any]] = {
         "staged": "node_agent",
         "modules": ("sharing", "cgroup", "collector"),
         "tests": {
-            "sharing": [
-                "node_agent/test_agent_sharing.py",
-                "node_agent/test_boundaries_sharing_cgroup.py",
-                "node_agent/test_boundaries_sharing_dra.py",
-                "node_agent/test_agent_series_cap.py",
-            ],
+            "sharing": ["node_agent/test_sharing.py", "node_agent/test_series.py"],
             "cgroup": [
-                "node_agent/test_agent_cgroup.py",
-                "node_agent/test_boundaries_sharing_cgroup.py",
-                "node_agent/test_agent_procfs.py",
-                "node_agent/test_agent_hostile_files.py",
+                "node_agent/test_cgroup.py",
+                "node_agent/test_procfs.py",
+                "node_agent/test_cli.py",  # hostile --proc-root content, through the agent
             ],
             "collector": [
-                "node_agent/test_agent_collector.py",
-                "node_agent/test_boundaries_collector.py",
-                "node_agent/test_boundaries_collector_survivors.py",
-                "node_agent/test_agent_exposition.py",
-                "node_agent/test_agent_series_cap.py",
+                "node_agent/test_collector.py",
+                "node_agent/test_exposition.py",
+                "node_agent/test_series.py",
             ],
         },
     },

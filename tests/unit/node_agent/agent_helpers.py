@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from node_agent.model import GpuSample, NvmlReading, ProcessSample
-from node_agent.podresources.client import ContainerDevices, PodDevices
+from node_agent.podresources.client import ClaimDevice, ContainerClaim, ContainerDevices, PodDevices
 from node_agent.pods import FakeNode, FakePods, PodInfo
 
 GIB = 2**30
@@ -18,12 +18,22 @@ UID_A = "aaaaaaaa-1111-2222-3333-444444444444"
 UID_B = "bbbbbbbb-1111-2222-3333-444444444444"
 CID_A = "a" * 64
 CID_B = "b" * 64
+NV = "gpu.nvidia.com"  # NVIDIA's DRA driver
+MIG = "MIG-22222222-2222-2222-2222-222222222222"
 
 
 def pod_cgroup(uid: str, container_id: str) -> str:
     u = uid.replace("-", "_")
     return (f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{u}.slice/"
             f"cri-containerd-{container_id}.scope\n")
+
+
+def claimed(name: str, claim: str, *devices: str, driver: str = NV, namespace: str = "team",
+            node: str = "node-1") -> PodDevices:
+    """What the kubelet says of a pod whose one container got ``devices`` through a claim."""
+    return PodDevices(namespace, name, (), (ContainerClaim(
+        "main", namespace, claim, tuple(ClaimDevice(driver, node, d, (f"k8s.{driver}/gpu={d}",))
+                                        for d in devices)),))
 
 
 def write_proc(root: Path, pid: int, *, cgroup: str = "0::/user.slice/session-1.scope\n",

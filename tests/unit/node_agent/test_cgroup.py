@@ -167,3 +167,168 @@ def test_a_long_hostile_path_is_parsed_in_linear_time() -> None:
     assert classify_cgroup_path(path) is NoPod.HOST
     path = "/kubepods/" + ("0" * 63 + "/") * 1000
     assert classify_cgroup_path(path) is NoPod.UNKNOWN
+
+
+# Boundary tables of the cgroup rules (issue 18): each rule from both sides, literal values.
+
+UID_2 = "3f2a7c1e-8b4d-4e6a-9c21-5d7f0a3b8e41"
+SLICE_UID_2 = UID_2.replace("-", "_")
+CID_2 = "06ea17a8" * 8
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        f"/kubepods/besteffort/pod{UID_2}/{CID_2}",
+        f"/kubepods/pod{UID_2}/{CID_2}",
+        f"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{SLICE_UID_2}.slice/"
+        f"cri-containerd-{CID_2}.scope",
+        f"/kubepods.slice/kubepods-pod{SLICE_UID_2}.slice/crio-{CID_2}.scope",
+        f"/kubepods.slice/kubepods-pod{SLICE_UID_2}.slice:cri-containerd:{CID_2}",
+        f"/../pod{UID_2}/{CID_2}",
+    ],
+)
+def test_a_pod_segment_is_read(path: str) -> None:
+    assert parse_cgroup_path(path) == CgroupIdentity(UID_2, CID_2)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        f"/kubepods/besteffort/xpod{UID_2}/{CID_2}",  # not at a segment start
+        f"/kubepods/besteffort/mypod{UID_2}/{CID_2}",
+        f"/kubepods/besteffort/pod{UID_2}x/{CID_2}",  # not at a segment end
+        f"/kubepods/besteffort/pod{UID_2}.slicex/{CID_2}",
+        f"/kubepods/besteffort/pod{UID_2[:-1]}/{CID_2}",  # one hex short
+        f"/kubepods/besteffort/pod{UID_2.upper()}/{CID_2}",
+        f"/kubepods/besteffort/pod{UID_2.replace('-', '')}0/{CID_2}",  # 33 hex
+    ],
+)
+def test_pod_inside_a_segment_is_no_pod(path: str) -> None:
+    assert parse_cgroup_path(path) is None
+    assert classify_cgroup_path(path) is NoPod.UNKNOWN  # under kubepods: never the host
+
+
+def test_a_32_hex_static_pod_hash_is_a_uid() -> None:
+    h = "0123456789abcdef0123456789abcdef"
+    assert parse_cgroup_path(f"/kubepods/burstable/pod{h}/{CID_2}") == CgroupIdentity(h, CID_2)
+
+
+@pytest.mark.parametrize(
+    ("tail", "container"),
+    [
+        (f"/{CID_2}", CID_2),
+        (f"/cri-containerd-{CID_2}.scope", CID_2),
+        (f"/docker-{CID_2}.scope", CID_2),
+        (f"/containerd-{CID_2}", CID_2),
+        (f"/{CID_2}x", None),  # not a whole segment
+        (f"/{CID_2[:-1]}", None),  # 63 hex
+        (f"/x{CID_2}", None),
+        (f"/{CID_2}/sub/{'ab' * 32}", CID_2),  # the first container after the pod
+        ("", None),
+    ],
+)
+def test_the_container_is_the_first_whole_id_segment_after_the_pod(
+    tail: str, container: str | None
+) -> None:
+    assert parse_cgroup_path(f"/kubepods/pod{UID_2}{tail}") == CgroupIdentity(UID_2, container)
+
+
+def test_a_container_id_before_the_pod_does_not_count() -> None:
+    path = f"/{CID_2}/kubepods/pod{UID_2}"
+    assert parse_cgroup_path(path) == CgroupIdentity(UID_2, None)
+
+
+def test_the_leftmost_pod_wins_over_a_sub_cgroup_named_like_a_pod() -> None:
+    other = "a91d4e27-3c6b-4f80-b5e2-0c8d7a1f6e93"
+    path = f"/kubepods/pod{UID_2}/{CID_2}/pod{other}"
+    assert parse_cgroup_path(path) == CgroupIdentity(UID_2, CID_2)
+
+
+@pytest.mark.parametrize(
+    ("path", "verdict"),
+    [
+        ("/system.slice/sshd.service", NoPod.HOST),
+        ("/user.slice/user-0.slice/session-1.scope", NoPod.HOST),
+        ("/kubepods.slice/kubepods-burstable.slice", NoPod.UNKNOWN),  # QoS slice, no pod
+        ("/kubepods", NoPod.UNKNOWN),
+        ("system.slice/sshd.service", NoPod.UNKNOWN),  # not absolute
+        ("/system.slice/\x00x", NoPod.UNKNOWN),  # not printable
+        ("/", NoPod.UNKNOWN),
+        ("//", NoPod.UNKNOWN),
+        ("/system.slice//x", NoPod.UNKNOWN),
+        ("/system.slice/./x", NoPod.UNKNOWN),
+        ("/system.slice/../x", NoPod.UNKNOWN),
+        ("/..", NoPod.UNKNOWN),
+        ("/../..", NoPod.UNKNOWN),
+        (f"/../{CID_2}", NoPod.UNKNOWN),  # a sibling container seen from our namespace
+        (f"/../cri-containerd-{CID_2}.scope", NoPod.UNKNOWN),
+        (f"/../crio-conmon-{CID_2}.scope", NoPod.UNKNOWN),
+        (f"/../libpod-{CID_2}.scope", NoPod.UNKNOWN),
+        ("/../system.slice", NoPod.HOST),
+        (f"/{CID_2}", NoPod.HOST),  # no climb: a container id outside kubepods is a host cgroup
+        (f"/../x{CID_2}", NoPod.HOST),
+        (f"/../{CID_2}/sub", NoPod.UNKNOWN),
+    ],
+)
+def test_a_path_without_a_pod(path: str, verdict: NoPod) -> None:
+    assert classify_cgroup_path(path) is verdict
+
+
+@pytest.mark.parametrize(
+    ("text", "verdict"),
+    [
+        ("0::/system.slice/a.service\n", NoPod.HOST),
+        ("0::/system.slice/a.service", NoPod.HOST),
+        ("", NoPod.UNKNOWN),
+        ("\n\n", NoPod.UNKNOWN),
+        ("0::/\n", NoPod.UNKNOWN),  # only the root says nothing
+        ("1:cpu:/\n0::/system.slice/a.service\n", NoPod.HOST),
+        ("0::/system.slice/a.service\ngarbage\n", NoPod.UNKNOWN),
+        ("x::/system.slice/a.service\n", NoPod.UNKNOWN),
+        ("12345678901::/system.slice/a.service\n", NoPod.UNKNOWN),  # 11 digits
+        ("1234567890::/system.slice/a.service\n", NoPod.HOST),  # 10
+        ("0:/system.slice\n", NoPod.UNKNOWN),  # two fields
+        ("0::/kubepods\n", NoPod.UNKNOWN),
+        ("0::/system.slice/a.service\n0::/kubepods\n", NoPod.UNKNOWN),
+    ],
+)
+def test_a_file_without_a_pod(text: str, verdict: NoPod) -> None:
+    assert parse_cgroup_file(text) is verdict
+
+
+def test_a_pod_line_wins_over_host_and_unknown_lines() -> None:
+    text = f"3:memory:/system.slice\n2:cpu:/kubepods/pod{UID_2}\n1::/kubepods\nbad\n"
+    assert parse_cgroup_file(text) == CgroupIdentity(UID_2, None)
+
+
+def test_the_line_with_the_container_wins() -> None:
+    text = f"2:cpu:/kubepods/pod{UID_2}\n0::/kubepods/pod{UID_2}/{CID_2}\n"
+    assert parse_cgroup_file(text) == CgroupIdentity(UID_2, CID_2)
+
+
+def test_two_pods_are_unknown_two_containers_keep_the_pod() -> None:
+    other = "a91d4e27-3c6b-4f80-b5e2-0c8d7a1f6e93"
+    assert parse_cgroup_file(f"1::/kubepods/pod{UID_2}\n0::/kubepods/pod{other}\n") is (
+        NoPod.UNKNOWN
+    )
+    text = f"1::/kubepods/pod{UID_2}/{CID_2}\n0::/kubepods/pod{UID_2}/{'ab' * 32}\n"
+    assert parse_cgroup_file(text) == CgroupIdentity(UID_2, None)
+    same = f"1::/kubepods/pod{UID_2}/{CID_2}\n0::/kubepods/pod{UID_2}/{CID_2}\n"
+    assert parse_cgroup_file(same) == CgroupIdentity(UID_2, CID_2)
+
+
+def test_a_path_with_colons_is_kept_whole() -> None:
+    text = f"0::/kubepods.slice/kubepods-pod{SLICE_UID_2}.slice:cri-containerd:{CID_2}\n"
+    assert parse_cgroup_file(text) == CgroupIdentity(UID_2, CID_2)
+
+
+def test_a_path_with_a_space_is_one_line() -> None:
+    assert parse_cgroup_file("0::/system.slice/my job.service\n") is NoPod.HOST
+    assert parse_cgroup_file(f"0::/kubepods/pod{UID_2}/{CID_2}\t\n") is NoPod.UNKNOWN
+
+
+def test_an_empty_line_before_the_others_is_skipped() -> None:
+    assert parse_cgroup_file("\n0::/system.slice/a.service\n") is NoPod.HOST
+    assert parse_cgroup_file(f"\n\n0::/kubepods/pod{UID_2}/{CID_2}\n") == CgroupIdentity(
+        UID_2, CID_2)

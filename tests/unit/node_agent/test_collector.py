@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
-from agent_helpers import (
+
+from node_agent.collector import AgentCollector
+from node_agent.model import Allocated, GpuUsage, NodeSharing, PodRef, ProcessUsage, Snapshot
+from node_agent.pods import PodSource
+from node_agent.procfs import ProcReader
+from node_agent.sampler import Sampler, sum_containers
+
+from .agent_helpers import (
     CID_A,
     CID_B,
     GIB,
@@ -20,12 +28,6 @@ from agent_helpers import (
     pod_cgroup,
     write_proc,
 )
-
-from node_agent.collector import AgentCollector
-from node_agent.model import Snapshot
-from node_agent.pods import PodSource
-from node_agent.procfs import ProcReader
-from node_agent.sampler import Sampler
 
 pytestmark = pytest.mark.unit
 
@@ -217,3 +219,95 @@ def test_label_sets_are_fresh_each_scrape(node) -> None:
                                      proc_labels(GPU0, "ml", "b", "side", UID_B, "false")) is None
     assert registry.get_sample_value("gpu_auditor_container_gpu_memory_bytes",
                                      proc_labels(GPU0, "ml", "a", "main", UID_A, "true")) == GIB
+
+
+# The agent's metric families as a scrape describes them (issue 18, found by
+# ``scripts/mutation.py --modules node_agent.collector``): each family's name and HELP text, which
+# dashboards and alert descriptions quote, and the per-process family only with --process-labels.
+
+HELP = {
+    "gpu_auditor_container_gpu_memory_bytes":
+        "GPU memory used by a container's processes, summed per GPU, pod and container",
+    "gpu_auditor_gpu_memory_total_bytes": "Total GPU memory",
+    "gpu_auditor_gpu_memory_used_bytes":
+        "Used GPU memory (NVML memory v2: without driver-reserved memory)",
+    "gpu_auditor_gpu_memory_free_bytes": "Free GPU memory",
+    "gpu_auditor_gpu_memory_reserved_bytes": "GPU memory reserved by the driver",
+    "gpu_auditor_gpu_pods": "Pods with a process on the GPU",
+    "gpu_auditor_sharing_finding": "1 per pod in a sharing finding",
+    "gpu_auditor_agent_nvml_up": "1 when NVML answered in the last pass",
+    "gpu_auditor_agent_kubelet_up":
+        "1 when the kubelet pod-resources API answered in the last pass",
+    "gpu_auditor_agent_collect_duration_seconds": "Duration of the last sampling pass",
+    "gpu_auditor_agent_errors_total": "Errors by source since the agent started",
+    "gpu_auditor_agent_series_dropped_total":
+        "Series left out of a metric by --max-series-per-gpu, summed over sampling passes",
+}  # fmt: skip
+
+
+PROCESS = {
+    "gpu_auditor_process_gpu_memory_bytes": "GPU memory used by one process (--process-labels)",
+}
+
+
+def described(collector: AgentCollector) -> dict[str, str]:
+    return {f.name: f.doc for f in collector.describe()}
+
+
+def test_every_family_with_its_help_text() -> None:
+    assert described(AgentCollector(lambda: None, "node-1")) == HELP
+
+
+def test_the_process_family_only_with_process_labels() -> None:
+    assert described(AgentCollector(lambda: None, "node-1", process_labels=True)) == {
+        **HELP, **PROCESS}
+    assert described(AgentCollector(lambda: None, "node-1", process_labels=False)) == HELP
+
+
+# What the agent's scrape says for figures that are zero or missing (issue 18, mutation
+# survivors of ``node_agent.collector``): a source without errors counts 0, a container and a
+# process using 0 bytes are 0 bytes (not 1), and a failed
+# scrape says why in the log. A hand-built snapshot, literal values.
+
+def snapshot(*procs: ProcessUsage, errors: dict[str, int] | None = None) -> Snapshot:
+    usage = GpuUsage(gpu(0, GPU0, total=80 * GIB), procs, sum_containers(list(procs)))
+    return Snapshot(node=NODE, taken_at=1.0, duration_seconds=0.5, nvml_up=True,
+                    kubelet_up=True, strategy=NodeSharing(), gpus=(usage,), findings=(),
+                    errors=errors if errors is not None else {})
+
+
+def samples(scrape: Scrape, name: str) -> list[float]:
+    return [s.value for f in scrape.collect() for s in f.samples if s.name == name]
+
+
+POD = PodRef("ml", "train", "uid-1", "main")
+
+
+def test_a_source_missing_from_the_errors_counts_0() -> None:
+    scrape = Scrape(AgentCollector(lambda: snapshot(errors={"nvml": 2}), NODE))
+    for source, count in (("nvml", 2.0), ("kubelet", 0.0), ("proc", 0.0), ("apiserver", 0.0)):
+        value = scrape.get_sample_value("gpu_auditor_agent_errors_total",
+                                        {"node": NODE, "source": source})
+        assert value == count, source
+
+
+def test_a_container_using_0_bytes_is_0_bytes() -> None:
+    s = snapshot(ProcessUsage(7, "python", 0, POD, Allocated.TRUE))
+    scrape = Scrape(AgentCollector(lambda: s, NODE))
+    assert samples(scrape, "gpu_auditor_container_gpu_memory_bytes") == [0.0]
+
+
+def test_a_process_using_0_bytes_is_0_bytes() -> None:
+    s = snapshot(ProcessUsage(7, "python", 0, POD, Allocated.TRUE))
+    scrape = Scrape(AgentCollector(lambda: s, NODE, process_labels=True))
+    assert samples(scrape, "gpu_auditor_process_gpu_memory_bytes") == [0.0]
+
+
+def test_a_failed_scrape_logs_why(caplog: pytest.LogCaptureFixture) -> None:
+    def broken() -> Snapshot:
+        raise RuntimeError("boom")
+
+    with caplog.at_level(logging.ERROR, logger="node_agent.collector"):
+        Scrape(AgentCollector(broken, NODE)).collect()
+    assert [r.getMessage() for r in caplog.records] == [
+        "building metrics from the snapshot failed"]

@@ -2,7 +2,7 @@
 
 ResourceSlices here are JSON as the API server serves resource.k8s.io/v1 (attributes on the
 device; NVIDIA's DRA driver publishes ``uuid``); the kubelet's answer is plain PodDevices (the
-client's decoding of the real messages: test_agent_podresources_grpc.py).
+client's decoding of the real messages: podresources/test_client.py).
 """
 
 from __future__ import annotations
@@ -11,26 +11,33 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_helpers import GIB, GPU0, GPU1, StaticGpus, gpu, pod_cgroup, write_proc
 
 from node_agent.dra import DraSlices, device_uuid, slice_index
 from node_agent.model import Allocated, FindingKind
 from node_agent.podresources.client import (
-    ClaimDevice,
-    ContainerClaim,
-    ContainerDevices,
     KubeletUnavailable,
     PodDevices,
 )
-from node_agent.pods import ClusterPods, PodInfo, allocation_of, allocations_from, index_pods
+from node_agent.pods import ClusterPods, PodInfo, index_pods
 from node_agent.procfs import ProcReader
 from node_agent.sampler import Sampler
+
+from .agent_helpers import (
+    GIB,
+    GPU0,
+    GPU1,
+    MIG,
+    NV,
+    StaticGpus,
+    claimed,
+    gpu,
+    pod_cgroup,
+    write_proc,
+)
 
 pytestmark = pytest.mark.unit
 
 NODE = "node-1"
-NV = "gpu.nvidia.com"
-MIG = "MIG-22222222-2222-2222-2222-222222222222"
 
 
 def device(name: str, uuid: str | None = None, key: str = "uuid") -> dict[str, Any]:
@@ -139,72 +146,6 @@ def test_a_failed_list_keeps_the_last_map_and_counts_an_error() -> None:
     now[0] = 301.0
     assert dra.refresh_if_needed([]) == 1
     assert dra.uuid((NV, NODE, "gpu-0")) == GPU0
-
-
-# ---- allocations -----------------------------------------------------------------------------
-
-def claimed(name: str, claim: str, *devices: str, driver: str = NV,
-            namespace: str = "team") -> PodDevices:
-    return PodDevices(namespace, name, (), (ContainerClaim(
-        "main", namespace, claim, tuple(ClaimDevice(driver, NODE, d, (f"k8s.{driver}/gpu={d}",))
-                                        for d in devices)),))
-
-
-LOOKUP = {(NV, NODE, "gpu-0"): GPU0, (NV, NODE, "gpu-1"): GPU1, (NV, NODE, "mig-0"): MIG}
-
-
-def test_claimed_devices_become_the_pods_gpus_with_their_claims() -> None:
-    a = allocations_from([claimed("a", "single", "gpu-0"), claimed("b", "two", "gpu-1", "mig-0"),
-                          PodDevices("team", "plain", (ContainerDevices(
-                              "main", "nvidia.com/gpu", (GPU1,)),))], LOOKUP.get)
-    assert a.by_pod == {"team/a": frozenset({GPU0}), "team/b": frozenset({GPU1, MIG}),
-                        "team/plain": frozenset({GPU1})}
-    assert a.claims == {("team/a", GPU0): frozenset({"team/single"}),
-                        ("team/b", GPU1): frozenset({"team/two"}),
-                        ("team/b", MIG): frozenset({"team/two"})}
-    assert a.unresolved == frozenset() and a.mig
-
-
-def test_a_device_without_a_uuid_makes_the_pod_unknown_on_other_gpus_never_false() -> None:
-    a = allocations_from([claimed("a", "c", "gpu-0", "dev-7", driver=NV)], LOOKUP.get)
-    assert a.unresolved == frozenset({"team/a"})
-    ref = pod_ref("a")
-    assert allocation_of(ref, GPU0, a) is Allocated.TRUE
-    assert allocation_of(ref, GPU1, a) is Allocated.UNKNOWN
-
-
-def test_without_an_api_server_every_claimed_device_is_unknown() -> None:
-    a = allocations_from([claimed("a", "c", "gpu-0")])
-    assert allocation_of(pod_ref("a"), GPU0, a) is Allocated.UNKNOWN
-
-
-@pytest.mark.parametrize("pod", [
-    PodDevices("team", "a", (), (ContainerClaim("main", "team", "Bad_Claim", ()),)),
-    PodDevices("team", "a", (), (ContainerClaim("main", "", "c", ()),)),
-    PodDevices("team", "a", (), (ContainerClaim("main", "team", "c", (
-        ClaimDevice(NV, NODE, "GPU 0"),)),)),
-    PodDevices("team", "a", (), (ContainerClaim("main", "team", "c", (
-        ClaimDevice("x" * 64, NODE, "gpu-0"),)),)),
-])
-def test_a_claim_kubernetes_would_not_accept_leaves_the_pod_unknown(pod: PodDevices) -> None:
-    a = allocations_from([pod], LOOKUP.get)
-    assert "team/a" not in a.by_pod and a.claims == {}
-    assert allocation_of(pod_ref("a"), GPU0, a) is Allocated.UNKNOWN
-
-
-def test_more_than_1024_claimed_gpus_leave_the_pod_unknown() -> None:
-    many = {(NV, NODE, f"gpu-{i}"): f"GPU-{i}" for i in range(1025)}
-    a = allocations_from([claimed("a", "c", *(f"gpu-{i}" for i in range(1025)))], many.get)
-    assert "team/a" not in a.by_pod
-    exactly = allocations_from([claimed("a", "c", *(f"gpu-{i}" for i in range(1024)))],
-                               many.get)
-    assert len(exactly.by_pod["team/a"]) == 1024
-
-
-def pod_ref(name: str) -> Any:
-    from node_agent.model import PodRef
-
-    return PodRef("team", name, "", "main")
 
 
 # ---- a pass: findings and Events under DRA -------------------------------------------------

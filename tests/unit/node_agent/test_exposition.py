@@ -7,7 +7,6 @@ import os
 from pathlib import Path
 
 import pytest
-from agent_helpers import GIB, GPU0, StaticGpus, fake_pods, gpu
 from prometheus_client.parser import text_string_to_metric_families
 
 from node_agent.collector import AgentCollector
@@ -23,6 +22,8 @@ from node_agent.exposition import (
 from node_agent.model import Snapshot
 from node_agent.procfs import ProcReader
 from node_agent.sampler import Sampler
+
+from .agent_helpers import GIB, GPU0, StaticGpus, fake_pods, gpu
 
 pytestmark = pytest.mark.unit
 
@@ -129,22 +130,6 @@ def test_process_metrics_describe_this_process() -> None:
 
 def test_process_metrics_without_a_readable_proc_are_left_out(tmp_path: Path) -> None:
     assert process_families(str(tmp_path)) == []
-
-
-def test_the_heap_trimmer_is_only_where_ctypes_is_loaded_and_runs_after_a_pass(
-        setup, monkeypatch: pytest.MonkeyPatch) -> None:
-    import sys
-
-    from node_agent.agent import heap_trimmer
-
-    _, _, latest, _, _, _ = setup
-    monkeypatch.delitem(sys.modules, "ctypes", raising=False)
-    assert heap_trimmer() is None
-    import ctypes  # noqa: F401  (what pynvml loads on a real node)
-
-    trimmer = heap_trimmer()
-    assert trimmer is not None
-    trimmer(latest[-1])  # glibc's malloc_trim(0): returns, changes nothing observable here
 
 
 def test_cached_says_whether_this_snapshot_is_rendered(setup) -> None:

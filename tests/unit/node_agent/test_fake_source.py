@@ -1,4 +1,4 @@
-"""The fake GPU source (--nvml-fake) and the sampling loop's health."""
+"""The fake GPU source (--nvml-fake): GPUs from a file, reloaded when it changes."""
 
 from __future__ import annotations
 
@@ -6,13 +6,9 @@ import os
 from pathlib import Path
 
 import pytest
-from agent_helpers import StaticGpus, fake_pods
 
 from gpu_auditor.base.errors import ConfigError
-from node_agent.agent import Agent
 from node_agent.fake_source import FakeNvmlSource
-from node_agent.procfs import ProcReader
-from node_agent.sampler import Sampler
 
 pytestmark = pytest.mark.unit
 
@@ -85,25 +81,3 @@ def test_bad_fake_files_name_the_field(tmp_path: Path, text: str, message: str) 
         FakeNvmlSource(f)
 
 
-def test_health_is_bad_before_the_first_pass_and_when_passes_stop(proc_root: Path) -> None:
-    now = [0.0]
-    sampler = Sampler("n", StaticGpus(), ProcReader(proc_root), fake_pods())
-    agent = Agent(sampler, interval=10, clock=lambda: now[0])
-    assert agent.health() == (False, "no sampling pass finished yet")
-    agent.run_once()
-    assert agent.health() == (True, "ok")
-    now[0] = 31.0
-    ok, why = agent.health()
-    assert not ok and "last sampling pass 31 s ago" in why
-
-
-def test_a_failing_pass_keeps_the_previous_snapshot(proc_root: Path) -> None:
-    sampler = Sampler("n", StaticGpus(), ProcReader(proc_root), fake_pods())
-    agent = Agent(sampler, interval=10)
-    first = agent.run_once()
-
-    def boom() -> None:
-        raise RuntimeError("unexpected")
-
-    sampler.sample = boom  # type: ignore[method-assign]
-    assert agent.run_once() is first and agent.latest() is first

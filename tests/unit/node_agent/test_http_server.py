@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from node_agent.cli import main
 from node_agent.http_server import MetricsServer
 
 pytestmark = pytest.mark.unit
@@ -229,22 +228,6 @@ def test_when_every_slot_is_mid_response_a_new_connection_is_refused_not_queued(
         finally:
             for s in stuck:
                 s.close()
-
-
-def test_a_port_in_use_is_a_config_error_not_a_traceback(
-        capsys: pytest.CaptureFixture[str]) -> None:
-    from pathlib import Path
-
-    example = Path(__file__).resolve().parents[3] / "examples/fake-node"
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        rc = main(["--nvml-fake", str(example / "nvml.yaml"), "--proc-root",
-                   str(example / "proc"), "--bind-address", "127.0.0.1", "--port", str(port),
-                   "--no-report"])
-    err = capsys.readouterr().err
-    assert rc == 2 and f"cannot serve on 127.0.0.1:{port}: " in err and "Traceback" not in err
 
 
 def test_pipelined_requests_are_answered_in_order_without_deep_recursion() -> None:

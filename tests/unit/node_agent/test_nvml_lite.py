@@ -279,14 +279,3 @@ def test_the_agent_once_against_the_fake_library(libs: dict[str, Path], binding:
     assert "gpu_auditor_agent_nvml_up{node=\"gpu-node-1\"} 1" in done.stdout
 
 
-def test_the_binding_flag_defaults_to_lite_and_takes_only_known_names(
-        capsys: pytest.CaptureFixture[str]) -> None:
-    from node_agent.config import parse
-
-    example = ["--nvml-fake", str(REPO / "examples/fake-node/nvml.yaml")]
-    assert parse(example).nvml_binding == "lite"
-    assert parse([*example, "--nvml-binding", "pynvml"]).nvml_binding == "pynvml"
-    with pytest.raises(SystemExit) as exit_:
-        parse([*example, "--nvml-binding", "ctypes"])
-    assert exit_.value.code == 2
-    assert "invalid choice: 'ctypes'" in capsys.readouterr().err

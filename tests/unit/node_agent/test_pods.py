@@ -10,7 +10,13 @@ import pytest
 
 from gpu_auditor.base.errors import APIConnectionError, ConfigError
 from node_agent.model import Allocated, Allocations, CgroupIdentity, PodRef
-from node_agent.podresources.client import ContainerDevices, KubeletUnavailable, PodDevices
+from node_agent.podresources.client import (
+    ClaimDevice,
+    ContainerClaim,
+    ContainerDevices,
+    KubeletUnavailable,
+    PodDevices,
+)
 from node_agent.pods import (
     ApiPods,
     ClusterPods,
@@ -21,6 +27,8 @@ from node_agent.pods import (
     pods_from_api_list,
     resolve,
 )
+
+from .agent_helpers import GPU0, GPU1, MIG, NV, claimed
 
 pytestmark = pytest.mark.unit
 
@@ -244,3 +252,63 @@ def test_a_bad_fake_pods_file_is_a_clear_config_error(tmp_path: Path) -> None:
     bad.write_text("pods:\n- namespace: ml\n  name: a\n")
     with pytest.raises(ConfigError, match=r"pods\[0\].uid: required, a lowercase UUID"):
         FakePods.from_file(bad)
+
+
+# DRA: claimed devices become the pod's GPUs through the UUID map (the map itself: test_dra.py).
+
+NODE = "node-1"
+LOOKUP = {(NV, NODE, "gpu-0"): GPU0, (NV, NODE, "gpu-1"): GPU1, (NV, NODE, "mig-0"): MIG}
+
+
+def pod_ref(name: str) -> Any:
+    from node_agent.model import PodRef
+
+    return PodRef("team", name, "", "main")
+
+
+def test_claimed_devices_become_the_pods_gpus_with_their_claims() -> None:
+    a = allocations_from([claimed("a", "single", "gpu-0"), claimed("b", "two", "gpu-1", "mig-0"),
+                          PodDevices("team", "plain", (ContainerDevices(
+                              "main", "nvidia.com/gpu", (GPU1,)),))], LOOKUP.get)
+    assert a.by_pod == {"team/a": frozenset({GPU0}), "team/b": frozenset({GPU1, MIG}),
+                        "team/plain": frozenset({GPU1})}
+    assert a.claims == {("team/a", GPU0): frozenset({"team/single"}),
+                        ("team/b", GPU1): frozenset({"team/two"}),
+                        ("team/b", MIG): frozenset({"team/two"})}
+    assert a.unresolved == frozenset() and a.mig
+
+
+def test_a_device_without_a_uuid_makes_the_pod_unknown_on_other_gpus_never_false() -> None:
+    a = allocations_from([claimed("a", "c", "gpu-0", "dev-7", driver=NV)], LOOKUP.get)
+    assert a.unresolved == frozenset({"team/a"})
+    ref = pod_ref("a")
+    assert allocation_of(ref, GPU0, a) is Allocated.TRUE
+    assert allocation_of(ref, GPU1, a) is Allocated.UNKNOWN
+
+
+def test_without_an_api_server_every_claimed_device_is_unknown() -> None:
+    a = allocations_from([claimed("a", "c", "gpu-0")])
+    assert allocation_of(pod_ref("a"), GPU0, a) is Allocated.UNKNOWN
+
+
+@pytest.mark.parametrize("pod", [
+    PodDevices("team", "a", (), (ContainerClaim("main", "team", "Bad_Claim", ()),)),
+    PodDevices("team", "a", (), (ContainerClaim("main", "", "c", ()),)),
+    PodDevices("team", "a", (), (ContainerClaim("main", "team", "c", (
+        ClaimDevice(NV, NODE, "GPU 0"),)),)),
+    PodDevices("team", "a", (), (ContainerClaim("main", "team", "c", (
+        ClaimDevice("x" * 64, NODE, "gpu-0"),)),)),
+])
+def test_a_claim_kubernetes_would_not_accept_leaves_the_pod_unknown(pod: PodDevices) -> None:
+    a = allocations_from([pod], LOOKUP.get)
+    assert "team/a" not in a.by_pod and a.claims == {}
+    assert allocation_of(pod_ref("a"), GPU0, a) is Allocated.UNKNOWN
+
+
+def test_more_than_1024_claimed_gpus_leave_the_pod_unknown() -> None:
+    many = {(NV, NODE, f"gpu-{i}"): f"GPU-{i}" for i in range(1025)}
+    a = allocations_from([claimed("a", "c", *(f"gpu-{i}" for i in range(1025)))], many.get)
+    assert "team/a" not in a.by_pod
+    exactly = allocations_from([claimed("a", "c", *(f"gpu-{i}" for i in range(1024)))],
+                               many.get)
+    assert len(exactly.by_pod["team/a"]) == 1024

@@ -7,13 +7,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_helpers import GIB, GPU0, StaticGpus, fake_pods, gpu
 
 from gpu_auditor.base.errors import APIConflictError, APINotFoundError, APIServerError
 from node_agent.model import ERROR_SOURCES
 from node_agent.procfs import ProcReader
 from node_agent.publisher import ReportPublisher
 from node_agent.sampler import Sampler
+
+from .agent_helpers import GIB, GPU0, StaticGpus, fake_pods, gpu
 
 pytestmark = pytest.mark.unit
 

@@ -12,7 +12,6 @@ from typing import Any
 
 import grpc
 import pytest
-from agent_helpers import GIB, GPU0, StaticGpus, gpu, pod_cgroup, write_proc
 
 from node_agent.model import Allocated
 from node_agent.podresources.client import KubeletUnavailable, PodResourcesClient
@@ -20,6 +19,8 @@ from node_agent.pods import ApiPods, ClusterPods, PodInfo, index_pods
 from node_agent.procfs import ProcReader
 from node_agent.sampler import Sampler
 from tests.podresources.v1 import api_pb2, api_pb2_grpc
+
+from ..agent_helpers import GIB, GPU0, StaticGpus, gpu, pod_cgroup, write_proc
 
 pytestmark = pytest.mark.unit
 

@@ -1,7 +1,6 @@
-"""The agent's HTTP/2 gRPC client, HPACK and protobuf decoding, against what a hostile or broken
-server (or a kubelet we have not seen) could send: RFC 7541's own examples for HPACK, hand-made
-frames for HTTP/2, hand-made bytes for protobuf. (The real grpcio server: test_agent_podresources
-_grpc.py.)"""
+"""The agent's HTTP/2 gRPC client against what a hostile or broken server (or a kubelet we have
+not seen) could send: hand-made frames from hand-made servers. (HPACK: test_hpack.py; the
+protobuf wire format: test_wire.py; the real grpcio server: test_client.py.)"""
 
 from __future__ import annotations
 
@@ -15,89 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from node_agent.podresources import hpack, wire
+from node_agent.podresources import hpack
 from node_agent.podresources.h2grpc import GrpcError, unary_call
 
 pytestmark = pytest.mark.unit
-
-
-# ---- HPACK: RFC 7541 Appendix C ----------------------------------------------------------
-
-def test_integers_of_rfc7541_c1() -> None:
-    assert hpack.decode_int(bytes([0x0A]), 0, 5) == (10, 1)
-    assert hpack.decode_int(bytes([0x1F, 0x9A, 0x0A]), 0, 5) == (1337, 3)
-    assert hpack.decode_int(bytes([0x2A]), 0, 8) == (42, 1)
-    assert hpack.encode_int(1337, 5) == bytes([0x1F, 0x9A, 0x0A])
-
-
-def test_requests_with_huffman_of_rfc7541_c4_share_one_dynamic_table() -> None:
-    d = hpack.Decoder()
-    assert d.decode(bytes.fromhex("828684418cf1e3c2e5f23a6ba0ab90f4ff")) == [
-        (":method", "GET"), (":scheme", "http"), (":path", "/"),
-        (":authority", "www.example.com")]
-    assert d.decode(bytes.fromhex("828684be5886a8eb10649cbf")) == [
-        (":method", "GET"), (":scheme", "http"), (":path", "/"),
-        (":authority", "www.example.com"), ("cache-control", "no-cache")]
-    assert d.decode(bytes.fromhex("828785bf408825a849e95ba97d7f8925a849e95bb8e8b4bf")) == [
-        (":method", "GET"), (":scheme", "https"), (":path", "/index.html"),
-        (":authority", "www.example.com"), ("custom-key", "custom-value")]
-
-
-def test_the_huffman_code_is_canonical_with_rfc7541_appendix_b_values() -> None:
-    codes = hpack.huffman_codes()
-    assert codes[ord("0")] == (0x0, 5)
-    assert codes[0] == (0x1FF8, 13)
-    assert codes[ord("a")] == (0x3, 5)
-    assert codes[255] == (0x3FFFFEE, 26)
-    assert codes[256] == (0x3FFFFFFF, 30)  # EOS
-
-
-@pytest.mark.parametrize("block", [
-    bytes([0x80]),  # index 0
-    bytes([0xFF, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01]),  # integer beyond 2**32
-    bytes([0xBE]),  # dynamic index 62 with an empty table
-    bytes([0x00, 0x05, ord("a")]),  # string past the block
-    bytes([0x00, 0x81, 0x00, 0x00]),  # Huffman: 8 zero bits are no symbol's end: bad padding
-    bytes([0x3F, 0xE2, 0x1F]),  # table size update to 4097, above 4096
-    bytes([0x00, 0x84, 0xFF, 0xFF, 0xFF, 0xFF, 0x00]),  # Huffman EOS inside a string
-])
-def test_a_bad_header_block_is_an_hpack_error(block: bytes) -> None:
-    with pytest.raises(hpack.HpackError):
-        hpack.Decoder().decode(block)
-
-
-def test_encoded_request_headers_decode_back() -> None:
-    headers = [(":path", "/v1.PodResourcesLister/List"), ("te", "trailers")]
-    assert hpack.Decoder().decode(hpack.encode_headers(headers)) == headers
-
-
-# ---- protobuf wire format --------------------------------------------------------------------
-
-def _len(field: int, payload: bytes) -> bytes:
-    return bytes([field << 3 | 2, len(payload)]) + payload
-
-
-def test_unknown_fields_of_every_wire_type_are_skipped() -> None:
-    devices = _len(1, b"nvidia.com/gpu") + _len(2, b"GPU-1") + bytes([3 << 3 | 0, 0x96, 0x01]) \
-        + bytes([9 << 3 | 1]) + b"\x00" * 8 + bytes([10 << 3 | 5]) + b"\x00" * 4
-    container = _len(1, b"main") + _len(2, devices)
-    pod = _len(1, b"p") + _len(2, b"ns") + _len(3, container) + _len(15, b"future field")
-    [parsed] = wire.list_response(_len(1, pod))
-    assert parsed == wire.PodDevices("ns", "p", (wire.ContainerDevices(
-        "main", "nvidia.com/gpu", ("GPU-1",)),))
-
-
-@pytest.mark.parametrize("data, why", [
-    (_len(1, _len(1, b"\xff\xfe")), "not UTF-8"),
-    (bytes([1 << 3 | 2, 10]) + b"short", "past the message"),
-    (bytes([1 << 3 | 3]), "wire type 3"),
-    (bytes([0x08]) + b"\xff" * 11, "varint"),
-    (_len(1, bytes([1 << 3 | 0, 5])), "numeric wire type"),
-    (bytes([0x02, 0x00]), "field number 0"),
-])
-def test_bytes_that_are_not_the_message_are_a_wire_error(data: bytes, why: str) -> None:
-    with pytest.raises(wire.WireError, match=why):
-        wire.list_response(data)
 
 
 # ---- HTTP/2: hand-made servers -------------------------------------------------------------
