@@ -5,7 +5,9 @@ CI pipelines and pre-commit, over any Kubernetes YAML or JSON (multi-document fi
 Each finding is one line, ``FILE:LINE: KIND NAMESPACE/NAME: container "C": VARIABLE: message``
 (the file's name in printable ASCII: a terminal escape or any other character is shown as
 ``?``), at most MAX_PRINTED per input (then one line on stderr counts the rest). Exit status: 0
-when nothing was found; 1 on findings; 2 when an input cannot be read, is not a regular file (a
+when nothing was found, or only settings whose value the manifest does not hold (a
+``valueFrom``, a ``$(VAR)`` an envFrom source fills: printed as ``value unknown``); 1 on other
+findings; 2 when an input cannot be read, is not a regular file (a
 pipe, FIFO or device: a symlink to /proc/self/fd/1 would wait for ourselves forever; stdin is
 read with ``-``), is not YAML or holds a value YAML cannot construct, or was not checked to its
 end (its work bound: `admission.findings.MAX_WORK`). Each such input is named with the reason;
@@ -152,9 +154,10 @@ def documents(data: bytes) -> Iterator[tuple[int, object]]:
 
 
 def check_input(name: str, data: bytes, out: TextIO, err: TextIO) -> int:
-    """Print the findings of one input (MAX_PRINTED at most, then a count on ``err``); their
-    number. `BadInput` when it cannot be read to its end, after what was found before."""
-    found = 0
+    """Print the findings of one input (MAX_PRINTED at most, then a count on ``err``); the
+    number of problems among them (an unknown value is printed, not counted). `BadInput` when
+    it cannot be read to its end, after what was found before."""
+    found = problems = 0
     budget = Budget()
     for line, obj in documents(data):
         for checked in check_object(obj, budget):
@@ -162,6 +165,7 @@ def check_input(name: str, data: bytes, out: TextIO, err: TextIO) -> int:
                 if found < MAX_PRINTED:
                     print(f"{name}:{line}: {checked.ref}: {finding.text()}", file=out)
                 found += 1
+                problems += finding.problem
         if budget.spent:
             raise BadInput(f"checked up to the document at line {line} only: its YAML aliases "
                            "name more objects, containers and settings than the work bound "
@@ -169,7 +173,7 @@ def check_input(name: str, data: bytes, out: TextIO, err: TextIO) -> int:
     if found > MAX_PRINTED:
         print(f"gpu-auditor: {name}: {found - MAX_PRINTED} more findings not printed (the first "
               f"{MAX_PRINTED} are)", file=err)
-    return found
+    return problems
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO, stdin: BinaryIO | None) -> int:

@@ -13,12 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from gpu_auditor.base.podspec import (
-    ALLOC_CONF_VARIABLES,
-    TORCH_VARIABLES,
-    env_values,
-    release_hint,
-)
+from gpu_auditor.base.containerenv import EnvValue, container_env, known_values
+from gpu_auditor.base.podspec import ALLOC_CONF_VARIABLES, TORCH_VARIABLES, release_hint
 from gpu_auditor.diagnosis.allocconf import KEYS, NEWEST, IssueKind, check, key_available
 from gpu_auditor.diagnosis.torchversion import TorchRange, format_release, parse_torch_version
 
@@ -44,7 +40,12 @@ this, not the file's size, bounds the work then."""
 
 CONFLICTING_VARIABLES: Final = "conflicting-variables"
 NOT_CHECKED: Final = "not-checked"
-KINDS: Final = (*(k.value for k in IssueKind), CONFLICTING_VARIABLES, NOT_CHECKED)
+UNKNOWN_VALUE: Final = "unknown-value"
+"""A setting the container's env names but whose value the spec does not hold (a `valueFrom`,
+a `$(VAR)` that an envFrom source, a Service or a `valueFrom` fills): said, not guessed at, and
+never a refusal (nothing is known to be wrong)."""
+KINDS: Final = (*(k.value for k in IssueKind), CONFLICTING_VARIABLES, NOT_CHECKED,
+                UNKNOWN_VALUE)
 """Every finding kind, in the order of the classes in docs/webhook.md."""
 
 
@@ -58,6 +59,12 @@ class Finding:
     def text(self) -> str:
         """The one line a user sees (an admission warning, a check-manifest line)."""
         return f'container "{self.container}": {self.variable}: {self.message}'
+
+    @property
+    def problem(self) -> bool:
+        """A setting known to be wrong or not checked (refused under deny, check-manifest's
+        exit 1); an unknown value is only said."""
+        return self.kind != UNKNOWN_VALUE
 
 
 class OverBudget(Exception):
@@ -102,14 +109,20 @@ def check_container(container: Mapping[str, Any], budget: Budget | None = None) 
     (`OverBudget` when it runs out)."""
     raw_name = container.get("name")
     name = shown(raw_name) if isinstance(raw_name, str) and raw_name else "?"
-    env = container.get("env")
+    raw_env = container.get("env")
     if budget is not None:
-        budget.spend(1 + (len(env) if isinstance(env, list) else 0))
-    env = env_values(container, (*ALLOC_CONF_VARIABLES, *TORCH_VARIABLES))
-    cuda, generic = env.get(CUDA_VARIABLE), env.get(GENERIC_VARIABLE)
-    if cuda is None and generic is None:
-        return []
-    release, about = release_of(env, container.get("image"))
+        budget.spend(1 + (len(raw_env) if isinstance(raw_env, list) else 0))
+    env = container_env(container, (*ALLOC_CONF_VARIABLES, *TORCH_VARIABLES))
+    declared: dict[str, EnvValue] = {
+        v: env[v] for v in ALLOC_CONF_VARIABLES if v in env and env[v].declared}
+    if not declared:
+        return []  # unset (or only an envFrom source may set it: not seen, not said)
+    unknown = _unknown(name, declared)
+    if unknown:
+        return unknown
+    cuda = declared[CUDA_VARIABLE].value if CUDA_VARIABLE in declared else None
+    generic = declared[GENERIC_VARIABLE].value if GENERIC_VARIABLE in declared else None
+    release, about = release_of(known_values(env), container.get("image"))
     findings: list[Finding] = []
     if cuda is not None and generic is not None and cuda != generic:
         findings.append(Finding(name, GENERIC_VARIABLE, CONFLICTING_VARIABLES,
@@ -126,6 +139,17 @@ def check_container(container: Mapping[str, Any], budget: Budget | None = None) 
     findings += _check_value(name, variable, value, release, about,
                              MAX_FINDINGS - len(findings))
     return findings
+
+
+def _unknown(name: str, declared: Mapping[str, EnvValue]) -> list[Finding]:
+    """The unknown-value finding of the setting torch reads, when the spec does not hold it
+    (the old name when it is set: torch reads it whatever the other says)."""
+    variable = CUDA_VARIABLE if CUDA_VARIABLE in declared else GENERIC_VARIABLE
+    value = declared[variable]
+    if value.known:
+        return []
+    return [Finding(name, variable, UNKNOWN_VALUE,
+                    f"value unknown at admission: {_bounded(value.unknown)}; not checked")]
 
 
 def _check_value(

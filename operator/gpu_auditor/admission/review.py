@@ -93,21 +93,29 @@ def findings_text(obj: Mapping[str, Any]) -> list[str]:
     not only the ones that fit in MAX_WARNINGS: an update is refused for a line the old object
     did not have, wherever it is; the checks bound them (MAX_FINDINGS per container,
     MAX_OBJECT_FINDINGS per object)."""
-    lines: dict[str, None] = {}  # a dict keeps the order; `in` on a list made this quadratic
+    return list(_findings(obj))
+
+
+def _findings(obj: Mapping[str, Any]) -> dict[str, bool]:
+    """`findings_text`'s lines, each with whether it is a problem (refused under deny) or only
+    said (an unknown value)."""
+    lines: dict[str, bool] = {}  # a dict keeps the order; `in` on a list made this quadratic
     for checked in check_object(obj):
         for finding in checked.findings:
-            lines.setdefault(_cut(PREFIX + finding.text(), MAX_WARNING))
-    return list(lines)
+            line = _cut(PREFIX + finding.text(), MAX_WARNING)
+            lines[line] = lines.get(line, False) or finding.problem
+    return lines
 
 
 def validate(request: Request, *, deny: bool) -> Outcome:
-    """Warnings for every finding; a refusal only with ``deny`` and a finding that is new."""
-    lines = findings_text(request.obj)
-    if not lines:
+    """Warnings for every finding; a refusal only with ``deny`` and a problem that is new."""
+    found = _findings(request.obj)
+    if not found:
         return Outcome(True, "clean", ())
+    lines = list(found)
     warnings = _bounded(lines)
     old = set(findings_text(request.old)) if request.old is not None else set()
-    new = [line for line in lines if line not in old]
+    new = [line for line, problem in found.items() if problem and line not in old]
     if deny and new and request.operation != "DELETE" and not _controlled(request):
         message = "; ".join(line.removeprefix(PREFIX) for line in new)
         return Outcome(False, "denied", warnings,

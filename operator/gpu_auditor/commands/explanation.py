@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpu_auditor.base import names
+from gpu_auditor.base.containerenv import container_env
 from gpu_auditor.base.contract import (
     DEFAULT_ANNOTATION_PREFIX,
     EVENT_COMPONENT,
@@ -28,14 +29,13 @@ from gpu_auditor.base.contract import (
     Annotation,
 )
 from gpu_auditor.base.nodereport import NodeReport
+from gpu_auditor.base.podspec import ALLOC_CONF_VARIABLES
 from gpu_auditor.diagnosis import ALLOC_CONF_ENV, validate_alloc_conf
 
 TEXT_LIMIT = 2048
 """Characters of one string shown (a summary, an action, an Event message)."""
 LIST_LIMIT = 64
 """Items of one list shown (actions, other processes, Events, tenants of a GPU)."""
-ALLOC_CONF_VARIABLES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
-"""The variables torch reads its allocator setting from (the old name wins when both are set)."""
 OPERATOR_REPORTING_COMPONENT = "gpu-auditor.io/operator"
 SET_ENV_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "CronJob")
 """Owner kinds whose pod template `kubectl set env` can change. A Job's template is immutable,
@@ -360,9 +360,9 @@ def _container_variable(pod: Mapping[str, Any], container: str) -> str:
     for c in _list(_map(pod.get("spec")).get("containers")):
         if _map(c).get("name") != container:
             continue
-        set_names = {_map(e).get("name") for e in _list(_map(c).get("env"))}
+        env = container_env(_map(c), ALLOC_CONF_VARIABLES)
         for variable in ALLOC_CONF_VARIABLES:
-            if variable in set_names:
+            if variable in env and env[variable].declared:
                 return variable
     return ALLOC_CONF_ENV
 

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpu_auditor.base import names
+from gpu_auditor.base.containerenv import container_env
 from gpu_auditor.base.contract import IGNORE_LABEL, Annotation
-from gpu_auditor.base.podspec import ALLOC_CONF_VARIABLES, env_value, torch_version_hint
+from gpu_auditor.base.podspec import ALLOC_CONF_VARIABLES, torch_version_hint
 
 MAX_ALLOC_CONF = 1024
 """Characters of a job's allocator setting the operator reads: every key torch has, each with a
@@ -126,12 +127,17 @@ def _termination(
 
 
 def current_alloc_conf(container: Mapping[str, Any]) -> AllocConf:
-    """The job's allocator setting, read only when it is of a size and alphabet torch's own
-    parser could mean (printable ASCII, at most MAX_ALLOC_CONF characters)."""
+    """The job's allocator setting as the kubelet sets it (`base.containerenv`: the last of
+    two entries of one name, `$(VAR)` expanded), read only when it is known from the spec and
+    of a size and alphabet torch's own parser could mean (printable ASCII, at most
+    MAX_ALLOC_CONF characters)."""
+    env = container_env(container, ALLOC_CONF_VARIABLES)
     for variable in ALLOC_CONF_VARIABLES:
-        value = env_value(container, variable)
-        if value is None:
+        if variable not in env:
             continue
+        value = env[variable].value
+        if value is None:
+            return AllocConf(None, f"{variable} not read: {env[variable].unknown}")
         if len(value) > MAX_ALLOC_CONF:
             return AllocConf(None, f"{variable} not read: {len(value)} characters, over the "
                                    f"{MAX_ALLOC_CONF}-character limit")
