@@ -1,6 +1,6 @@
 """The names of docs/contracts.md in code: one definition each, imported by both wings.
 
-`tests/unit/test_names_contract.py` reads the naming table of docs/contracts.md and fails when
+`tests/unit/base/test_contract.py` reads the naming table of docs/contracts.md and fails when
 it and these differ. A `StrEnum` member is its string (`FindingKind.UNINTENDED_SHARING ==
 "unintended-sharing"`), so JSON, labels and annotations carry the plain value.
 """

@@ -154,16 +154,6 @@ def test_a_value_that_is_not_a_string_is_absent_and_never_made_text() -> None:
     assert finding.container == "?" and "torch release unknown" in finding.message
 
 
-def test_env_values_read_each_variable_once_like_env_value() -> None:
-    from gpu_auditor.base.podspec import env_value, env_values
-
-    c = {"env": [{"name": "A", "valueFrom": {}}, {"name": "A", "value": "first"},
-                 {"name": "A", "value": "second"}, {"name": "B", "value": 5},
-                 {"name": "B", "value": "later"}, {"name": ["x"], "value": "y"}, "junk"]}
-    assert env_values(c, ("A", "B", "C")) == {"A": "first"}
-    assert [env_value(c, v) for v in ("A", "B", "C")] == ["first", None, None]
-
-
 def many_unknown_keys(count: int, prefix: str = "k") -> str:
     return ",".join(f"{prefix}{i:03d}:1" for i in range(count))
 

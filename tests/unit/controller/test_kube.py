@@ -61,16 +61,6 @@ def test_a_name_that_is_not_a_kubernetes_name_never_becomes_a_request(name: str)
     assert http.requests == []
 
 
-def test_namespaces_are_labels_of_at_most_63_and_names_subdomains_of_at_most_253() -> None:
-    assert names.is_label("a" * 63) and not names.is_label("a" * 64)
-    assert not names.is_label("a.b")
-    assert names.is_subdomain("a" * 63 + "." + "b" * 189) and not names.is_subdomain("a" * 254)
-
-
-def test_every_segment_is_escaped_with_nothing_left_safe() -> None:
-    assert names.segment("a/b?c#d%e f") == "a%2Fb%3Fc%23d%25e%20f"
-
-
 def test_workload_paths_and_the_uid_precondition_in_every_write() -> None:
     http = Recorder()
     api = KubeApi(http)  # type: ignore[arg-type]

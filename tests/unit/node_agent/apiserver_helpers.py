@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import pytest
 import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -255,3 +256,24 @@ def kubeconfig(path: Path, server: str, *, cluster: dict[str, Any] | None = None
     }))
     path.chmod(0o600)
     return path
+
+
+# Fixtures for the tests that talk to it (imported by the conftest.py of tests/unit/base and
+# tests/unit/node_agent).
+
+
+@pytest.fixture(scope="module")
+def pki() -> Pki:
+    return make_pki()
+
+
+@pytest.fixture
+def tls_server(pki: Pki, tmp_path: Path) -> Iterator[FakeApiServer]:
+    with serve(pki, tmp_path / "server") as state:
+        yield state
+
+
+@pytest.fixture
+def mtls_server(pki: Pki, tmp_path: Path) -> Iterator[FakeApiServer]:
+    with serve(pki, tmp_path / "server", client_cert_required=True) as state:
+        yield state

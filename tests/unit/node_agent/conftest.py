@@ -6,6 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from .apiserver_helpers import mtls_server, pki, tls_server
+
+__all__ = ["mtls_server", "pki", "tls_server"]  # fixtures of the fake API server
+
 
 @pytest.fixture
 def proc_root(tmp_path: Path) -> Path:

@@ -14,7 +14,7 @@ import yaml
 
 pytestmark = pytest.mark.unit
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CONTRACTS = ROOT / "docs" / "contracts.md"
 CRD = ROOT / "charts/gpu-auditor/crds/gpunodereports.gpu-auditor.io.yaml"
 RULES = ROOT / "charts/gpu-auditor/files/prometheus-rules.yaml"

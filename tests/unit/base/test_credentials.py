@@ -1,5 +1,6 @@
-"""Where users run the operator: several kubeconfig files merged as kubectl merges them, and exec
-credential plugins (cached until they expire, run again after a 401)."""
+"""Credentials: the service account's rotating token, exec plugins as kubectl runs them (env,
+exec info, interactive modes, cache until expiry, errors), and real plugins against a real TLS
+server."""
 
 from __future__ import annotations
 
@@ -8,110 +9,59 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from apiserver_helpers import FakeApiServer, Pki, b64, make_pki, serve
 
 from gpu_auditor.base.client import ApiClient
 from gpu_auditor.base.credentials import Credentials, parse_exec_credential
 from gpu_auditor.base.errors import APICredentialsError, APIUnauthorizedError, ConfigError
-from gpu_auditor.base.kubeconfig import ExecConfig, load_config, load_kubeconfig
+from gpu_auditor.base.kubeconfig import ExecConfig, load_incluster, load_kubeconfig
 from node_agent.kube import AgentApi
+
+from ..node_agent.apiserver_helpers import FakeApiServer, Pki, b64, serve
+from .base_helpers import V1, exec_user, service_account, write
 
 pytestmark = pytest.mark.unit
 
-V1 = "client.authentication.k8s.io/v1"
+
+def test_incluster_client_rereads_the_rotating_token(tmp_path: Path, pki: Pki,
+                                                    tls_server: FakeApiServer) -> None:
+    sa = service_account(tmp_path, pki, "token-1")
+    port = tls_server.url.rsplit(":", 1)[1]
+    env = {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": port}
+    now = [0.0]
+    cfg = load_incluster(env, sa)
+    client = AgentApi(ApiClient(cfg, user_agent="test", credentials=Credentials(
+        cfg, token_refresh=60, clock=lambda: now[0])))
+    tls_server.tokens = {"token-1"}
+    client.list_pods(field_selector="spec.nodeName=n", timeout=5)
+    assert tls_server.requests[-1].headers["Authorization"] == "Bearer token-1"
+
+    (sa / "token").write_text("token-2\n")  # the kubelet rotated it; both valid for a while
+    tls_server.tokens = {"token-1", "token-2"}
+    now[0] = 30.0
+    client.list_pods(field_selector="spec.nodeName=n", timeout=5)
+    assert tls_server.requests[-1].headers["Authorization"] == "Bearer token-1"  # not yet
+    now[0] = 61.0
+    client.list_pods(field_selector="spec.nodeName=n", timeout=5)
+    assert tls_server.requests[-1].headers["Authorization"] == "Bearer token-2"
+
+    # A 401 re-reads the file at once and retries the request once.
+    (sa / "token").write_text("token-3\n")
+    tls_server.tokens = {"token-3"}
+    now[0] = 62.0
+    client.list_pods(field_selector="spec.nodeName=n", timeout=5)
+    assert [r.headers["Authorization"] for r in tls_server.requests[-2:]] == [
+        "Bearer token-2", "Bearer token-3"]
+    tls_server.tokens = {"something-else"}
+    with pytest.raises(APIUnauthorizedError) as err:
+        client.list_pods(field_selector="spec.nodeName=n", timeout=5)
+    assert err.value.status == 401
+
+
 T0 = dt.datetime(2026, 11, 29, 10, 0, 0, tzinfo=dt.UTC)
-
-
-def write(path: Path, data: dict[str, Any]) -> Path:
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
-# ---- several files --------------------------------------------------------------------------
-
-
-def test_the_first_file_to_name_an_entry_wins_it_whole_and_the_first_current_context_wins(
-        tmp_path: Path) -> None:
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    a = write(tmp_path / "a" / "config", {
-        "current-context": "dev",
-        "users": [{"name": "me", "user": {"tokenFile": "token-a"}}],
-        "contexts": [{"name": "dev", "context": {"cluster": "c", "user": "me"}}],
-    })
-    b = write(tmp_path / "b" / "config", {
-        "current-context": "prod",
-        "clusters": [{"name": "c", "cluster": {"server": "https://c:6443",
-                                               "certificate-authority": "ca.pem"}}],
-        "users": [{"name": "me", "user": {"token": "from-b"}}],
-        "contexts": [{"name": "dev", "context": {"cluster": "other", "user": "me"}},
-                     {"name": "prod", "context": {"cluster": "c", "user": "me"}}],
-    })
-    cfg = load_kubeconfig(f"{a}{os.pathsep}{b}")
-    assert cfg.server == "https://c:6443"
-    assert cfg.ca_file == tmp_path / "b" / "ca.pem"  # relative to the file that wrote it
-    assert (cfg.token, cfg.token_file) == (None, tmp_path / "a" / "token-a")  # a's user, whole
-    other_order = load_kubeconfig([b, a])
-    assert (other_order.token, other_order.token_file) == ("from-b", None)
-
-
-def test_a_missing_file_in_the_list_is_skipped_but_a_single_named_file_must_exist(
-        tmp_path: Path) -> None:
-    real = write(tmp_path / "config", {
-        "current-context": "x", "clusters": [{"name": "c", "cluster": {"server": "http://h"}}],
-        "contexts": [{"name": "x", "context": {"cluster": "c"}}]})
-    missing = tmp_path / "nope"
-    assert load_kubeconfig(f"{missing}{os.pathsep}{os.pathsep}{real}").server == "http://h"
-    with pytest.raises(ConfigError, match="cannot read kubeconfig"):
-        load_kubeconfig(missing)
-    with pytest.raises(ConfigError, match="none of the kubeconfig files exists"):
-        load_kubeconfig(f"{missing}{os.pathsep}{tmp_path / 'nope2'}")
-
-
-def test_an_explicit_kubeconfig_wins_over_the_service_account(tmp_path: Path) -> None:
-    kc = write(tmp_path / "config", {
-        "current-context": "x", "clusters": [{"name": "c", "cluster": {"server": "http://h"}}],
-        "contexts": [{"name": "x", "context": {"cluster": "c"}}]})
-    sa = tmp_path / "sa"
-    sa.mkdir()
-    (sa / "token").write_text("t")
-    (sa / "ca.crt").write_text("ca")
-    pod = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443"}
-    assert load_config(env={**pod, "KUBECONFIG": str(kc)}, sa_dir=sa).server == "http://h"
-    assert load_config(env=pod, sa_dir=sa).server == "https://10.0.0.1:443"
-
-
-# ---- exec plugins: what kubectl hands them -------------------------------------------------
-
-
-def _exec_user(**extra: Any) -> dict[str, Any]:
-    return {"exec": {"apiVersion": V1, "command": "./bin/get-token", "args": ["--cluster", "x"],
-                     "env": [{"name": "PROFILE", "value": "ml"}],
-                     "interactiveMode": "Never", **extra}}
-
-
-def test_an_exec_user_is_read_with_its_command_relative_to_the_kubeconfig(tmp_path: Path) -> None:
-    kc = write(tmp_path / "config", {
-        "current-context": "x",
-        "clusters": [{"name": "c", "cluster": {
-            "server": "https://h:443", "certificate-authority-data": b64(b"CA"),
-            "extensions": [{"name": "client.authentication.k8s.io/exec",
-                            "extension": {"audience": "k8s"}}]}}],
-        "users": [{"name": "u", "user": _exec_user(provideClusterInfo=True)}],
-        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}]})
-    plugin = load_kubeconfig(kc).exec
-    assert plugin is not None
-    assert plugin.command == str(tmp_path / "bin" / "get-token")
-    assert (plugin.args, plugin.env, plugin.interactive_mode) == (
-        ("--cluster", "x"), (("PROFILE", "ml"),), "Never")
-    assert plugin.cluster == {"server": "https://h:443", "certificate-authority-data": b64(b"CA"),
-                              "config": {"audience": "k8s"}}
 
 
 class FakePlugin:
@@ -136,9 +86,38 @@ class FakePlugin:
 def _exec_config(tmp_path: Path, **extra: Any) -> Any:
     kc = write(tmp_path / "config", {
         "current-context": "x", "clusters": [{"name": "c", "cluster": {"server": "https://h"}}],
-        "users": [{"name": "u", "user": _exec_user(**extra)}],
+        "users": [{"name": "u", "user": exec_user(**extra)}],
         "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}]})
     return load_kubeconfig(kc)
+
+
+PLUGIN = """\
+import json, os, pathlib, sys
+info = json.loads(os.environ["KUBERNETES_EXEC_INFO"])
+runs = pathlib.Path(sys.argv[1])
+n = len(runs.read_text().splitlines()) + 1 if runs.exists() else 1
+runs.write_text(runs.read_text() + "run\\n" if runs.exists() else "run\\n")
+status = {"token": f"exec-token-{n}"} if sys.argv[2] == "token" else {
+    "clientCertificateData": pathlib.Path(sys.argv[3]).read_text(),
+    "clientKeyData": pathlib.Path(sys.argv[4]).read_text()}
+print(json.dumps({"apiVersion": info["apiVersion"], "kind": "ExecCredential",
+                  "status": status}))
+"""
+
+
+def _plugin_kubeconfigs(tmp_path: Path, server: str, pki: Pki, *args: str) -> str:
+    """KUBECONFIG=a:b: the exec user in a, the cluster and context in b."""
+    script = tmp_path / "plugin.py"
+    script.write_text(PLUGIN)
+    a = write(tmp_path / "a.yaml", {"users": [{"name": "u", "user": {"exec": {
+        "apiVersion": V1, "command": sys.executable, "interactiveMode": "Never",
+        "args": [str(script), str(tmp_path / "runs"), *args]}}}]})
+    b = write(tmp_path / "b.yaml", {
+        "current-context": "x",
+        "clusters": [{"name": "c", "cluster": {"server": server,
+                                               "certificate-authority-data": b64(pki.ca.cert)}}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}]})
+    return f"{a}{os.pathsep}{b}"
 
 
 def test_the_plugin_gets_its_env_and_the_exec_info_and_no_terminal(tmp_path: Path) -> None:
@@ -221,49 +200,6 @@ def test_a_failing_or_missing_plugin_fails_at_start_with_its_install_hint(tmp_pa
         Credentials(cfg)  # ./bin/get-token does not exist
 
 
-# ---- a real plugin against a real TLS server ------------------------------------------------
-
-
-PLUGIN = """\
-import json, os, pathlib, sys
-info = json.loads(os.environ["KUBERNETES_EXEC_INFO"])
-runs = pathlib.Path(sys.argv[1])
-n = len(runs.read_text().splitlines()) + 1 if runs.exists() else 1
-runs.write_text(runs.read_text() + "run\\n" if runs.exists() else "run\\n")
-status = {"token": f"exec-token-{n}"} if sys.argv[2] == "token" else {
-    "clientCertificateData": pathlib.Path(sys.argv[3]).read_text(),
-    "clientKeyData": pathlib.Path(sys.argv[4]).read_text()}
-print(json.dumps({"apiVersion": info["apiVersion"], "kind": "ExecCredential",
-                  "status": status}))
-"""
-
-
-@pytest.fixture(scope="module")
-def pki() -> Pki:
-    return make_pki()
-
-
-@pytest.fixture
-def tls_server(pki: Pki, tmp_path: Path) -> Iterator[FakeApiServer]:
-    with serve(pki, tmp_path / "server") as state:
-        yield state
-
-
-def _plugin_kubeconfigs(tmp_path: Path, server: str, pki: Pki, *args: str) -> str:
-    """KUBECONFIG=a:b: the exec user in a, the cluster and context in b."""
-    script = tmp_path / "plugin.py"
-    script.write_text(PLUGIN)
-    a = write(tmp_path / "a.yaml", {"users": [{"name": "u", "user": {"exec": {
-        "apiVersion": V1, "command": sys.executable, "interactiveMode": "Never",
-        "args": [str(script), str(tmp_path / "runs"), *args]}}}]})
-    b = write(tmp_path / "b.yaml", {
-        "current-context": "x",
-        "clusters": [{"name": "c", "cluster": {"server": server,
-                                               "certificate-authority-data": b64(pki.ca.cert)}}],
-        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}]})
-    return f"{a}{os.pathsep}{b}"
-
-
 def test_a_real_plugin_token_is_sent_and_run_again_after_a_401(
         tmp_path: Path, pki: Pki, tls_server: FakeApiServer) -> None:
     api = AgentApi(ApiClient(load_kubeconfig(_plugin_kubeconfigs(
@@ -291,16 +227,3 @@ def test_a_real_plugin_client_certificate_does_mutual_tls(tmp_path: Path, pki: P
             str(tmp_path / "k.pem"))), user_agent="test"))
         assert api.get_node("n", timeout=5)["metadata"]["name"] == "n"
         assert "Authorization" not in server.requests[-1].headers
-
-
-def test_the_namespace_comes_from_the_context_or_the_service_account(tmp_path: Path) -> None:
-    kc = write(tmp_path / "config", {
-        "current-context": "x", "clusters": [{"name": "c", "cluster": {"server": "http://h"}}],
-        "contexts": [{"name": "x", "context": {"cluster": "c", "namespace": "ml"}}]})
-    assert load_kubeconfig(kc).namespace == "ml"
-    sa = tmp_path / "sa"
-    sa.mkdir()
-    for name, text in (("token", "t"), ("ca.crt", "ca"), ("namespace", "gpu-auditor\n")):
-        (sa / name).write_text(text)
-    pod = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443"}
-    assert load_config(env=pod, sa_dir=sa).namespace == "gpu-auditor"
