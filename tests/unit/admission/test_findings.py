@@ -121,16 +121,6 @@ def test_tenant_text_is_echoed_printable_and_bounded() -> None:
         assert len(text) < 320
 
 
-def test_the_core_keeps_max_split_minus_one_out_of_its_problems() -> None:
-    """The diagnosis merges a recommendation into the job's setting without its problems; the
-    default value is harmless there, so it is an issue (for the webhook) but not a problem."""
-    from gpu_auditor.diagnosis.allocconf import check
-
-    checked = check("max_split_size_mb:-1")
-    assert checked.problems == () and checked.bad_keys == frozenset()
-    assert [i.kind.value for i in checked.issues] == ["ignored"]
-
-
 class Bomb(list):  # type: ignore[type-arg]
     """A YAML alias bomb's stand-in: a value whose text must never be taken."""
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from jsonpatch import apply
 
 from gpu_auditor.admission.inject import PROBE_DIR, PROBE_LABEL, VOLUME, inject, wants_probe
+
+from .jsonpatch import apply
 
 pytestmark = pytest.mark.unit
 

@@ -137,3 +137,13 @@ def test_merge_keeps_order_drops_rejected_entries_and_overrides() -> None:
     assert merge(current, {"expandable_segments": "True"}) == (
         "max_split_size_mb:256,expandable_segments:True"
     )
+
+
+def test_the_core_keeps_max_split_minus_one_out_of_its_problems() -> None:
+    """The diagnosis merges a recommendation into the job's setting without its problems; the
+    default value is harmless there, so it is an issue (for the webhook) but not a problem."""
+    from gpu_auditor.diagnosis.allocconf import check
+
+    checked = check("max_split_size_mb:-1")
+    assert checked.problems == () and checked.bad_keys == frozenset()
+    assert [i.kind.value for i in checked.issues] == ["ignored"]

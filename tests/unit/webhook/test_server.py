@@ -1,31 +1,23 @@
 """The webhook server: its decision from path and body (`answer`), then the real HTTPS server
-on loopback, including a certificate rotated under it."""
+on loopback."""
 
 from __future__ import annotations
 
 import base64
-import http.client
 import json
-import shutil
 import socket
-import ssl
-import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
 
 from gpu_auditor.webhook import server as server_mod
-from gpu_auditor.webhook import tls as tls_mod
 from gpu_auditor.webhook.server import Settings, WebhookServer, answer
-from gpu_auditor.webhook.tls import Certificate
-from tests.integration.webhook_support import Tls, make_tls
+from tests.integration.webhook_support import Tls
+
+from .webhook_helpers import SETTINGS, connect
 
 pytestmark = pytest.mark.unit
-
-SETTINGS = Settings(probe_image="img:probe")
 
 
 def review(obj: dict[str, Any], operation: str = "CREATE") -> bytes:
@@ -113,29 +105,6 @@ def test_our_own_failure_allows_the_request(monkeypatch: pytest.MonkeyPatch) -> 
 # -- the HTTPS server ---------------------------------------------------------------------------
 
 
-@pytest.fixture
-def tls(tmp_path: Path) -> Tls:
-    return make_tls(tmp_path / "tls")
-
-
-@pytest.fixture
-def running(tls: Tls, monkeypatch: pytest.MonkeyPatch) -> Iterator[WebhookServer]:
-    monkeypatch.setattr(tls_mod, "CHECK_EVERY", 0.0)
-    server = WebhookServer(("127.0.0.1", 0), Certificate(str(tls.cert_file),
-                                                         str(tls.key_file)), SETTINGS)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-
-
-def connect(server: WebhookServer, ca_pem: bytes) -> http.client.HTTPSConnection:
-    context = ssl.create_default_context(cadata=ca_pem.decode())
-    return http.client.HTTPSConnection("127.0.0.1", server.server_port, context=context,
-                                       timeout=10)
-
-
 def sample(name: str, **labels: str) -> float:
     return REGISTRY.get_sample_value(name, labels) or 0.0
 
@@ -166,32 +135,6 @@ def test_a_body_over_the_limit_is_refused_without_reading_it(
     conn.putheader("Content-Length", str(64 << 20))
     conn.endheaders()
     assert conn.getresponse().status == 413
-
-
-def test_a_rotated_certificate_is_served_without_a_restart(
-    running: WebhookServer, tls: Tls, tmp_path: Path
-) -> None:
-    conn = connect(running, tls.ca_pem)
-    conn.request("GET", "/healthz")
-    assert conn.getresponse().status == 200
-    rotated = make_tls(tmp_path / "rotated")  # a new CA and a new pair, as after a rotation
-    shutil.copyfile(rotated.cert_file, tls.cert_file)
-    shutil.copyfile(rotated.key_file, tls.key_file)
-    with pytest.raises(ssl.SSLError):  # the old CA no longer verifies the server
-        fresh = connect(running, tls.ca_pem)
-        fresh.request("GET", "/healthz")
-    fresh = connect(running, rotated.ca_pem)
-    fresh.request("GET", "/healthz")
-    assert fresh.getresponse().status == 200
-
-
-def test_a_broken_rotation_keeps_the_previous_certificate(
-    running: WebhookServer, tls: Tls
-) -> None:
-    tls.cert_file.write_text("not a certificate")
-    conn = connect(running, tls.ca_pem)
-    conn.request("GET", "/healthz")
-    assert conn.getresponse().status == 200
 
 
 def test_a_client_that_never_finishes_its_handshake_does_not_block_others(
