@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import signal
 import sys
@@ -56,15 +55,7 @@ def build(cfg: Config) -> Agent:
     else:
         from node_agent.nvml_source import NvmlSource
 
-        if cfg.nvml_binding == "pynvml":
-            if importlib.util.find_spec("pynvml") is None:
-                raise ConfigError("--nvml-binding pynvml needs nvidia-ml-py (the agent "
-                                  "extra): pip install 'gpu-auditor[agent]'")
-            import pynvml
-
-            gpus = NvmlSource(pynvml)
-        else:  # the agent's own binding, pynvml where the library lacks a call it needs
-            gpus = NvmlSource()
+        gpus = NvmlSource()  # ConfigError where nvidia-ml-py is not installed
 
     fake_pods_path = _fake_pods_path(cfg, fake_nvml)
     fake_pods = FakePods.from_file(fake_pods_path) if fake_pods_path else None

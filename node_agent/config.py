@@ -11,11 +11,10 @@ from pathlib import Path
 
 from gpu_auditor.base.errors import ConfigError
 from node_agent.kube import in_cluster
-from node_agent.podresources.client import DEFAULT_SOCKET
+from node_agent.podresources import DEFAULT_SOCKET
 from node_agent.series import DEFAULT_MAX_SERIES_PER_GPU
 
 MAX_SERIES_PER_GPU = 100_000
-NVML_BINDINGS = ("lite", "pynvml")
 
 
 @dataclass(frozen=True)
@@ -35,7 +34,6 @@ class Config:
     once: bool
     log_level: str
     max_series_per_gpu: int = DEFAULT_MAX_SERIES_PER_GPU
-    nvml_binding: str = "lite"  # NVML_BINDINGS
 
 
 def parser() -> argparse.ArgumentParser:
@@ -52,10 +50,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--interval", type=float, default=10.0, help="seconds between sampling passes")
     p.add_argument("--nvml-fake", type=Path, metavar="FILE",
                    help="read GPUs and processes from this YAML instead of NVML")
-    p.add_argument("--nvml-binding", choices=NVML_BINDINGS, default="lite",
-                   help="how NVML is called: 'lite', the agent's own ctypes binding (pynvml "
-                   "only if the library lacks a call it needs), or 'pynvml' (nvidia-ml-py) "
-                   "(default: lite)")
     p.add_argument("--pods-fake", type=Path, metavar="FILE",
                    help="read the node's pods and GPU allocations from this YAML instead of the "
                    "kubelet and API server (default: the 'pods:' file named in --nvml-fake)")
@@ -102,7 +96,6 @@ def parse(argv: Sequence[str] | None = None) -> Config:
         once=a.once,
         log_level=a.log_level,
         max_series_per_gpu=a.max_series_per_gpu,
-        nvml_binding=a.nvml_binding,
     )
     validate(cfg)
     return cfg

@@ -1,13 +1,14 @@
-"""The real GPU source: NVML through the agent's own binding (``nvml_lite``) or ``pynvml``.
-
-By default NVML is reached through ``node_agent.nvml_lite`` (ctypes alone). When the library
-lacks a call that binding needs at ``nvmlInit`` (``NVMLError_FunctionNotFound``) and
-nvidia-ml-py is installed, the source switches to ``pynvml`` once, logged;
-``--nvml-binding pynvml`` asks for ``pynvml`` from the start.
+"""The real GPU source: NVML through nvidia-ml-py's ``pynvml``, NVIDIA's own binding.
 
 ``nvmlInit`` runs once (retried at most every ``retry_seconds`` while it fails, logged once).
 Each pass lists every GPU and, when MIG is on, every MIG instance. A GPU whose NVML calls fail
 is dropped from that pass alone and counted as an error; the pass never raises.
+
+Process listings: pynvml's ``nvmlDeviceGet(MPS)ComputeRunningProcesses`` call the ``_v3``
+symbol only (drivers from R510 on); a library without it (pynvml raises
+``NVMLLibraryMismatchError``, not an ``NVMLError``) is asked through pynvml's ``_v2`` call
+instead, once found missing. A library with neither lists no processes (logged once): the
+GPU's memory figures are still served.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from gpu_auditor.base.errors import ConfigError
 from node_agent.model import GpuSample, NvmlReading, ProcessSample
 
 log = logging.getLogger(__name__)
@@ -32,45 +34,44 @@ _INIT_FAILURES = {
     "NVMLError_NoPermission": "no permission to open the GPU devices",
     "NVMLError_LibRmVersionMismatch": "the NVML library and the kernel driver versions differ",
 }
+# Raised by pynvml (not an NVMLError) when an unversioned call's _v3 symbol is missing.
+_MISMATCH = "NVMLLibraryMismatchError"
+_PROCESS_QUERIES = ("nvmlDeviceGetComputeRunningProcesses",
+                    "nvmlDeviceGetMPSComputeRunningProcesses")
 
 
 def _name(err: BaseException) -> str:
     return type(err).__name__
 
 
-def load_pynvml() -> ModuleType | None:
-    """nvidia-ml-py's ``pynvml``, or None where it is not installed."""
+def load_pynvml() -> ModuleType:
+    """nvidia-ml-py's ``pynvml``; ConfigError (exit 2) where the agent extra is missing."""
     try:
         return importlib.import_module("pynvml")
-    except ImportError:
-        return None
+    except ImportError as err:
+        raise ConfigError("the agent needs nvidia-ml-py for NVML (the agent extra): "
+                          "pip install 'gpu-auditor[agent]'") from err
 
 
 class NvmlSource:
-    """Samples GPUs and their processes. ``nvml`` has the ``pynvml`` module's interface:
-    ``node_agent.nvml_lite`` when not given, with ``fallback`` (default: ``load_pynvml``) tried
-    once if it finds a call missing at init. Tests pass fakes for both."""
+    """Samples GPUs and their processes. ``nvml`` has the ``pynvml`` module's interface
+    (``pynvml`` itself when not given; tests pass a fake)."""
 
     def __init__(
         self,
         nvml: ModuleType | Any | None = None,
         *,
-        fallback: Callable[[], ModuleType | Any | None] | None = None,
         retry_seconds: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if nvml is None:
-            from node_agent import nvml_lite
-
-            nvml = nvml_lite
-            fallback = fallback or load_pynvml
-        self._nvml = nvml
-        self._fallback = fallback
+        self._nvml = nvml if nvml is not None else load_pynvml()
         self._retry_seconds = retry_seconds
         self._clock = clock
         self._initialised = False
         self._next_try = 0.0
         self._logged: set[str] = set()
+        # the process listings in use: pynvml's unversioned (_v3) calls until one is missing
+        self._queries = {q: getattr(self._nvml, q) for q in _PROCESS_QUERIES}
 
     def _log_once(self, key: str, message: str, *args: object) -> None:
         if key not in self._logged:
@@ -87,9 +88,6 @@ class NvmlSource:
         try:
             self._nvml.nvmlInit()
         except self._nvml.NVMLError as err:
-            if _name(err) == "NVMLError_FunctionNotFound" and self._switch_binding(err):
-                self._next_try = 0.0
-                return self._init()
             why = _INIT_FAILURES.get(_name(err), str(err))
             self._log_once(
                 "init",
@@ -103,25 +101,9 @@ class NvmlSource:
         if "init" in self._logged:
             log.warning("NVML initialised after earlier failures")
             self._logged.discard("init")
-        log.info("NVML initialised (binding: %s)", self.binding)
+        log.info("NVML initialised")
         self._initialised = True
         return True
-
-    def _switch_binding(self, err: BaseException) -> bool:
-        """Our binding misses a call in this library: use the fallback (once) if there is one."""
-        fallback, self._fallback = self._fallback, None
-        other = fallback() if fallback is not None else None
-        if other is None:
-            return False
-        log.warning("the agent's NVML binding found a call missing in libnvidia-ml (%s); "
-                    "using %s instead", err, getattr(other, "__name__", "the fallback"))
-        self._nvml = other
-        return True
-
-    @property
-    def binding(self) -> str:
-        """The module NVML is reached through (``node_agent.nvml_lite``, ``pynvml``)."""
-        return str(getattr(self._nvml, "__name__", type(self._nvml).__name__))
 
     def sample(self) -> NvmlReading:
         if not self._init():
@@ -202,20 +184,9 @@ class NvmlSource:
     def _processes(self, handle: Any, uuid: str) -> tuple[ProcessSample, ...]:
         """Compute and MPS processes, one sample per pid. A GPU whose driver cannot list
         processes (NotSupported, e.g. some vGPU setups) keeps its memory metrics."""
-        nvml = self._nvml
         by_pid: dict[int, int | None] = {}
-        for query in (
-            nvml.nvmlDeviceGetComputeRunningProcesses,
-            nvml.nvmlDeviceGetMPSComputeRunningProcesses,
-        ):
-            try:
-                procs = query(handle)
-            except nvml.NVMLError as err:
-                if _name(err) not in ("NVMLError_NotSupported", "NVMLError_FunctionNotFound"):
-                    raise
-                self._log_once(f"procs:{uuid}:{query.__name__}", "%s on %s: %s",
-                               query.__name__, uuid, err)
-                continue
+        for name in _PROCESS_QUERIES:
+            procs = self._list(name, handle, uuid)
             for p in procs:
                 used = getattr(p, "usedGpuMemory", None)
                 pid = int(p.pid)
@@ -223,6 +194,27 @@ class NvmlSource:
                     by_pid[pid] = (int(used) if used is not None and 0 <= used <= _MAX_BYTES
                                    else None)
         return tuple(ProcessSample(pid=pid, used_bytes=b) for pid, b in sorted(by_pid.items()))
+
+    def _list(self, name: str, handle: Any, uuid: str) -> list[Any]:
+        """One process listing; [] where this driver cannot give it (logged once)."""
+        nvml = self._nvml
+        try:
+            return list(self._queries[name](handle))
+        except Exception as err:
+            if _name(err) == _MISMATCH and self._queries[name] is getattr(nvml, name):
+                older = getattr(nvml, f"{name}_v2", None)  # a driver before _v3 (R510)
+                if older is not None:
+                    self._log_once(f"v2:{name}", "%s: this NVML library has no _v3 call; "
+                                   "using _v2", name)
+                    self._queries[name] = older
+                    return self._list(name, handle, uuid)
+            elif not isinstance(err, nvml.NVMLError):
+                raise
+            if _name(err) not in ("NVMLError_NotSupported", "NVMLError_FunctionNotFound",
+                                  _MISMATCH):
+                raise
+            self._log_once(f"procs:{uuid}:{name}", "%s on %s: %s", name, uuid, err)
+            return []
 
 
 def _bytes(value: Any) -> int:
