@@ -22,8 +22,8 @@ RUN pip wheel --no-deps --wheel-dir /wheels .
 FROM ${PYTHON_IMAGE} AS runtime
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONUNBUFFERED=1
 # The wheel with both services' extras (`pip install gpu-auditor` alone is the CLI and the
-# core, with no dependency) and their dependencies (kopf's aiohttp wheels; the agent needs only
-# nvidia-ml-py and PyYAML),
+# core, with no dependency) and their dependencies (kopf's aiohttp wheels; the agent's
+# nvidia-ml-py, h2, protobuf and PyYAML: docs/dependencies.md),
 # byte-compiled at install time so nothing is written at run time (the pods run with a
 # read-only root filesystem). `echo` expands the wheel's glob, which pip's `file[extras]`
 # form does not.

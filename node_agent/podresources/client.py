@@ -1,9 +1,10 @@
 """A small client for the kubelet's ``v1.PodResourcesLister`` (``List``,
 ``GetAllocatableResources``) over its unix socket.
 
-gRPC is spoken by ``h2grpc`` (HTTP/2 on the socket) and the answers decoded by ``wire`` (the
-protobuf wire format), both on the standard library: no grpcio, no protobuf runtime, nothing
-for a training image's versions to clash with.
+gRPC is one unary call over HTTP/2 (``unary``, on ``h2``); the answers are parsed by
+``messages`` (``protobuf``). No grpcio: a channel, its threads and its runtime check against
+generated stubs are more than one call every ``--interval`` seconds needs
+(docs/dependencies.md has the figures).
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ from __future__ import annotations
 import builtins
 import os
 import stat
+import time
 
-from node_agent.podresources.h2grpc import GrpcError, unary_call
-from node_agent.podresources.wire import (
+from node_agent.podresources import DEFAULT_SOCKET
+from node_agent.podresources.messages import (
     ClaimDevice,
     ContainerClaim,
     ContainerDevices,
@@ -22,13 +24,16 @@ from node_agent.podresources.wire import (
     allocatable_response,
     list_response,
 )
+from node_agent.podresources.unary import GrpcError, unary_call
 
 __all__ = ["DEFAULT_SOCKET", "ClaimDevice", "ContainerClaim", "ContainerDevices",
            "KubeletUnavailable", "PodDevices", "PodResourcesClient"]
 
-DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 SERVICE = "/v1.PodResourcesLister"
-MAX_MESSAGE = 16 * 1024 * 1024  # the largest answer read (grpc-go's default limit is 4 MiB)
+# The largest answer read: ~10x what a generous 250-pod node sends (107 KB: every pod
+# Guaranteed with 3-4 containers, exclusive CPUs and memory, 64 GPU and 64 DRA pods; a plain
+# 250-pod node sends 41 KB, a 110-pod one 18 KB: bench/results/podresources_answer.md).
+MAX_MESSAGE = 1024 * 1024
 
 
 class KubeletUnavailable(Exception):
@@ -62,11 +67,12 @@ class PodResourcesClient:
                 f"{stat.S_IMODE(mode):04o}, owner uid {os.stat(self.socket_path).st_uid}): "
                 "connecting needs write permission on the socket; GPU allocation is unknown")
 
-    def _call(self, method: str) -> bytes:
+    def _call(self, method: str, deadline: float) -> bytes:
         self.check_access()
         try:
             return unary_call(self.socket_path, f"{SERVICE}/{method}", b"",
-                              timeout=self.timeout, max_message=MAX_MESSAGE)
+                              timeout=max(0.001, deadline - time.monotonic()),
+                              max_message=MAX_MESSAGE)
         except GrpcError as err:
             raise KubeletUnavailable(f"pod-resources {method} on {self.socket_path}: "
                                      f"{err}") from err
@@ -76,18 +82,20 @@ class PodResourcesClient:
 
     def list(self) -> list[PodDevices]:
         """Every pod of the node with its device-plugin devices and DRA claims."""
-        answer = self._call("List")
+        deadline = time.monotonic() + self.timeout  # the call and reading its answer
+        answer = self._call("List", deadline)
         try:
-            return list_response(answer)
+            return list_response(answer, deadline)
         except WireError as err:
             raise KubeletUnavailable(f"pod-resources List on {self.socket_path}: not a "
                                      f"ListPodResourcesResponse ({err})") from err
 
     def allocatable(self) -> builtins.list[ContainerDevices]:
         """The node's device-plugin devices (``GetAllocatableResources``)."""
-        answer = self._call("GetAllocatableResources")
+        deadline = time.monotonic() + self.timeout
+        answer = self._call("GetAllocatableResources", deadline)
         try:
-            return allocatable_response(answer)
+            return allocatable_response(answer, deadline)
         except WireError as err:
             raise KubeletUnavailable(f"pod-resources GetAllocatableResources on "
                                      f"{self.socket_path}: not an "

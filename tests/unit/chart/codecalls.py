@@ -46,10 +46,10 @@ SOURCE_ROOTS = (ROOT / "operator", ROOT)
 # Modules that make HTTP (or gRPC) connections. Only the transport may use one to reach the
 # API server; the others that use one say here why it is not the API server.
 HTTP_CLIENTS = ("http.client", "urllib.request", "urllib3", "aiohttp", "requests", "httpx",
-                "kubernetes", "kubernetes_asyncio", "pykube", "grpc")
+                "kubernetes", "kubernetes_asyncio", "pykube", "grpc", "h2")
 OTHER_CONNECTIONS = {
     TRANSPORT_MODULE: "the transport itself",
-    "node_agent.podresources.h2grpc": "gRPC (HTTP/2) to the kubelet's pod-resources unix socket",
+    "node_agent.podresources.unary": "gRPC (HTTP/2) to the kubelet's pod-resources unix socket",
 }
 
 # kopf functions our code may call that send no request.
