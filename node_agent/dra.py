@@ -18,15 +18,13 @@ when the kubelet names a device the map does not have (at most every 15 s): neve
 
 from __future__ import annotations
 
-import logging
-import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
+from gpu_auditor.base.names import LABEL_MAX, SUBDOMAIN_MAX, is_label, is_subdomain
 from node_agent.names import is_device_id
-
-log = logging.getLogger(__name__)
+from node_agent.relist import Relist
 
 Device = tuple[str, str, str]  # (driver, pool, device)
 
@@ -34,18 +32,16 @@ MAX_SLICES = 10_000  # the API allows 128 devices per slice; a node has a handfu
 MAX_DEVICES = 100_000
 UUID_ATTRIBUTE = "uuid"
 
-# Kubernetes' own shapes (resource.k8s.io/v1 validation): a driver is a DNS subdomain of at
-# most 63 characters; a pool is DNS subdomains joined by "/", at most 253; a device a DNS label.
-_SUBDOMAIN = r"[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?"
-_DRIVER = re.compile(r"[a-z0-9](?:[-a-z0-9.]{0,61}[a-z0-9])?")
-_POOL = re.compile(rf"{_SUBDOMAIN}(?:/{_SUBDOMAIN})*")
-_DEVICE = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?")
 
 
 def is_device_triplet(driver: object, pool: object, device: object) -> bool:
-    return (isinstance(driver, str) and _DRIVER.fullmatch(driver) is not None
-            and isinstance(pool, str) and len(pool) <= 253 and _POOL.fullmatch(pool) is not None
-            and isinstance(device, str) and _DEVICE.fullmatch(device) is not None)
+    """Kubernetes' own shapes (resource.k8s.io/v1 validation, ``gpu_auditor.base.names``): a
+    driver is a DNS subdomain of at most 63 characters; a pool DNS subdomains joined by "/", at
+    most 253; a device a DNS label."""
+    return (is_subdomain(driver) and len(str(driver)) <= LABEL_MAX
+            and isinstance(pool, str) and len(pool) <= SUBDOMAIN_MAX
+            and all(is_subdomain(part) for part in pool.split("/"))
+            and is_label(device))
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
@@ -108,53 +104,34 @@ class SliceApi(Protocol):
 
 class DraSlices:
     """This node's ResourceSlice devices, re-listed every ``max_age`` s and when a device the
-    kubelet names is missing (at most every ``min_refresh`` s). The last good map is kept when
-    the API server fails."""
+    kubelet names is missing (at most every ``min_refresh`` s; ``relist.Relist``). The last
+    good map is kept when the API server fails."""
 
     def __init__(self, api: SliceApi, node_name: str, *, min_refresh: float = 15.0,
                  max_age: float = 300.0, timeout: float = 5.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._api = api
         self._node = node_name
-        self._min_refresh = min_refresh
-        self._max_age = max_age
         self._timeout = timeout
-        self._clock = clock
-        self._last: float | None = None
-        self._failing = False
+        self._relist = Relist(f"listing ResourceSlices of node {node_name} (DRA devices stay "
+                              "unknown)", min_refresh=min_refresh, max_age=max_age, clock=clock)
         self.index: dict[Device, str | None] = {}
-        self.lists = 0  # API requests made (for tests and the bench)
 
-    def _due(self, wanted: Iterable[Device]) -> bool:
-        if self._last is None:
-            return True
-        age = self._clock() - self._last
-        if age >= self._max_age:
-            return True
-        return age >= self._min_refresh and any(d not in self.index for d in wanted)
+    @property
+    def lists(self) -> int:
+        """API requests made (for tests and the bench)."""
+        return self._relist.lists
 
     def refresh_if_needed(self, wanted: Iterable[Device]) -> int:
         """Re-list when due; returns the number of API errors (0 or 1)."""
         wanted = list(wanted)
-        if not self._due(wanted):
-            return 0
-        self._last = self._clock()
-        self.lists += 1
-        try:
-            body = self._api.list_resource_slices(
-                field_selector=f"spec.nodeName={self._node}", timeout=self._timeout)
-            self.index = slice_index(body, self._node)
-        except Exception as err:  # an APIError class (403 without the grant, 404 before
-            # resource.k8s.io/v1), or a malformed answer: keep the last map
-            if not self._failing:
-                log.warning("listing ResourceSlices of node %s failed, DRA devices stay "
-                            "unknown: %s", self._node, err)
-            self._failing = True
-            return 1
-        if self._failing:
-            log.warning("listing ResourceSlices of node %s works again", self._node)
-        self._failing = False
-        return 0
+        return self._relist.refresh(lambda: any(d not in self.index for d in wanted),
+                                    self._fetch)
+
+    def _fetch(self) -> None:
+        body = self._api.list_resource_slices(field_selector=f"spec.nodeName={self._node}",
+                                              timeout=self._timeout)
+        self.index = slice_index(body, self._node)
 
     def uuid(self, device: Device) -> str | None:
         return self.index.get(device)

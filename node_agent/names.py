@@ -3,8 +3,10 @@
 Pod and namespace names reach us from the API server, the kubelet and the fake pods file and
 leave again as metric labels, report fields and finding messages. The API server enforces these
 shapes, so anything else is not a pod we can name: it is skipped (from the API, the kubelet) or
-a config error (from a fake file), never passed on. Every pattern is bounded, so a hostile
-string is refused after at most a few hundred characters of matching.
+a config error (from a fake file), never passed on. DNS names are the shared base's rules
+(``gpu_auditor.base.names``, one definition for every part); the shapes only the agent reads
+(the cgroup's pod UID and container ID, device IDs) are here. Every check is bounded in length
+before a pattern runs.
 """
 
 from __future__ import annotations
@@ -12,9 +14,8 @@ from __future__ import annotations
 import re
 from typing import TypeGuard
 
-# RFC 1123 label (namespaces, container names) and subdomain (pod names), as Kubernetes checks.
-_DNS_LABEL = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?")
+from gpu_auditor.base.names import is_label, is_subdomain
+
 _UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _CONFIG_HASH = re.compile(r"[0-9a-f]{32}")  # a static pod's kubernetes.io/config.mirror
 _CONTAINER_ID = re.compile(r"[0-9a-f]{64}")  # what cgroup paths show (containerd, CRI-O)
@@ -28,15 +29,18 @@ def _fits(pattern: re.Pattern[str], value: object) -> TypeGuard[str]:
 
 
 def is_namespace(value: object) -> TypeGuard[str]:
-    return _fits(_DNS_LABEL, value)
+    """A DNS-1123 label."""
+    return is_label(value)
 
 
 def is_pod_name(value: object) -> TypeGuard[str]:
-    return _fits(_DNS_SUBDOMAIN, value)
+    """A DNS-1123 subdomain (``a..b`` is none: its labels must not be empty)."""
+    return is_subdomain(value)
 
 
 def is_container_name(value: object) -> TypeGuard[str]:
-    return _fits(_DNS_LABEL, value)
+    """A DNS-1123 label."""
+    return is_label(value)
 
 
 def is_pod_uid(value: object) -> TypeGuard[str]:

@@ -36,6 +36,7 @@ from node_agent.names import (
     is_pod_uid,
 )
 from node_agent.podresources.client import ContainerDevices, KubeletUnavailable, PodDevices
+from node_agent.relist import Relist
 from node_agent.sharing import strategy_from
 
 log = logging.getLogger(__name__)
@@ -378,47 +379,34 @@ class CoreApi(Protocol):
 
 class ApiPods:
     """This node's pods (and labels) from the API server, re-listed when an unknown pod UID
-    shows up (at most every ``min_refresh`` s) and otherwise every ``max_age`` s."""
+    shows up (at most every ``min_refresh`` s) and otherwise every ``max_age`` s
+    (``relist.Relist``). The last good list is kept when the API server fails."""
 
     def __init__(self, core: CoreApi, node_name: str, *, min_refresh: float = 15.0,
                  max_age: float = 300.0, timeout: float = 5.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._core = core
         self._node = node_name
-        self._min_refresh = min_refresh
-        self._max_age = max_age
         self._timeout = timeout
-        self._clock = clock
-        self._last: float | None = None
+        self._relist = Relist(f"listing pods of node {node_name} from the API server",
+                              min_refresh=min_refresh, max_age=max_age, clock=clock)
         self.index: dict[str, PodInfo] = {}
         self.labels: dict[str, str] = {}
 
-    def _due(self, wanted_uids: Iterable[str]) -> bool:
-        if self._last is None:
-            return True
-        age = self._clock() - self._last
-        if age >= self._max_age:
-            return True
-        return age >= self._min_refresh and any(uid not in self.index for uid in wanted_uids)
-
     def refresh_if_needed(self, wanted_uids: Iterable[str]) -> int:
         """Re-list when due; returns the number of API errors (0 or 1)."""
-        if not self._due(wanted_uids):
-            return 0
-        self._last = self._clock()
-        try:
-            pods = self._core.list_pods(field_selector=f"spec.nodeName={self._node}",
-                                        timeout=self._timeout)
-            self.index = index_pods(pods_from_api_list(pods))
-            node = self._core.get_node(self._node, timeout=self._timeout)
-            labels = _mapping(_mapping(node.get("metadata")).get("labels"))
-            self.labels = {k: v for k, v in labels.items()
-                           if isinstance(k, str) and isinstance(v, str)}
-        except Exception as err:  # an APIError class, or a malformed answer: keep the last data
-            log.warning("listing pods of node %s from the API server failed: %s", self._node,
-                        err)
-            return 1
-        return 0
+        return self._relist.refresh(lambda: any(uid not in self.index for uid in wanted_uids),
+                                    self._fetch)
+
+    def _fetch(self) -> None:
+        pods = self._core.list_pods(field_selector=f"spec.nodeName={self._node}",
+                                    timeout=self._timeout)
+        index = index_pods(pods_from_api_list(pods))
+        node = self._core.get_node(self._node, timeout=self._timeout)
+        labels = _mapping(_mapping(node.get("metadata")).get("labels"))
+        self.index = index
+        self.labels = {k: v for k, v in labels.items()
+                       if isinstance(k, str) and isinstance(v, str)}
 
 
 class ClusterPods:
@@ -447,9 +435,12 @@ class ClusterPods:
         if self._kubelet is not None:
             try:
                 allocations = self._allocations(self._kubelet.list(), errors)
-            except KubeletUnavailable as err:
+            except Exception as err:  # KubeletUnavailable; anything else is the same verdict
+                # (a pass must never fail for what the kubelet answered: issue 26, item 6)
                 if self._kubelet_was_up is not False:
-                    log.warning("kubelet unreachable, GPU allocation unknown: %s", err)
+                    log.warning("kubelet unreachable, GPU allocation unknown: %s%s",
+                                "" if isinstance(err, KubeletUnavailable)
+                                else f"{type(err).__name__}: ", err)
                 errors["kubelet"] = 1
             else:
                 if self._kubelet_was_up is False:
