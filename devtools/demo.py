@@ -97,7 +97,7 @@ def _crowded_gpu(work: Path, fake_node: Path) -> Path:
 
 def stage(cluster: LocalCluster) -> OperatorProcess:
     """Everything up to the three failed pods annotated (and ml/notebook-1 told it shares a
-    GPU): the scenario `make demo` shows and tests/integration/test_explain.py reads back."""
+    GPU): the scenario `make demo` shows and tests/integration/test_explain_demo.py reads back."""
     from kubernetes import client
 
     api = cluster.api_client()

