@@ -65,6 +65,12 @@ _CORPORA = [  # the real logs: every rule of the core meets them
     "diagnosis/test_diagnosis_h200_proof_logs.py",
     "diagnosis/test_diagnosis_heldout_logs.py",
 ]
+_OPERATOR = [  # the operator's paths through Services, with the in-memory API
+    "controller/test_service.py",
+    "controller/test_oom.py",
+    "controller/test_sharing.py",
+    "controller/test_owners.py",
+]
 GROUPS: dict[str, dict[str, Any]] = {
     # group -> where its modules are in the tree, where mutmut sees them staged, and per module
     # the unit tests (under tests/unit/) run against its mutants ("-<test id>": a test left out
@@ -182,20 +188,14 @@ GROUPS: dict[str, dict[str, Any]] = {
         "staged": "src/gpu_auditor/controller",
         "modules": ("annotations", "pod", "service", "sharing"),
         "tests": {
-            "annotations": [
-                "controller/test_annotations.py",
-                "controller/test_boundaries_annotations.py",
-                "controller/test_boundaries_annotations_survivors.py",
-            ],
+            "annotations": ["controller/test_annotations.py"],
             "pod": [
                 "controller/test_pod.py",
-                "controller/test_boundaries_pod.py",
-                "controller/test_boundaries_annotations.py",
-                "controller/test_service.py",
-                "controller/test_boundaries_service.py",
+                "controller/test_annotations.py",
+                *_OPERATOR,
             ],
-            "service": ["controller/test_service.py", "controller/test_boundaries_service.py"],
-            "sharing": ["controller/test_service.py", "controller/test_boundaries_service.py"],
+            "service": _OPERATOR,
+            "sharing": _OPERATOR,
         },
     },
 }

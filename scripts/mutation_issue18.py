@@ -130,31 +130,31 @@ MUTANTS = [
     # -- operator --------------------------------------------------------------------------------
     Mutant("annotations-keys-kept", "annotations: no bound on kept keys",
            C + "annotations.py", "while size + _floor_size(floor) > limit:",
-           "while False:", (T + "controller/test_boundaries_annotations.py",)),
+           "while False:", (T + "controller/test_annotations.py",)),
     Mutant("annotations-cut", "annotations: `_cut` never truncating (today `value()`, through "
            "`bounded.clip`)", C + "annotations.py",
            "return bounded.clip(text, LIMITS[name])", "return text",
-           (T + "controller/test_boundaries_annotations.py",)),
+           (T + "controller/test_annotations.py",)),
     Mutant("annotations-stale-recommendation", "annotations: a stale `recommended-alloc-conf` "
            "not cleared", C + "annotations.py",
            "CLEARED = (Annotation.RECOMMENDED_ALLOC_CONF, Annotation.DIAGNOSIS_FAILED)",
            "CLEARED = (Annotation.DIAGNOSIS_FAILED,)",
-           (T + "controller/test_boundaries_annotations.py",)),
+           (T + "controller/test_annotations.py",)),
     Mutant("annotations-event-key", "annotations: an Event name that ignores the termination "
            "key", C + "annotations.py",
            "event_name=event_name(pod.name, pod.uid, termination.key, reason),",
            "event_name=event_name(pod.name, pod.uid, reason),",
-           (T + "controller/test_boundaries_annotations.py",)),
+           (T + "controller/test_annotations.py",)),
     Mutant("service-pending-key", "service: `pending()` ignoring `diagnosed-key`",
            C + "oom.py", "if not pod.diagnosed_keys.done(t) and not written.done(t)",
            "if not written.done(t)",
-           (T + "controller/test_boundaries_service.py",)),
+           (T + "controller/test_oom.py",)),
     Mutant("sharing-path-ignore", "the sharing path ignoring the `ignore` label",
            C + "sharing.py", "        if pod.ignored:\n            return\n", "",
-           (T + "controller/test_boundaries_service.py",)),
+           (T + "controller/test_sharing.py",)),
     Mutant("pod-ignore-label", "the pod view reading the ignore label loosely",
            C + "pod.py", '.get(IGNORE_LABEL) == "true"', '.get(IGNORE_LABEL) in ("true", "True")',
-           (T + "controller/test_boundaries_annotations.py",)),
+           (T + "controller/test_pod.py",)),
 ]
 # fmt: on
 
