@@ -1,5 +1,5 @@
-"""The agent's own pod-resources client (HTTP/2 + protobuf wire format on the standard library)
-against a real grpcio server on a unix socket, answering with the kubelet's generated messages
+"""The agent's pod-resources client (HTTP/2 by h2, the messages by protobuf) against a real
+grpcio server on a unix socket, answering with the kubelet's generated messages
 (a stand-in kubelet: device-plugin devices and DRA claims)."""
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ def test_client_reads_allocatable_devices(kubelet: tuple[Path, Lister]) -> None:
 def test_an_answer_larger_than_the_http2_window_and_frame_size_is_read_whole(
         tmp_path: Path) -> None:
     """3,000 pods: ~250 KiB, so many DATA frames and more than HTTP/2's default 64 KiB
-    window: our SETTINGS opened the window for it."""
+    window: the client's WINDOW_UPDATEs, sent as it reads, let grpcio send the rest."""
     socket = tmp_path / "big.sock"
     server = serve(socket, Lister(extra_pods=3000))
     try:
@@ -171,13 +171,15 @@ def test_missing_socket_is_kubelet_unavailable(tmp_path: Path) -> None:
         client.list()
 
 
-def test_the_client_imports_neither_grpc_nor_protobuf() -> None:
+def test_the_client_imports_neither_grpcio_nor_prometheus_client() -> None:
+    """h2 and protobuf's runtime, not grpcio (a channel and its threads for one call per pass;
+    docs/dependencies.md)."""
     import subprocess
     import sys
 
     code = ("import sys, node_agent.podresources.client, node_agent.cli; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('grpc', 'google', 'prometheus_client', 'yaml')))")
+            "('grpc', 'prometheus_client', 'yaml')))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, check=True)
     assert done.stdout.strip() == "[]"
