@@ -158,8 +158,8 @@ GROUPS: dict[str, dict[str, Any]] = {
             ],
             "proberecord": [
                 "diagnosis/test_boundaries_proberecord_survivors.py",
-                "probe/test_probe_record_reader.py",
-                "probe/test_probe_record_properties.py",
+                "diagnosis/test_proberecord.py",
+                "probe/test_write.py",  # what the probe writes, the reader reads
                 "commands/test_diagnose.py",  # --probe-record through the CLI
                 "diagnosis/test_boundaries_classify.py",
             ],

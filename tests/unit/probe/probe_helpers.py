@@ -4,6 +4,7 @@ shaped like ``torch.cuda.memory._snapshot()``'s."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -183,3 +184,37 @@ def run_python(
     return subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=clean, cwd=cwd, timeout=60
     )
+
+
+# -- real interpreter start-ups ----------------------------------------------------------------
+
+ON = {"GPU_AUDITOR_PROBE": "1"}
+STATE = (
+    "import sys, json\n"
+    "hooks = [type(f).__name__ for f in sys.meta_path if getattr(f, 'gpu_auditor_probe', 0)]\n"
+    "mods = sorted(m for m in sys.modules if m == 'torch' or m.startswith('gpu_auditor_probe'))\n"
+    "print(json.dumps({'hooks': hooks, 'modules': mods}))\n"
+)
+"""Run in the started interpreter: the probe's finders on sys.meta_path and its loaded modules."""
+
+
+def state_of(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+OOM_TWICE = (
+    "import torch\n"
+    "torch.cuda._lazy_init()\n"
+    "observe = torch.observers[0]\n"
+    "print(observe(0, {req}, 140 * 2**30, {free}))\n"
+    "observe(0, {req}, 140 * 2**30, {free})\n"
+)
+"""A job that hits two OOMs (``.format(req=..., free=...)``)."""
+
+
+def state(backend: str | None = "native", status: str = "ok", count: int = 1) -> Any:
+    """The probe's state (``_hook.ProbeState``) at an OOM."""
+    from gpu_auditor_probe import _hook
+
+    s = _hook.ProbeState()
+    s.backend, s.status, s.oom_count = backend, status, count
+    return s

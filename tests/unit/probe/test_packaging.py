@@ -9,7 +9,8 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from probe_helpers import PROBE_DIR, run_python
+
+from .probe_helpers import PROBE_DIR, run_python
 
 pytestmark = pytest.mark.unit
 

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 from gpu_auditor_probe import _hook, _record, _write
-from probe_helpers import GiB, MiB, fake_torch, pinned_segments
 
+from gpu_auditor.diagnosis import proberecord as pr
 from gpu_auditor.diagnosis.proberecord import find_record
+
+from .probe_helpers import GiB, MiB, fake_torch, pinned_segments
 
 pytestmark = pytest.mark.unit
 
@@ -132,3 +134,11 @@ def test_publish_swallows_an_unwritable_path(monkeypatch: pytest.MonkeyPatch, ca
     _write.publish({"probe": "gpu-auditor", "v": 1, "status": "ok", "request_bytes": 20 * MiB})
     err = capfd.readouterr().err
     assert err.startswith("gpu-auditor-probe-record {") and err.endswith("}\n")
+
+
+def test_the_probe_and_the_reader_agree_on_the_contract() -> None:
+    from gpu_auditor_probe import _record, _write
+
+    assert _write.MARKER == pr.MARKER
+    assert (_record.PROBE_ID, _record.SCHEMA_VERSION) == (pr.PROBE_ID, pr.SCHEMA_VERSION)
+    assert len(_record.HIST_EDGES) + 1 == pr.HIST_BUCKETS

@@ -3,16 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from gpu_auditor_probe import _hook, _record
-from probe_helpers import GiB, MiB, fake_torch, pinned_segments, segment
+from gpu_auditor_probe import _record
+
+from .probe_helpers import GiB, MiB, fake_torch, pinned_segments, segment, state
 
 pytestmark = pytest.mark.unit
-
-
-def state(backend: str | None = "native", status: str = "ok", count: int = 1) -> _hook.ProbeState:
-    s = _hook.ProbeState()
-    s.backend, s.status, s.oom_count = backend, status, count
-    return s
 
 
 def test_pinned_segments_leave_free_memory_only_in_small_pieces() -> None:
@@ -112,40 +107,3 @@ def test_a_failing_snapshot_gives_an_error_status_and_keeps_the_figures_read_bef
     assert (rec["allocated_bytes"], rec["device_free_bytes"]) == (3 * GiB, 5)
 
 
-def test_the_observer_never_raises_whatever_torch_does(monkeypatch: pytest.MonkeyPatch) -> None:
-    import sys
-
-    broken = fake_torch([], snapshot_error=SystemExit(3))
-    monkeypatch.setitem(sys.modules, "torch", broken)
-    monkeypatch.setenv("GPU_AUDITOR_PROBE_PATH", "/nonexistent-dir/record")
-    monkeypatch.setenv("GPU_AUDITOR_PROBE_STDERR", "0")
-    monkeypatch.setattr(_hook, "STATE", state(count=0))
-    assert _hook.observe(0, 2 * GiB, 140 * GiB, 0) is None
-    monkeypatch.delitem(sys.modules, "torch")
-    assert _hook.observe(0, 2 * GiB, 140 * GiB, 0) is None  # torch gone: KeyError, swallowed
-    assert _hook.STATE.oom_count == 2
-
-
-@pytest.mark.parametrize(
-    ("exc", "expected"),
-    [
-        (RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"), True),
-        (RuntimeError("CUDA error: out of memory"), True),
-        (RuntimeError("Allocation on device 0 would exceed allowed memory. (out of memory)"), True),
-        (type("OutOfMemoryError", (RuntimeError,), {})("x"), True),
-        (ValueError("shape mismatch"), False),
-        (MemoryError(), False),  # host memory: not ours
-    ],
-)
-def test_is_oom(exc: BaseException, expected: bool) -> None:
-    assert _hook.is_oom(exc) is expected
-
-
-def test_an_oom_wrapped_by_another_error_is_recognised() -> None:
-    try:
-        try:
-            raise RuntimeError("CUDA out of memory.")
-        except RuntimeError as inner:
-            raise ValueError("step failed") from inner
-    except ValueError as outer:
-        assert _hook.is_oom(outer)

@@ -6,6 +6,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpu_auditor.diagnosis import proberecord as pr
 from gpu_auditor.diagnosis.proberecord import (
@@ -17,7 +19,10 @@ from gpu_auditor.diagnosis.proberecord import (
 
 pytestmark = pytest.mark.unit
 
+
 MiB = 1024**2
+
+
 GiB = 1024**3
 
 
@@ -82,7 +87,15 @@ def verdict(**over: Any) -> pr.ProbeVerdict:
     return record_verdict(record(**over))
 
 
-# -- parsing --------------------------------------------------------------------------------
+CAPPED = {
+    "request_bytes": 1024 * MiB,
+    "allowed_bytes": 7 * GiB,
+    "large": {"free_bytes": 1 * MiB, "largest_free_bytes": 1 * MiB},
+}
+
+
+def line(**over: Any) -> str:
+    return "gpu-auditor-probe-record " + json.dumps(raw(**over), separators=(",", ":"))
 
 
 def test_the_issue_job_parses_into_one_typed_value() -> None:
@@ -229,9 +242,6 @@ def test_lists_are_bounded_and_bad_items_dropped() -> None:
     assert record(large={"hist": [1, 2, 3]}).large.histogram == ()  # type: ignore[union-attr]
 
 
-# -- the verdict: each boundary from both sides ------------------------------------------------
-
-
 def test_the_issue_job_is_fragmentation() -> None:
     v = verdict()
     assert v.kind == "fragmentation"
@@ -316,13 +326,6 @@ def test_small_requests_read_the_small_pool() -> None:
     assert (v.kind, v.pool) == ("capacity-or-leak", "large")
 
 
-CAPPED = {
-    "request_bytes": 1024 * MiB,
-    "allowed_bytes": 7 * GiB,
-    "large": {"free_bytes": 1 * MiB, "largest_free_bytes": 1 * MiB},
-}
-
-
 def test_cap_when_the_device_has_the_room_the_fraction_withholds() -> None:
     over = {**CAPPED, "allocated_bytes": 6 * GiB, "reserved_bytes": 7 * GiB - 10 * MiB}
     v = verdict(**over, device_free_bytes=1024 * MiB)
@@ -387,13 +390,6 @@ def test_the_verdict_serialises_with_its_figures() -> None:
     assert set(out) >= {"reason", "pool", "cache_free_bytes", "room_bytes", "cap_room_bytes"}
 
 
-# -- finding the record in text ----------------------------------------------------------------
-
-
-def line(**over: Any) -> str:
-    return "gpu-auditor-probe-record " + json.dumps(raw(**over), separators=(",", ":"))
-
-
 def test_the_last_record_in_a_cri_log_is_found() -> None:
     log = "\n".join(
         [
@@ -427,9 +423,127 @@ def test_a_huge_line_after_the_marker_is_refused_without_reading_it_all() -> Non
     assert parsed == pr.ParsedRecord(None, "larger than 16384 bytes")
 
 
-def test_the_probe_and_the_reader_agree_on_the_contract() -> None:
-    from gpu_auditor_probe import _record, _write
+# Property tests: whatever a tenant writes, the reader returns a value or a reason, never raises,
+# and every figure it keeps is within bounds.
 
-    assert _write.MARKER == pr.MARKER
-    assert (_record.PROBE_ID, _record.SCHEMA_VERSION) == (pr.PROBE_ID, pr.SCHEMA_VERSION)
-    assert len(_record.HIST_EDGES) + 1 == pr.HIST_BUCKETS
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=30),
+    lambda inner: (
+        st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=20), inner, max_size=5)
+    ),
+    max_leaves=30,
+)
+
+
+FIELDS = [
+    "status", "torch", "pid", "rank", "backend", "device", "oom_count", "request_bytes",
+    "device_total_bytes", "device_free_bytes", "allocated_bytes", "reserved_bytes", "fraction",
+    "allowed_bytes", "expandable_segments", "alloc_conf", "private_pool_bytes", "pools",
+    "live_allocations", "top_allocations_bytes", "cut",
+]  # fmt: skip
+
+
+POOL_FIELDS = [
+    "segments",
+    "segment_bytes",
+    "free_bytes",
+    "largest_free_bytes",
+    "pending_free_bytes",
+    "hist",
+]
+
+
+def check(parsed: pr.ParsedRecord) -> None:
+    assert (parsed.record is None) != (parsed.reason is None)
+    rec = parsed.record
+    if rec is None:
+        return
+    for name in ("request_bytes", "device_total_bytes", "device_free_bytes", "allocated_bytes",
+                 "reserved_bytes", "allowed_bytes", "private_pool_bytes"):  # fmt: skip
+        value = getattr(rec, name)
+        assert value is None or (type(value) is int and 0 <= value <= 2**60)
+    assert rec.fraction is None or 0 < rec.fraction <= 1
+    for pool in (rec.large, rec.small):
+        if pool is not None and pool.free_bytes is not None and pool.largest_free_bytes is not None:
+            assert pool.largest_free_bytes <= pool.free_bytes
+    v = pr.record_verdict(rec)
+    assert v.kind in pr.VERDICTS and v.reason
+    json.dumps(v.to_json_dict())
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.binary(max_size=2000))
+def test_arbitrary_bytes_never_raise(data: bytes) -> None:
+    check(pr.parse_record(data))
+    found = pr.find_record(b"gpu-auditor-probe-record " + data)
+    assert found is not None
+    check(found)
+    assert pr.find_record(data) is None or isinstance(pr.find_record(data), pr.ParsedRecord)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.text(max_size=500))
+def test_arbitrary_text_never_raises(text: str) -> None:
+    check(pr.parse_record(text))
+    found = pr.find_record("noise\n" + text + "\ngpu-auditor-probe-record " + text)
+    assert found is not None
+    check(found)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.dictionaries(st.sampled_from(FIELDS), JSON, max_size=12),
+    st.dictionaries(st.sampled_from(POOL_FIELDS), JSON),
+)
+def test_any_value_in_any_field_is_read_or_dropped(
+    fields: dict[str, Any], pool: dict[str, Any]
+) -> None:
+    body: dict[str, Any] = {
+        "probe": "gpu-auditor",
+        "v": 1,
+        "status": "ok",
+        "pools": {"large": pool},
+    }
+    body.update(fields)
+    check(pr.parse_record(json.dumps(body)))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.integers(-(2**62), 2**62), st.integers(-(2**62), 2**62), st.integers(-(2**62), 2**62),
+    st.integers(-(2**62), 2**62), st.one_of(st.none(), st.integers(-(2**62), 2**62)),
+    st.integers(-(2**62), 2**62),
+)  # fmt: skip
+def test_absurd_numbers_give_a_verdict_or_unknown(
+    request: int, free: int, cache: int, largest: int, allowed: int | None, reserved: int
+) -> None:
+    body = {
+        "probe": "gpu-auditor", "v": 1, "status": "ok", "request_bytes": request,
+        "device_free_bytes": free, "allowed_bytes": allowed, "reserved_bytes": reserved,
+        "pools": {"large": {"free_bytes": cache, "largest_free_bytes": largest}},
+    }  # fmt: skip
+    parsed = pr.parse_record(json.dumps(body))
+    check(parsed)
+    assert parsed.record is not None
+    v = pr.record_verdict(parsed.record)
+    if v.kind in ("fragmentation", "capacity-or-leak", "cap"):
+        assert 0 < request <= 2**60 and 0 <= largest < request and 0 <= free <= 2**60
+
+
+def test_deep_nesting_in_a_field_is_dropped() -> None:
+    deep: Any = 1
+    for _ in range(500):
+        deep = [deep]
+    body = {
+        "probe": "gpu-auditor",
+        "v": 1,
+        "status": "ok",
+        "pools": deep,
+        "top_allocations_bytes": deep,
+    }
+    parsed = pr.parse_record(json.dumps(body))
+    assert (
+        parsed.record is not None
+        and parsed.record.large is None
+        and parsed.record.top_allocations == ()
+    )
