@@ -13,6 +13,8 @@ import pytest
 import yaml
 from chartlib import CHART, ROOT
 
+from devtools.dashboard_lint import lint
+
 pytestmark = pytest.mark.unit
 
 DASHBOARD = CHART / "files" / "dashboards" / "gpu-auditor.json"
@@ -122,3 +124,7 @@ def test_per_pod_memory_is_stacked_in_one_panel_per_gpu() -> None:
     assert panel["repeat"] == "uuid"
     assert panel["fieldConfig"]["defaults"]["custom"]["stacking"]["mode"] == "normal"
     assert 'uuid=~"$uuid"' in panel["targets"][0]["expr"]
+
+
+def test_the_dashboard_has_no_dashboard_linter_finding() -> None:
+    assert lint(json.loads(DASHBOARD.read_text()), strict=True) == []

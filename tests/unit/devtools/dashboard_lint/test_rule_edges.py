@@ -1,6 +1,6 @@
-"""devtools.dashboard_lint rule by rule: a small dashboard with no finding, and for each rule one
-change that just passes and one that just fails, so each rule's edge is pinned and no other
-rule fires on it."""
+"""Every rule's edge, through `lint` (rules.py and targets.py together): a small dashboard with no
+finding, and for each rule one change that just passes and one that just fails, so each
+rule's edge is pinned and no other rule fires on it."""
 
 from __future__ import annotations
 
