@@ -23,6 +23,7 @@ from node_agent.publisher import ReportPublisher
 from node_agent.sampler import GpuSource, Sampler
 
 if TYPE_CHECKING:
+    from node_agent.http_server import MetricsServer
     from node_agent.kube import AgentApi
 
 log = logging.getLogger("node_agent")
@@ -99,6 +100,15 @@ def exposition_for(agent: Agent, cfg: Config) -> Exposition:
     return exposition
 
 
+def server_for(agent: Agent, cfg: Config, exposition: Exposition) -> MetricsServer:
+    """The HTTP server of /metrics (the latest pass's exposition) and /healthz, bound."""
+    from node_agent.http_server import Body, make_server
+
+    return make_server(lambda gzip: Body(*exposition.body(gzip, agent.latest())), agent.health,
+                       cfg.bind_address, cfg.port,
+                       inline=lambda gzip: exposition.cached(agent.latest(), gzip))
+
+
 def run_once(agent: Agent, cfg: Config) -> int:
     snapshot = agent.run_once(force_publish=True)
     sys.stdout.write(render(collector_for(agent, cfg).collect()).decode())
@@ -113,8 +123,6 @@ def run_once(agent: Agent, cfg: Config) -> int:
 
 
 def serve(agent: Agent, cfg: Config) -> int:
-    from node_agent.http_server import make_server
-
     # A sampling pass holds the GIL for tens of ms on a big node; hand it to a waiting scrape
     # thread every 1 ms instead of Python's default 5 ms, so scrapes stay fast during a pass.
     sys.setswitchinterval(0.001)
@@ -123,9 +131,7 @@ def serve(agent: Agent, cfg: Config) -> int:
     if trimmer is not None:
         agent.listeners.append(trimmer)
     try:  # bound before the first pass: a port in use is a config error at once
-        server = make_server(lambda accept: exposition.render_parts(accept, agent.latest()),
-                             agent.health, cfg.bind_address, cfg.port,
-                             inline=lambda: exposition.cached(agent.latest()))
+        server = server_for(agent, cfg, exposition)
     except OSError as err:  # address in use, no such address, no permission for the port
         raise ConfigError(f"cannot serve on {cfg.bind_address}:{cfg.port}: "
                           f"{err.strerror or err}") from err

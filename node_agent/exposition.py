@@ -1,8 +1,8 @@
 """The Prometheus text exposition format (0.0.4), written by the agent itself.
 
-prometheus_client cost the agent ~11 MiB of RSS once imported (it pulls in ``http.server``,
-``wsgiref``, ``email`` and more), for two gauge types and two counters rendered once per pass.
-This module is the whole of what /metrics needs:
+Not prometheus_client: docs/dependencies.md has the measured reasons (RSS once imported, and a
+scrape that rebuilds and re-encodes every family). This module is the whole of what /metrics
+needs:
 
 - ``Family``: one metric family (name, help, type, label names, samples);
 - ``render``: families → the text format, with label values and help escaped as the format
@@ -10,10 +10,11 @@ This module is the whole of what /metrics needs:
 - ``process_families``: the standard ``process_*`` metrics of this process (as every Prometheus
   client library names them), read from ``/proc/self`` on each scrape;
 - ``Exposition``: the body of /metrics, rendered once per sampling pass (every scrape between two
-  passes would render the same bytes) plus the live ``process_*`` families per scrape.
+  passes would render the same bytes) plus the live ``process_*`` families per scrape, gzip
+  when the scraper accepts it.
 
 The text format is what every Prometheus (and OpenMetrics-capable scraper) accepts; the agent
-does not negotiate OpenMetrics.
+serves nothing else and does not negotiate OpenMetrics.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ from __future__ import annotations
 import math
 import os
 import threading
+import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 GAUGE, COUNTER = "gauge", "counter"
@@ -156,45 +159,86 @@ _NOFILE = _nofile()
 # ---- /metrics -------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class _Rendered:
+    """One pass's families as text, and (once a scraper has asked for gzip) compressed: the
+    compressor's state after the text, copied per scrape to add the live families and end the
+    stream. One gzip member per body, the pass's text compressed once."""
+
+    snapshot: object
+    text: bytes
+    gzip_head: bytes | None = None
+    gzip_state: Any = None  # a zlib compress object, never finished
+
+
 class Exposition:
     """The /metrics body: the snapshot's families rendered once per pass (``prime``, on the
-    sampling thread), shared by every scrape until the next pass, then the live families."""
+    sampling thread), shared by every scrape until the next pass, then the live families.
+    gzip (level ``GZIP_LEVEL``) when the scraper accepts it: the pass's text is compressed once
+    (in ``prime`` from the first gzip scrape on), each scrape compresses only the live part."""
 
     def __init__(self, families: Callable[[], Iterable[Family]],
                  live: Callable[[], Iterable[Family]] | None = None) -> None:
         self._families = families
         self._live = live
         self._lock = threading.Lock()
-        self._rendered: tuple[object, bytes] | None = None  # (snapshot, text)
+        self._rendered: _Rendered | None = None
+        self._gzip_wanted = False  # a scraper asked for gzip: prime() compresses too
 
-    def cached(self, snapshot: object) -> bool:
-        """True when this snapshot is rendered already: a scrape is then a copy-free lookup
-        plus the live families, cheap enough for the HTTP loop itself."""
+    def cached(self, snapshot: object, gzip: bool = False) -> bool:
+        """True when this snapshot is rendered (and compressed, for ``gzip``) already: a scrape
+        is then a lookup plus the live families, cheap enough for the HTTP loop itself."""
         with self._lock:
-            return self._rendered is not None and self._rendered[0] is snapshot
+            r = self._rendered
+        return r is not None and r.snapshot is snapshot and (not gzip or r.gzip_state is not None)
 
     def prime(self, snapshot: object) -> None:
         """Render the families of this snapshot (the sampling thread, after each pass)."""
-        self._render(snapshot)
+        self._render(snapshot, self._gzip_wanted)
 
-    def _render(self, snapshot: object) -> bytes:
+    def _render(self, snapshot: object, gzip: bool) -> _Rendered:
         text = render(self._families())
+        rendered = _Rendered(snapshot, text)
+        if gzip:
+            rendered = _compressed(rendered)
         with self._lock:
-            self._rendered = (snapshot, text)
-        return text
+            self._rendered = rendered
+        return rendered
 
-    def render(self, accept: str, snapshot: object) -> tuple[bytes, str]:
-        """The /metrics body and its content type (text format 0.0.4 whatever ``accept``)."""
-        parts, content_type = self.render_parts(accept, snapshot)
-        return b"".join(parts), content_type
-
-    def render_parts(self, accept: str, snapshot: object) -> tuple[list[bytes], str]:
-        """The body in pieces: the pass's rendering (one object shared by every scrape, not
-        copied per request), then the live families."""
+    def _current(self, snapshot: object, gzip: bool) -> _Rendered:
         with self._lock:
-            cached = self._rendered
-        text = cached[1] if cached is not None and cached[0] is snapshot \
-            else self._render(snapshot)
-        if self._live is None:
-            return [text], CONTENT_TYPE
-        return [text, render(self._live())], CONTENT_TYPE
+            r = self._rendered
+        if r is None or r.snapshot is not snapshot:
+            return self._render(snapshot, gzip)
+        if gzip and r.gzip_state is None:
+            r = _compressed(r)
+            with self._lock:
+                if self._rendered is not None and self._rendered.snapshot is snapshot:
+                    self._rendered = r
+        return r
+
+    def body(self, gzip: bool, snapshot: object) -> tuple[list[bytes], str, str | None]:
+        """The body in pieces (the pass's rendering is one object shared by every scrape, not
+        copied per request), its content type and its Content-Encoding."""
+        if gzip:
+            self._gzip_wanted = True
+        r = self._current(snapshot, gzip)
+        live = render(self._live()) if self._live is not None else b""
+        if not gzip:
+            return ([r.text, live] if live else [r.text]), CONTENT_TYPE, None
+        assert r.gzip_head is not None
+        state = r.gzip_state.copy()
+        return [r.gzip_head, state.compress(live) + state.flush()], CONTENT_TYPE, "gzip"
+
+    def render(self, snapshot: object, gzip: bool = False) -> bytes:
+        """The whole /metrics body (for tests and ``--once``)."""
+        return b"".join(self.body(gzip, snapshot)[0])
+
+
+GZIP_LEVEL = 1  # bench/results/agent_gzip.md: level 1 against 6 on the 2,048-series body
+
+
+def _compressed(r: _Rendered) -> _Rendered:
+    state = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 31)  # wbits 31: a gzip stream
+    head = state.compress(r.text)
+    return _Rendered(r.snapshot, r.text, head, state)

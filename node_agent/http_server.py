@@ -1,53 +1,78 @@
-"""The agent's HTTP endpoints: ``/metrics`` (Prometheus text or OpenMetrics) and ``/healthz``.
+"""The agent's HTTP endpoints: ``/metrics`` (the Prometheus text format 0.0.4, gzip when the
+scraper accepts it) and ``/healthz``.
 
 (Named ``http_server`` rather than ``http`` so it can never shadow the standard library.)
 
-Anything that can reach the port can connect, so no client may hold the server: connections
-live in one event loop on ``selectors`` (no thread per connection; not asyncio, which with the
-``ssl`` module it imports cost the agent ~5 MiB of RSS), and
+Every pod can reach the agent's port, so no client may hold the server. Connections live in one
+event loop on ``selectors`` (no thread per connection), and every dimension is bounded:
 
-- a request head must arrive whole within ``head_timeout`` s of the connection (``idle_timeout``
-  s after the previous response on a kept-alive one), however slowly its bytes trickle in, and
-  be at most ``MAX_HEAD_BYTES`` (else 431);
-- a response must be read within ``write_timeout`` s; it is written in 64 KiB pieces, so a
-  client that does not read holds one piece of memory, not a copy of the body;
-- at most ``max_connections`` are open: a new one closes the one that has waited longest for a
-  request head (idle or slow), and is refused only when every connection is mid-response;
-- ``/metrics`` bodies are rendered on ``render_threads`` threads, unless ``inline`` says the
-  body is cheap now (the pass's families are rendered already: a lookup plus the few live
-  ``process_*`` lines), when the loop answers at once, with no thread hand-off; ``/healthz`` is
-  answered on the loop itself.
-
-So a slowloris client or a crowd of idle ones cannot starve ``/metrics`` or ``/healthz``, and the
-agent's threads are the loop, the render threads and the sampler, whatever the clients do.
+- **time**: a request head must arrive whole within ``head_timeout`` s of the connection
+  (``idle_timeout`` s after the previous response on a kept-alive one), however its bytes
+  trickle in; a response must be taken within ``write_timeout`` s;
+- **bytes**: a head (blank lines before it included) is at most ``MAX_HEAD_BYTES`` and
+  ``MAX_HEADERS`` lines (else 431); no more than that is read while waiting for one, and
+  nothing is read while a request is answered (pipelined requests wait in the kernel);
+- **work per byte**: the head is found and split by C code (``bytes.find``, ``split``,
+  ``lstrip``) from where the last search ended; nothing a client sends is looked at one byte at
+  a time in Python;
+- **connections**: at most ``max_connections`` in all and ``max_per_client`` from one address.
+  A new connection over either bound closes one that is waiting for a request head, or one
+  whose response has made no progress for ``stall_timeout`` s, of the client holding the most
+  (so a crowd from one address cannot push another client out); it is refused only when every
+  slot is busy writing to a client that reads;
+- **kernel memory**: accepted sockets get ``SNDBUF`` and ``RCVBUF`` (the kernel doubles them,
+  and no longer grows them), so a client that sends requests and never reads pins at most
+  ~ (``SNDBUF`` + ``RCVBUF``) x 2 of the node's memory per slot instead of the megabytes TCP
+  autotuning would give it;
+- **threads**: the loop, ``render_threads`` render threads (unless ``inline`` says the body is
+  cheap now: the pass's families are rendered already, and the loop answers at once), the
+  sampler. ``/healthz`` is answered on the loop itself.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import queue
 import selectors
 import socket
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
 
 Health = Callable[[], tuple[bool, str]]
-# Accept header → (body, or the body's pieces in order, content type)
-Render = Callable[[str], tuple[bytes | Sequence[bytes], str]]
 
 MAX_HEAD_BYTES = 8192
 MAX_HEADERS = 64
 CHUNK = 64 * 1024
+SNDBUF = 64 * 1024
+RCVBUF = 16 * 1024
+ACCEPTS_PER_TURN = 64
 TEXT = "text/plain; charset=utf-8"
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
             431: "Request Header Fields Too Large", 500: "Internal Server Error",
             503: "Service Unavailable"}
+_BLANK = b"\r\n"
+
+
+@dataclass(frozen=True, slots=True)
+class Body:
+    """A response body: its pieces in order (shared, never copied per client), its media type,
+    and its Content-Encoding (``gzip``) if any."""
+
+    parts: Sequence[bytes]
+    content_type: str
+    encoding: str | None = None
+    vary: bool = False  # the body depends on Accept-Encoding
+
+
+# gzip accepted by the client → the /metrics body
+Render = Callable[[bool], Body]
 
 
 class BadRequest(Exception):
@@ -61,7 +86,24 @@ class Request:
     method: str
     path: str
     keep_alive: bool
-    accept: str = ""
+    gzip: bool = False  # Accept-Encoding allows gzip
+
+
+def accepts_gzip(value: str) -> bool:
+    """Whether an Accept-Encoding value allows gzip (``gzip`` or ``*`` with a q above 0)."""
+    allowed: dict[str, bool] = {}
+    for item in value.lower().split(","):
+        coding, _, params = item.partition(";")
+        q = 1.0
+        for param in params.split(";"):
+            name, _, number = param.strip().partition("=")
+            if name == "q":
+                try:
+                    q = float(number)
+                except ValueError:
+                    q = 0.0
+        allowed[coding.strip()] = q > 0
+    return allowed.get("gzip", allowed.get("x-gzip", allowed.get("*", False)))
 
 
 def parse_head(head: bytes) -> Request:
@@ -84,20 +126,49 @@ def parse_head(head: bytes) -> Request:
                   else connection == "keep-alive")
     if headers.get("content-length", "0") != "0" or "transfer-encoding" in headers:
         keep_alive = False  # a body we will not read: answer, then close
-    return Request(parts[0], parts[1].split("?", 1)[0], keep_alive, headers.get("accept", ""))
+    return Request(parts[0], parts[1].split("?", 1)[0], keep_alive,
+                   accepts_gzip(headers.get("accept-encoding", "")))
+
+
+def take_head(buffer: bytearray, scanned: int) -> tuple[bytes | None, int]:
+    """Remove and return a whole request head from ``buffer`` (blank lines before the request
+    line skipped, and counted in its size), with 0; or (None, how far the search got) while
+    incomplete, to start the next search there. BadRequest(431) past MAX_HEAD_BYTES or
+    MAX_HEADERS lines. Every scan is a C loop (``lstrip``, ``find``, ``count``)."""
+    start = len(buffer) - len(buffer.lstrip(_BLANK)) if buffer.startswith((b"\r", b"\n")) else 0
+    limit = MAX_HEAD_BYTES + 3  # a head that ends just at the limit, with its blank line
+    ends = [e for e in (buffer.find(b"\n\r\n", max(start, scanned - 2), limit),
+                        buffer.find(b"\n\n", max(start, scanned - 1), limit)) if e >= 0]
+    if not ends:
+        if len(buffer) > MAX_HEAD_BYTES:
+            raise BadRequest(431, "request head too large")
+        return None, len(buffer)
+    end = min(ends)
+    stop = end + (3 if buffer.startswith(b"\n\r\n", end) else 2)
+    if stop > limit:
+        raise BadRequest(431, "request head too large")
+    head = bytes(buffer[start:end + 1])
+    if head.count(b"\n") > MAX_HEADERS + 1:
+        raise BadRequest(431, "request head too large")
+    del buffer[:stop]
+    return head, 0
 
 
 class _Conn:
     """One client connection and where it stands: waiting for a request head
     (``waiting_since`` set), rendering (a worker has it), or writing a response (``out``)."""
 
-    __slots__ = ("buffer", "closed", "deadline", "keep", "out", "sock", "waiting_since")
+    __slots__ = ("buffer", "client", "closed", "deadline", "keep", "out", "progress", "scanned",
+                 "sock", "waiting_since")
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, client: str) -> None:
         self.sock = sock
+        self.client = client
         self.buffer = bytearray()
+        self.scanned = 0  # how far the buffer was searched for the head's end
         self.waiting_since: float | None = None
         self.deadline = 0.0  # of the request head, or of the response being written
+        self.progress = 0.0  # when the response being written last moved
         self.out: deque[memoryview] = deque()
         self.keep = False
         self.closed = False
@@ -112,20 +183,26 @@ class MetricsServer:
     ``shutdown`` (from another thread) stops it."""
 
     def __init__(self, render: Render, health: Health, address: str, port: int, *,
-                 max_connections: int = 64, head_timeout: float = 10.0,
-                 idle_timeout: float = 60.0, write_timeout: float = 30.0,
-                 render_threads: int = 2, inline: Callable[[], bool] | None = None) -> None:
+                 max_connections: int = 64, max_per_client: int = 8,
+                 head_timeout: float = 10.0, idle_timeout: float = 60.0,
+                 write_timeout: float = 10.0, stall_timeout: float = 2.0,
+                 render_threads: int = 2, inline: Callable[[bool], bool] | None = None) -> None:
         self._render = render
         self._inline = inline  # True: /metrics is cheap now (rendered already): no hand-off
         self._health = health
         self.max_connections = max_connections
+        self.max_per_client = max_per_client
         self.head_timeout = head_timeout
         self.idle_timeout = idle_timeout
         self.write_timeout = write_timeout
+        self.stall_timeout = stall_timeout
         family = socket.AF_INET6 if ":" in address else socket.AF_INET
         self._socket = socket.socket(family, socket.SOCK_STREAM)
         try:
             self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            # inherited by accepted sockets, set before the handshake (window scaling)
+            self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SNDBUF)
+            self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF)
             self._socket.bind((address, port))
             self._socket.listen(128)
             self._socket.setblocking(False)
@@ -135,18 +212,19 @@ class MetricsServer:
         self.server_address: tuple[str, int] = self._socket.getsockname()[:2]
         self._render_threads = render_threads
         self._jobs: queue.SimpleQueue[tuple[_Conn, Request] | None] = queue.SimpleQueue()
-        self._done_jobs: deque[tuple[_Conn, Request, int, Sequence[bytes], str]] = deque()
+        self._done_jobs: deque[tuple[_Conn, Request, int, Body]] = deque()
         self._workers: list[threading.Thread] = []
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         self._connections: set[_Conn] = set()
+        self._per_client: Counter[str] = Counter()
         self._pending: deque[_Conn] = deque()  # bytes of a next request already read
         self._selector: selectors.BaseSelector | None = None
         self._stopping = False
         self._done = threading.Event()
-        self.refused = 0  # connections refused because every slot was mid-response
-        self.evicted = 0  # connections closed to make room while waiting for a request
+        self.refused = 0  # connections refused because every slot was busy
+        self.evicted = 0  # connections closed to make room
 
     # -- running --
 
@@ -213,10 +291,9 @@ class MetricsServer:
         except OSError:
             pass
         while self._done_jobs:
-            conn, request, status, parts, content_type = self._done_jobs.popleft()
+            conn, request, status, body = self._done_jobs.popleft()
             if not conn.closed:
-                self._respond(conn, request.method, status, parts, content_type,
-                              request.keep_alive)
+                self._respond(conn, request.method, status, body, request.keep_alive)
 
     def _next_timeout(self) -> float:
         now = time.monotonic()
@@ -232,40 +309,65 @@ class MetricsServer:
     # -- connections --
 
     def _accept(self) -> None:
-        while True:
+        for _ in range(ACCEPTS_PER_TURN):  # then the connections already open get a turn
             try:
-                sock, _ = self._socket.accept()
+                sock, address = self._socket.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as err:  # out of file descriptors, ...: keep serving the others
                 log.warning("accepting a connection failed: %s", err)
                 return
             sock.setblocking(False)
-            conn = _Conn(sock)
+            conn = _Conn(sock, str(address[0]))
             if not self._admit(conn):
+                self.refused += 1
                 sock.close()
                 continue
             assert self._selector is not None
             self._selector.register(sock, _READ, conn)
             self._wait_for_head(conn, self.head_timeout)
 
+    def _victim(self, among: list[_Conn]) -> _Conn | None:
+        """Of these connections, one that may be closed to make room: waiting for a request
+        head, or writing without progress for ``stall_timeout`` s; of the client holding the
+        most, the one that waited (or stalled) longest."""
+        now = time.monotonic()
+        idle = [c for c in among if c.waiting_since is not None]
+        if idle:
+            return min(idle, key=lambda c: (-self._per_client[c.client], c.waiting_since or 0.0))
+        stalled = [c for c in among if c.out and now - c.progress >= self.stall_timeout]
+        if stalled:
+            return min(stalled, key=lambda c: (-self._per_client[c.client], c.progress))
+        return None
+
     def _admit(self, conn: _Conn) -> bool:
-        if len(self._connections) >= self.max_connections:
-            waiting = [c for c in self._connections if c.waiting_since is not None]
-            if not waiting:
-                self.refused += 1
+        if self._per_client[conn.client] >= self.max_per_client:
+            victim = self._victim([c for c in self._connections if c.client == conn.client])
+            if victim is None:
                 return False
-            self._close(min(waiting, key=lambda c: c.waiting_since or 0.0))
+            self._close(victim)
+            self.evicted += 1
+        if len(self._connections) >= self.max_connections:
+            victim = self._victim(list(self._connections))
+            if victim is None:
+                return False
+            self._close(victim)
             self.evicted += 1
         self._connections.add(conn)
+        self._per_client[conn.client] += 1
         return True
 
     def _close(self, conn: _Conn) -> None:
         if conn.closed:
             return
         conn.closed = True
-        self._connections.discard(conn)
+        if conn in self._connections:
+            self._connections.discard(conn)
+            self._per_client[conn.client] -= 1
+            if self._per_client[conn.client] <= 0:
+                del self._per_client[conn.client]
         conn.out.clear()
+        conn.buffer = bytearray()
         if self._selector is not None:
             with contextlib.suppress(KeyError, ValueError):
                 self._selector.unregister(conn.sock)
@@ -274,6 +376,7 @@ class MetricsServer:
     def _wait_for_head(self, conn: _Conn, timeout: float) -> None:
         conn.waiting_since = time.monotonic()
         conn.deadline = conn.waiting_since + timeout
+        conn.scanned = 0
         self._modify(conn, _READ)
         if conn.buffer:  # a pipelined request already read: the loop takes it next
             self._pending.append(conn)
@@ -283,8 +386,10 @@ class MetricsServer:
             self._selector.modify(conn.sock, events, conn)
 
     def _on_read(self, conn: _Conn) -> None:
-        try:
-            chunk = conn.sock.recv(65536)
+        if conn.waiting_since is None:  # answering: the next request waits in the kernel
+            return
+        try:  # never more than one head's worth beyond what is buffered already
+            chunk = conn.sock.recv(max(1, MAX_HEAD_BYTES + 1 - len(conn.buffer)))
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
@@ -294,15 +399,15 @@ class MetricsServer:
             self._close(conn)
             return
         conn.buffer += chunk
-        if conn.waiting_since is not None:
-            self._try_head(conn)
+        self._try_head(conn)
 
     def _try_head(self, conn: _Conn) -> None:
         try:
-            head = _take_head(conn.buffer)
+            head, conn.scanned = take_head(conn.buffer, conn.scanned)
         except BadRequest as err:
             conn.buffer.clear()
-            self._respond(conn, "GET", err.status, [str(err).encode() + b"\n"], TEXT, False)
+            self._respond(conn, "GET", err.status, Body([str(err).encode() + b"\n"], TEXT),
+                          False)
             return
         if head is None:
             return
@@ -310,19 +415,19 @@ class MetricsServer:
         try:
             request = parse_head(head)
         except BadRequest as err:
-            self._respond(conn, "GET", err.status, [str(err).encode() + b"\n"], TEXT, False)
+            self._respond(conn, "GET", err.status, Body([str(err).encode() + b"\n"], TEXT),
+                          False)
             return
         self._pause(conn)
         if request.method in ("GET", "HEAD") and request.path == "/metrics":
-            if self._inline is not None and self._inline():
-                _, _, status, parts, content_type = self._render_metrics(conn, request)
-                self._respond(conn, request.method, status, parts, content_type,
-                              request.keep_alive)
+            if self._inline is not None and self._inline(request.gzip):
+                _, _, status, body = self._render_metrics(conn, request)
+                self._respond(conn, request.method, status, body, request.keep_alive)
             else:
                 self._jobs.put((conn, request))  # rendered on a worker thread
             return
-        status, parts, content_type = self._route(request)
-        self._respond(conn, request.method, status, parts, content_type, request.keep_alive)
+        status, body = self._route(request)
+        self._respond(conn, request.method, status, body, request.keep_alive)
 
     def _pause(self, conn: _Conn) -> None:
         """No reading while a request is answered (its bytes wait in the kernel)."""
@@ -344,38 +449,42 @@ class MetricsServer:
             self._wake()
 
     def _render_metrics(self, conn: _Conn, request: Request
-                        ) -> tuple[_Conn, Request, int, Sequence[bytes], str]:
+                        ) -> tuple[_Conn, Request, int, Body]:
         try:
-            body, content_type = self._render(request.accept)
-            return conn, request, 200, [body] if isinstance(body, bytes) else body, content_type
+            return conn, request, 200, dataclasses.replace(self._render(request.gzip), vary=True)
         except Exception:
             log.exception("encoding /metrics failed")
-            return conn, request, 500, [b"metrics unavailable\n"], TEXT
+            return conn, request, 500, Body([b"metrics unavailable\n"], TEXT)
 
-    def _route(self, request: Request) -> tuple[int, Sequence[bytes], str]:
+    def _route(self, request: Request) -> tuple[int, Body]:
         if request.method not in ("GET", "HEAD"):
-            return 405, [b"only GET and HEAD\n"], TEXT
+            return 405, Body([b"only GET and HEAD\n"], TEXT)
         if request.path == "/healthz":
             ok, why = self._health()
-            return (200 if ok else 503), [(why + "\n").encode()], TEXT
-        return 404, [b"not found: try /metrics or /healthz\n"], TEXT
+            return (200 if ok else 503), Body([(why + "\n").encode()], TEXT)
+        return 404, Body([b"not found: try /metrics or /healthz\n"], TEXT)
 
-    def _respond(self, conn: _Conn, method: str, status: int, parts: Sequence[bytes],
-                 content_type: str, keep_alive: bool) -> None:
+    def _respond(self, conn: _Conn, method: str, status: int, body: Body,
+                 keep_alive: bool) -> None:
         """Start writing one response; it must be sent whole within ``write_timeout``."""
         log.debug("%s %s", method, status)
-        length = sum(len(p) for p in parts)
+        length = sum(len(p) for p in body.parts)
         head = (f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n"
-                f"Content-Type: {content_type}\r\nContent-Length: {length}\r\n"
+                f"Content-Type: {body.content_type}\r\nContent-Length: {length}\r\n"
                 f"Connection: {'keep-alive' if keep_alive else 'close'}\r\n")
+        if body.encoding:
+            head += f"Content-Encoding: {body.encoding}\r\n"
+        if body.vary:
+            head += "Vary: Accept-Encoding\r\n"
         if status == 405:
             head += "Allow: GET, HEAD\r\n"
         conn.waiting_since = None
         conn.keep = keep_alive
         conn.out.append(memoryview((head + "\r\n").encode()))
         if method != "HEAD":
-            conn.out.extend(memoryview(p) for p in parts if p)
+            conn.out.extend(memoryview(p) for p in body.parts if p)
         conn.deadline = time.monotonic() + self.write_timeout
+        conn.progress = time.monotonic()
         self._on_write(conn)
 
     def _on_write(self, conn: _Conn) -> None:
@@ -391,6 +500,7 @@ class MetricsServer:
             except OSError:
                 self._close(conn)
                 return
+            conn.progress = time.monotonic()
             if sent == len(piece):
                 conn.out.popleft()
             else:
@@ -402,32 +512,7 @@ class MetricsServer:
         self._wait_for_head(conn, self.idle_timeout)
 
 
-def _take_head(buffer: bytearray) -> bytes | None:
-    """Remove and return a whole request head (lines up to the empty one, blank lines before
-    the request line skipped) from ``buffer``; None while incomplete; BadRequest(431) past
-    MAX_HEAD_BYTES or MAX_HEADERS lines."""
-    start = 0
-    while buffer.startswith(b"\r\n", start) or buffer.startswith(b"\n", start):
-        start += 2 if buffer.startswith(b"\r\n", start) else 1
-    pos, lines = start, 0
-    while True:
-        end = buffer.find(b"\n", pos)
-        if end < 0:
-            if len(buffer) - start > MAX_HEAD_BYTES:
-                raise BadRequest(431, "request head too large")
-            del buffer[:start]
-            return None
-        if end + 1 - start > MAX_HEAD_BYTES or lines > MAX_HEADERS:
-            raise BadRequest(431, "request head too large")
-        if end == pos or (end == pos + 1 and buffer[pos] == 0x0D):  # an empty line
-            head = bytes(buffer[start:pos])
-            del buffer[:end + 1]
-            return head
-        lines += 1
-        pos = end + 1
-
-
 def make_server(render: Render, health: Health, address: str, port: int,
-                inline: Callable[[], bool] | None = None) -> MetricsServer:
+                inline: Callable[[bool], bool] | None = None) -> MetricsServer:
     """The server with its default limits (what the agent runs)."""
     return MetricsServer(render, health, address, port, inline=inline)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import os
 import socket
 import subprocess
@@ -14,9 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from node_agent.cli import build, exposition_for, main
+from node_agent.cli import build, exposition_for, main, server_for
 from node_agent.config import parse
-from node_agent.http_server import make_server
 
 from .agent_helpers import write_proc
 from .apiserver_helpers import b64, kubeconfig, make_pki, serve
@@ -132,8 +132,7 @@ def served() -> Iterator[str]:
     agent = build(cfg)
     exposition = exposition_for(agent, cfg)
     agent.run_once()
-    server = make_server(lambda accept: exposition.render(accept, agent.latest()), agent.health,
-                         "127.0.0.1", 0)
+    server = server_for(agent, cfg, exposition)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
@@ -141,10 +140,18 @@ def served() -> Iterator[str]:
     server.server_close()
 
 
+OPENMETRICS = "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.3"
+
+
 def test_http_serves_metrics_and_healthz(served: str) -> None:
-    with urllib.request.urlopen(f"{served}/metrics", timeout=5) as r:
+    request = urllib.request.Request(f"{served}/metrics", headers={"Accept": OPENMETRICS})
+    with urllib.request.urlopen(request, timeout=5) as r:
         body = r.read().decode()
-        assert r.headers["Content-Type"].startswith("text/plain")
+        # No negotiation: the text format 0.0.4 whatever the Accept header (Prometheus lists
+        # OpenMetrics first); the body is not OpenMetrics.
+        assert r.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+        assert r.headers["Content-Encoding"] is None
+    assert "# EOF" not in body
     assert 'gpu_auditor_agent_nvml_up{node="gpu-node-1"} 1' in body
     assert "process_resident_memory_bytes" in body
     with urllib.request.urlopen(f"{served}/healthz", timeout=5) as r:
@@ -338,3 +345,18 @@ def test_a_port_in_use_is_a_config_error_not_a_traceback(
                    "--no-report"])
     err = capsys.readouterr().err
     assert rc == 2 and f"cannot serve on 127.0.0.1:{port}: " in err and "Traceback" not in err
+
+
+def test_http_serves_metrics_gzipped_to_a_scraper_that_accepts_it(served: str) -> None:
+    plain_request = urllib.request.Request(f"{served}/metrics")
+    request = urllib.request.Request(f"{served}/metrics",
+                                     headers={"Accept-Encoding": "gzip, deflate"})
+    with urllib.request.urlopen(request, timeout=5) as r:
+        assert r.headers["Content-Encoding"] == "gzip"
+        assert r.headers["Vary"] == "Accept-Encoding"
+        packed = r.read()
+    with urllib.request.urlopen(plain_request, timeout=5) as r:
+        plain = r.read()
+    text = gzip.decompress(packed)
+    assert len(packed) < len(plain) / 3
+    assert text.split(b"# HELP process_")[0] == plain.split(b"# HELP process_")[0]

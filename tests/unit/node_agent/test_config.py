@@ -14,17 +14,15 @@ pytestmark = pytest.mark.unit
 REPO = Path(__file__).resolve().parents[3]
 
 
-def test_the_binding_flag_defaults_to_lite_and_takes_only_known_names(
-        capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_removed_binding_flag_is_an_unknown_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    """nvidia-ml-py's pynvml is the one binding: --nvml-binding is gone (docs/contracts.md)."""
     from node_agent.config import parse
 
     example = ["--nvml-fake", str(REPO / "examples/fake-node/nvml.yaml")]
-    assert parse(example).nvml_binding == "lite"
-    assert parse([*example, "--nvml-binding", "pynvml"]).nvml_binding == "pynvml"
     with pytest.raises(SystemExit) as exit_:
-        parse([*example, "--nvml-binding", "ctypes"])
+        parse([*example, "--nvml-binding", "pynvml"])
     assert exit_.value.code == 2
-    assert "invalid choice: 'ctypes'" in capsys.readouterr().err
+    assert "unrecognized arguments: --nvml-binding" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "100001"])

@@ -1,9 +1,12 @@
-"""/metrics bodies: rendered once per sampling pass, live process metrics added per scrape, and
-the text format itself (escaping, numbers) read back by an independent parser."""
+"""/metrics bodies: rendered once per sampling pass, live process metrics added per scrape, gzip
+compressed once per pass when a scraper accepts it, and the text format itself (escaping,
+numbers) read back by an independent parser."""
 
 from __future__ import annotations
 
+import gzip
 import os
+import zlib
 from pathlib import Path
 
 import pytest
@@ -11,7 +14,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from node_agent.collector import AgentCollector
 from node_agent.exposition import (
-    CONTENT_TYPE,
     COUNTER,
     GAUGE,
     Exposition,
@@ -27,7 +29,12 @@ from .agent_helpers import GIB, GPU0, StaticGpus, fake_pods, gpu
 
 pytestmark = pytest.mark.unit
 
-OPENMETRICS = "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.3"
+
+
+def scrape(exposition: Exposition, snapshot: Snapshot, gzip: bool = False
+           ) -> tuple[bytes, str, str | None]:
+    parts, content_type, encoding = exposition.body(gzip, snapshot)
+    return b"".join(parts), content_type, encoding
 
 
 @pytest.fixture
@@ -55,7 +62,7 @@ def test_a_primed_snapshot_is_served_without_collecting_again(setup) -> None:
     exposition.prime(latest[-1])
     collects.clear()
     for _ in range(3):
-        body, content_type = exposition.render("", latest[-1])
+        body, content_type, _ = scrape(exposition, latest[-1])
     assert collects == []
     assert content_type == "text/plain; version=0.0.4; charset=utf-8"
     assert b'gpu_auditor_gpu_pods{gpu="0",node="n"' in body
@@ -66,7 +73,7 @@ def test_a_new_snapshot_is_rendered_afresh(setup) -> None:
     exposition.prime(latest[-1])
     gpus.gpus = [gpu(0, GPU0, [(1, GIB)]), gpu(1, "GPU-x", [])]
     latest.append(sampler.sample())
-    body, _ = exposition.render("", latest[-1])
+    body, _, _ = scrape(exposition, latest[-1])
     assert b'uuid="GPU-x"' in body
 
 
@@ -74,20 +81,38 @@ def test_live_metrics_are_read_on_every_scrape(setup) -> None:
     _, _, latest, _, exposition, scrapes = setup
     exposition.prime(latest[-1])
     scrapes[0] = 1
-    first, _ = exposition.render("", latest[-1])
+    first, _, _ = scrape(exposition, latest[-1])
     scrapes[0] = 2
-    second, _ = exposition.render("", latest[-1])
+    second, _, _ = scrape(exposition, latest[-1])
     assert b"\nlive_scrapes 1\n" in first and b"\nlive_scrapes 2\n" in second
 
 
-def test_an_openmetrics_accept_header_gets_the_text_format(setup) -> None:
-    """No negotiation: the text format 0.0.4 is what every scraper accepts, OpenMetrics ones
-    included (Prometheus lists it in its Accept header)."""
-    _, _, latest, _, exposition, _ = setup
-    body, content_type = exposition.render(OPENMETRICS, latest[-1])
-    assert content_type == CONTENT_TYPE
-    assert b"# EOF" not in body
-    assert [f.name for f in text_string_to_metric_families(body.decode())]
+def test_a_gzip_body_is_one_gzip_member_of_the_same_text(setup) -> None:
+    """The pass's text compressed once, the live families added per scrape to a copy of the
+    compressor: one member, so a reader that stops after the first (some do) reads it all."""
+    _, _, latest, _, exposition, scrapes = setup
+    exposition.prime(latest[-1])
+    scrapes[0] = 7
+    plain, content_type, encoding = scrape(exposition, latest[-1])
+    packed, packed_type, packed_encoding = scrape(exposition, latest[-1], gzip=True)
+    assert (encoding, packed_encoding, packed_type) == (None, "gzip", content_type)
+    reader = zlib.decompressobj(wbits=31)
+    assert reader.decompress(packed) == plain and reader.eof and reader.unused_data == b""
+    assert gzip.decompress(scrape(exposition, latest[-1], gzip=True)[0]) == plain
+
+
+def test_gzip_is_compressed_in_the_pass_once_a_scraper_asked_for_it(setup) -> None:
+    _, sampler, latest, collects, exposition, _ = setup
+    exposition.prime(latest[-1])
+    assert exposition.cached(latest[-1]) and not exposition.cached(latest[-1], gzip=True)
+    scrape(exposition, latest[-1], gzip=True)  # compresses this pass's text on the scrape
+    assert exposition.cached(latest[-1], gzip=True)
+    latest.append(sampler.sample())
+    exposition.prime(latest[-1])  # and from now on in the sampling thread
+    assert exposition.cached(latest[-1], gzip=True)
+    collects.clear()
+    scrape(exposition, latest[-1], gzip=True)
+    assert collects == []
 
 
 def test_label_values_and_help_are_escaped_and_parse_back() -> None:

@@ -1,6 +1,7 @@
 """The HTTP server against hostile clients, over real sockets: idle and half-open connections,
-slowloris trickles, oversized heads, clients that never read; /metrics and /healthz stay up and
-the thread count stays fixed."""
+slowloris trickles, blank-line streams, oversized heads, crowds from one address, pipelining
+clients that never read; /metrics and /healthz stay up and the thread count stays fixed. (The
+whole agent under each attack, timed: bench/hostile_agent.py and test_hostile_agent.py.)"""
 
 from __future__ import annotations
 
@@ -13,8 +14,18 @@ from contextlib import closing, contextmanager
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from node_agent.http_server import MetricsServer
+from node_agent.http_server import (
+    MAX_HEAD_BYTES,
+    SNDBUF,
+    BadRequest,
+    Body,
+    MetricsServer,
+    accepts_gzip,
+    take_head,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -22,9 +33,9 @@ BODY = b"gpu_auditor_agent_nvml_up 1\n"
 
 
 @contextmanager
-def serving(render: Callable[[str], tuple[Any, str]] | None = None,
+def serving(render: Callable[[bool], Body] | None = None,
             **limits: Any) -> Iterator[MetricsServer]:
-    server = MetricsServer(render or (lambda accept: (BODY, "text/plain; version=0.0.4")),
+    server = MetricsServer(render or (lambda gzip: Body([BODY], "text/plain; version=0.0.4")),
                            lambda: (True, "ok"), "127.0.0.1", 0, **limits)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -47,10 +58,13 @@ def get(server: MetricsServer, path: str, timeout: float = 10.0) -> tuple[int, b
         conn.close()
 
 
-def connect(server: MetricsServer, rcvbuf: int | None = None) -> socket.socket:
+def connect(server: MetricsServer, rcvbuf: int | None = None,
+            source: str = "127.0.0.1") -> socket.socket:
+    """A client socket; ``source`` another loopback address stands for another client."""
     s = socket.socket()
     if rcvbuf is not None:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    s.bind((source, 0))
     s.connect(("127.0.0.1", server.server_address[1]))
     return s
 
@@ -138,9 +152,9 @@ def test_a_client_that_never_reads_holds_no_thread_and_is_dropped_at_the_write_t
     """An 8 MiB body to 10 clients with 4 KiB receive buffers that read nothing: the server
     keeps serving others, and gives up on them after write_timeout (1 s)."""
     big = b"x" * (8 * 2**20)
-    with serving(lambda accept: ([big], "text/plain"), write_timeout=1.0) as server:
+    with serving(lambda gzip: Body([big], "text/plain"), write_timeout=1.0) as server:
         threads_before = threading.active_count()
-        stuck = [connect(server, rcvbuf=4096) for _ in range(10)]
+        stuck = [connect(server, rcvbuf=4096, source=f"127.0.0.{2 + i % 2}") for i in range(10)]
         try:
             for s in stuck:
                 s.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
@@ -204,7 +218,7 @@ def test_head_gets_the_headers_without_the_body() -> None:
 
 
 def test_a_render_failure_is_a_500_and_the_server_keeps_going() -> None:
-    def broken(accept: str) -> tuple[bytes, str]:
+    def broken(gzip: bool) -> Body:
         raise RuntimeError("boom")
 
     with serving(broken) as server:
@@ -215,7 +229,7 @@ def test_a_render_failure_is_a_500_and_the_server_keeps_going() -> None:
 def test_when_every_slot_is_mid_response_a_new_connection_is_refused_not_queued() -> None:
     """2 slots, both writing a body nobody reads: the third connection is closed at once."""
     big = b"x" * (8 * 2**20)
-    with serving(lambda accept: ([big], "text/plain"), max_connections=2,
+    with serving(lambda gzip: Body([big], "text/plain"), max_connections=2,
                  write_timeout=30.0) as server:
         stuck = [connect(server, rcvbuf=4096) for _ in range(2)]
         try:
@@ -261,14 +275,159 @@ def test_metrics_are_answered_on_the_loop_when_inline_says_they_are_cheap() -> N
     """A rendered pass is a lookup: no hand-off to a render thread (and back) for it."""
     where: list[str] = []
 
-    def render(accept: str) -> tuple[bytes, str]:
+    def render(gzip: bool) -> Body:
         where.append(threading.current_thread().name)
-        return BODY, "text/plain; version=0.0.4"
+        return Body([BODY], "text/plain; version=0.0.4")
 
     cheap = [True]
     with serving(render) as server:
-        server._inline = lambda: cheap[0]
+        server._inline = lambda gzip: cheap[0]
         assert get(server, "/metrics") == (200, BODY)
         cheap[0] = False
         assert get(server, "/metrics") == (200, BODY)
     assert not where[0].startswith("render-") and where[1].startswith("render-")
+
+
+# ---- issue 26: the attacks that held the old server, each bounded ---------------------------
+
+def test_a_stream_of_blank_lines_is_a_431_after_8_kib_not_read_forever() -> None:
+    """Blank lines before a request line were skipped one byte at a time and never counted:
+    sixty such streams pushed a good client's p50 to 5 s. Now they count in the head's size."""
+    with serving(head_timeout=30.0) as server, closing(connect(server)) as s:
+        s.settimeout(5)
+        sent = 0
+        try:
+            while sent < 4 * 2**20:
+                sent += s.send(b"\n" * 65536)
+        except (BrokenPipeError, ConnectionResetError, TimeoutError):
+            pass
+        try:
+            answer = s.recv(4096)
+        except ConnectionResetError:
+            answer = b"HTTP/1.1 431 (reset after the answer)"
+        assert answer.startswith(b"HTTP/1.1 431 ")
+        assert sent < 4 * 2**20  # the server stopped reading long before
+
+
+def test_a_crowd_from_one_address_cannot_push_another_clients_connection_out() -> None:
+    """A keep-alive scraper's idle connection was the longest-waiting one, so the old server
+    closed it first when 200 idle connections came; now a crowd from one address evicts its
+    own (at most max_per_client kept), never another client's."""
+    with serving(max_connections=16, max_per_client=4, idle_timeout=60.0) as server:
+        scraper = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=5)
+        try:
+            scraper.request("GET", "/healthz")
+            assert scraper.getresponse().read() == b"ok\n"
+            crowd = [connect(server, source="127.0.0.2") for _ in range(200)]
+            time.sleep(0.3)
+            try:
+                scraper.request("GET", "/metrics")  # the same connection, still open
+                assert scraper.getresponse().read() == BODY
+                assert sum(1 for c in server._connections if c.client == "127.0.0.2") <= 4
+            finally:
+                for c in crowd:
+                    c.close()
+        finally:
+            scraper.close()
+
+
+def test_pipelining_clients_that_never_read_cannot_hold_every_slot() -> None:
+    """Each sends 2,000 pipelined requests and reads nothing: the old server kept their slots
+    for the whole write timeout and refused everyone else. Now a slot whose response has not
+    moved for stall_timeout s is given to a new client."""
+    big = b"x" * (256 * 1024)
+    with serving(lambda gzip: Body([big], "text/plain"), max_connections=8,
+                 write_timeout=30.0, stall_timeout=0.3) as server:
+        stuck = [connect(server, rcvbuf=4096, source="127.0.0.2") for _ in range(8)]
+        try:
+            for s in stuck:
+                s.sendall(b"GET /metrics HTTP/1.1\r\n\r\n" * 2000)
+            time.sleep(0.6)
+            started = time.monotonic()
+            assert get(server, "/healthz") == (200, b"ok\n")
+            assert time.monotonic() - started < 1.0
+        finally:
+            for s in stuck:
+                s.close()
+
+
+def test_a_client_that_never_reads_pins_a_bounded_send_buffer() -> None:
+    """The listening socket's SO_SNDBUF/SO_RCVBUF are fixed, so TCP autotuning cannot grow a
+    non-reader's send buffer to megabytes (63 such clients pinned 188 MB before)."""
+    big = b"x" * (8 * 2**20)
+    with serving(lambda gzip: Body([big], "text/plain"), write_timeout=30.0) as server, \
+            closing(connect(server, rcvbuf=4096)) as s:
+        s.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
+        time.sleep(1.0)
+        (conn,) = server._connections
+        taken = len(big) + 200 - sum(len(p) for p in conn.out)
+        assert conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) <= 2 * SNDBUF
+        assert taken < 512 * 1024
+
+
+@pytest.mark.parametrize(("value", "gzip"), [
+    ("gzip", True), ("gzip, deflate, br", True), ("deflate, gzip;q=0.5", True),
+    ("gzip;q=0", False), ("identity", False), ("", False), ("*", True), ("*;q=0", False),
+    ("gzip;q=0, *", False), ("GZIP", True), ("x-gzip", True), ("gzip;q=nan", False),
+    ("gzip;q=bad", False),
+])
+def test_accept_encoding(value: str, gzip: bool) -> None:
+    assert accepts_gzip(value) is gzip
+
+
+def test_gzip_is_asked_of_render_only_when_the_client_accepts_it() -> None:
+    asked: list[bool] = []
+
+    def render(gzip: bool) -> Body:
+        asked.append(gzip)
+        return Body([BODY], "text/plain; version=0.0.4", "gzip" if gzip else None)
+
+    with serving(render) as server:
+        conn = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=5)
+        try:
+            for headers in ({"Accept-Encoding": "gzip"}, {}):
+                conn.request("GET", "/metrics", headers=headers)
+                response = conn.getresponse()
+                response.read()
+                assert response.getheader("Content-Encoding") == headers.get("Accept-Encoding")
+                assert response.getheader("Vary") == "Accept-Encoding"
+        finally:
+            conn.close()
+    assert asked == [True, False]
+
+
+heads = st.lists(st.sampled_from([b"GET / HTTP/1.1", b"\r\n", b"\n", b"X: y", b"\r", b"",
+                                  b"a" * 3000, b":", b" "]), max_size=40).map(b"".join)
+
+
+@given(heads, st.lists(st.integers(1, 9000), max_size=8))
+@settings(max_examples=300, deadline=None)
+def test_a_head_read_in_pieces_is_the_head_read_whole(data: bytes, cuts: list[int]) -> None:
+    """The search resumes where the last one ended: however the bytes arrive, the same head
+    (or the same refusal) comes out, and nothing but BadRequest is raised."""
+    def whole() -> tuple[bytes | None, bytes] | str:
+        buffer = bytearray(data)
+        try:
+            head, _ = take_head(buffer, 0)
+        except BadRequest as err:
+            return str(err.status)
+        return head, bytes(buffer)
+
+    buffer, scanned, fed, result = bytearray(), 0, 0, None
+    for cut in [*sorted(set(cuts)), len(data)]:
+        if cut > fed:
+            buffer += data[fed:cut]
+            fed = cut
+        try:
+            head, scanned = take_head(buffer, scanned)
+        except BadRequest as err:
+            result = str(err.status)
+            break
+        if head is not None:
+            result = head, bytes(buffer) + data[fed:]
+            break
+    if result is None:
+        assert whole() == (None, data) or whole() == "431"
+        assert len(data) <= MAX_HEAD_BYTES
+    else:
+        assert result == whole()
