@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import shutil
+import subprocess
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -183,39 +189,135 @@ def test_mig_instances_are_sampled_one_by_one() -> None:
     assert [p.pid for p in reading.gpus[0].processes] == [7]
 
 
-def test_a_binding_missing_a_call_at_init_switches_to_the_fallback_once(
-        caplog: pytest.LogCaptureFixture) -> None:
-    lite = FakeNvml([], init_error=NVMLError_FunctionNotFound)
-    other = FakeNvml([FakeDevice("GPU-a", procs=[(7, GIB)])])
-    asked: list[int] = []
-
-    def fallback() -> FakeNvml:
-        asked.append(1)
-        return other
-
-    source = NvmlSource(lite, fallback=fallback)
-    with caplog.at_level(logging.WARNING):
-        first, second = source.sample(), source.sample()
-    assert first.up and [g.uuid for g in first.gpus] == ["GPU-a"]
-    assert second.gpus[0].processes[0].used_bytes == GIB
-    assert (lite.init_calls, other.init_calls, len(asked)) == (1, 1, 1)
-    assert "NVML binding found a call missing" in caplog.text
-    assert "NVML unavailable" not in caplog.text
-
-
-def test_without_a_fallback_a_missing_call_is_nvml_down_and_tried_again_later() -> None:
+def test_a_call_missing_at_init_is_nvml_down_and_tried_again_later() -> None:
     now = [0.0]
-    lite = FakeNvml([], init_error=NVMLError_FunctionNotFound)
-    source = NvmlSource(lite, fallback=lambda: None, retry_seconds=60, clock=lambda: now[0])
+    nvml = FakeNvml([], init_error=NVMLError_FunctionNotFound)
+    source = NvmlSource(nvml, retry_seconds=60, clock=lambda: now[0])
     assert not source.sample().up
     now[0] = 61.0
     assert not source.sample().up
-    assert lite.init_calls == 2
+    assert nvml.init_calls == 2
 
 
-def test_other_init_failures_do_not_switch_binding() -> None:
-    lite = FakeNvml([], init_error=NVMLError_LibraryNotFound)
-    asked: list[int] = []
-    source = NvmlSource(lite, fallback=lambda: asked.append(1))
-    assert not source.sample().up
-    assert asked == []
+class NVMLLibraryMismatchError(Exception):
+    """pynvml's, raised by an unversioned call whose _v3 symbol the library lacks."""
+
+
+class OldDriver(FakeNvml):
+    """pynvml on a driver before R510: the unversioned listings (_v3) raise a mismatch, the
+    _v2 ones work."""
+
+    def __init__(self, devices: list[FakeDevice]) -> None:
+        super().__init__(devices)
+        self.v2_calls = 0
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h: FakeDevice) -> list[Any]:
+        raise NVMLLibraryMismatchError("Unversioned function called ...")
+
+    def nvmlDeviceGetComputeRunningProcesses_v2(self, h: FakeDevice) -> list[Any]:
+        self.v2_calls += 1
+        return super().nvmlDeviceGetComputeRunningProcesses(h)
+
+
+def test_a_driver_without_v3_listings_is_asked_through_v2_and_the_switch_is_kept(
+        caplog: pytest.LogCaptureFixture) -> None:
+    nvml = OldDriver([FakeDevice("GPU-a", procs=[(7, GIB)])])
+    source = NvmlSource(nvml)
+    with caplog.at_level(logging.WARNING):
+        first, second = source.sample(), source.sample()
+    assert [(p.pid, p.used_bytes) for p in first.gpus[0].processes] == [(7, GIB)]
+    assert second.gpus[0].processes == first.gpus[0].processes and second.errors == 0
+    assert nvml.v2_calls == 2
+    assert caplog.text.count("no _v3 call") == 1
+
+
+def test_an_exception_that_is_not_nvmls_is_not_swallowed() -> None:
+    class Broken(FakeNvml):
+        def nvmlDeviceGetComputeRunningProcesses(self, h: FakeDevice) -> list[Any]:
+            raise TypeError("a bug, not a driver")
+
+    with pytest.raises(TypeError):
+        NvmlSource(Broken([FakeDevice("GPU-a")])).sample()
+
+
+# ---- through nvidia-ml-py's pynvml, against a fake libnvidia-ml.so.1 built from C ----------
+#
+# fakenvml/fake_nvml.c has nvml.h's signatures and struct layouts; pynvml loads it by name
+# (CDLL("libnvidia-ml.so.1")), so a subprocess with LD_LIBRARY_PATH pointing at the build is
+# the real binding over the fake driver. A wrong struct would be a wrong figure on a pod, so
+# the figures are checked literally.
+
+SOURCE = Path(__file__).resolve().parent / "fakenvml" / "fake_nvml.c"
+REPO = Path(__file__).resolve().parents[3]
+CC = shutil.which("cc") or shutil.which("gcc")
+VARIANTS = {"current": [], "no_v3": ["-DNO_V3"], "no_v2": ["-DNO_V2"]}
+
+READ = r"""
+import ctypes, dataclasses, json, logging, sys
+logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+from node_agent.nvml_source import NvmlSource
+source = NvmlSource()
+readings = [dataclasses.asdict(source.sample()) for _ in range(2)]
+lib = ctypes.CDLL('libnvidia-ml.so.1')
+lib.fake_last_process_call.restype = ctypes.c_char_p
+print(json.dumps({'readings': readings, 'last_call': lib.fake_last_process_call().decode(),
+                  'lite_loaded': 'node_agent.nvml_lite' in sys.modules}))
+"""
+
+
+@pytest.fixture(scope="module")
+def fake_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    if CC is None:
+        pytest.skip("no C compiler (cc/gcc) to build the fake libnvidia-ml.so.1")
+    root = tmp_path_factory.mktemp("fakenvml")
+    runs = {}
+    for name, flags in VARIANTS.items():
+        (root / name).mkdir()
+        subprocess.run([CC, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", *flags, "-o",
+                        str(root / name / "libnvidia-ml.so.1"), str(SOURCE)], check=True,
+                       timeout=60)
+        env = {**os.environ, "LD_LIBRARY_PATH": str(root / name),
+               "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "operator")])}
+        done = subprocess.run([sys.executable, "-c", READ], env=env, cwd=REPO,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        runs[name] = {**json.loads(done.stdout), "log": done.stderr}
+    return runs
+
+
+def test_pynvml_reads_the_fake_drivers_own_figures(fake_runs: dict[str, Any]) -> None:
+    """Literal values from fake_nvml.c: GPUs, MIG instances (one NotFound slot, one without
+    memory v2), per-process bytes including NVML's 'not available', MPS processes."""
+    run = fake_runs["current"]
+    first, second = run["readings"]
+    assert first == second and first["up"] and first["errors"] == 0
+    gpus = {g["gpu"]: g for g in first["gpus"]}
+    assert sorted(gpus) == ["0", "1/1", "1/5", "2"]
+    g0 = gpus["0"]
+    assert (g0["uuid"], g0["model"]) == ("GPU-0a1b2c3d-0000-4000-8000-000000000000",
+                                         "NVIDIA H200")
+    assert (g0["total_bytes"], g0["used_bytes"], g0["free_bytes"], g0["reserved_bytes"]) == (
+        150754820096, 10572652544, 139611545600, 570621952)
+    assert [(p["pid"], p["used_bytes"]) for p in g0["processes"]] == [
+        (4101, 1713373184), (4102, 2787115008), (4103, None), (4200, 524288000)]
+    assert (gpus["1/5"]["reserved_bytes"], gpus["1/5"]["used_bytes"]) == (0, 33554432)
+    assert [(p["pid"], p["used_bytes"]) for p in gpus["1/1"]["processes"]] == [
+        (5101, 1073741824), (5102, 1040187392)]
+    assert gpus["2"]["processes"] == []
+    assert run["last_call"] == "nvmlDeviceGetMPSComputeRunningProcesses_v3"
+    assert not run["lite_loaded"]
+
+
+def test_a_driver_without_v3_gives_the_same_reading_through_v2(fake_runs: dict) -> None:
+    old = fake_runs["no_v3"]
+    assert old["readings"][0] == fake_runs["current"]["readings"][0]
+    assert old["last_call"] == "nvmlDeviceGetMPSComputeRunningProcesses_v2"
+    assert old["log"].count("no _v3 call") == 2  # once per listing (compute, MPS), not per pass
+
+
+def test_a_driver_with_only_v1_listings_keeps_memory_figures_without_processes(
+        fake_runs: dict) -> None:
+    reading = fake_runs["no_v2"]["readings"][1]
+    assert reading["up"] and reading["errors"] == 0
+    gpus = {g["gpu"]: g for g in reading["gpus"]}
+    assert gpus["0"]["total_bytes"] == 150754820096 and gpus["0"]["processes"] == []

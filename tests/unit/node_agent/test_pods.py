@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -237,6 +238,44 @@ def test_api_errors_keep_the_last_index_and_count() -> None:
     pods = ApiPods(FakeCoreV1(fail=True), "node-1")
     view = ClusterPods(None, pods).view(["uid-a"])
     assert view.errors == {"apiserver": 1}
+
+
+def test_a_failing_pod_list_is_logged_once_until_it_works_again(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Counted every attempt, logged once (it was logged on every pass; DRA's list logged
+    once: one schedule, relist.Relist, serves both now)."""
+    now = [0.0]
+    api = FakeCoreV1(fail=True)
+    pods = ApiPods(api, "node-1", min_refresh=15, max_age=300, clock=lambda: now[0])
+    with caplog.at_level(logging.WARNING):
+        errors = []
+        for step in range(4):
+            now[0] = step * 301.0
+            errors.append(pods.refresh_if_needed([UID_A]))
+        api.fail = False
+        now[0] = 5 * 301.0
+        errors.append(pods.refresh_if_needed([UID_A]))
+    assert errors == [1, 1, 1, 1, 0]
+    assert caplog.text.count("listing pods of node node-1 from the API server failed") == 1
+    assert caplog.text.count("from the API server works again") == 1
+    assert UID_A in pods.index
+
+
+class BrokenKubelet:
+    """A client that raises what it should not (the old client let a ValueError out for a
+    grpc-status of '²'): the pass must still finish, with the kubelet down."""
+
+    def list(self) -> list[PodDevices]:
+        raise ValueError("invalid literal for int() with base 10: '²'")
+
+
+def test_any_exception_from_the_kubelet_client_is_the_kubelet_down_never_a_failed_pass(
+        caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        view = ClusterPods(BrokenKubelet(), None).view()
+    assert view.allocations is None and not view.kubelet_up
+    assert view.errors == {"kubelet": 1}
+    assert "ValueError" in caplog.text
 
 
 def test_the_example_fake_node_loads() -> None:
