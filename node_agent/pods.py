@@ -35,7 +35,7 @@ from node_agent.names import (
     is_pod_name,
     is_pod_uid,
 )
-from node_agent.podresources.client import ContainerDevices, KubeletUnavailable, PodDevices
+from node_agent.podresources.model import ContainerDevices, KubeletUnavailable, PodDevices
 from node_agent.relist import Relist
 from node_agent.sharing import strategy_from
 

@@ -15,14 +15,13 @@ import stat
 import time
 
 from node_agent.podresources import DEFAULT_SOCKET
-from node_agent.podresources.messages import (
+from node_agent.podresources.messages import WireError, allocatable_response, list_response
+from node_agent.podresources.model import (
     ClaimDevice,
     ContainerClaim,
     ContainerDevices,
+    KubeletUnavailable,
     PodDevices,
-    WireError,
-    allocatable_response,
-    list_response,
 )
 from node_agent.podresources.unary import GrpcError, unary_call
 
@@ -34,10 +33,6 @@ SERVICE = "/v1.PodResourcesLister"
 # Guaranteed with 3-4 containers, exclusive CPUs and memory, 64 GPU and 64 DRA pods; a plain
 # 250-pod node sends 41 KB, a 110-pod one 18 KB: bench/results/podresources_answer.md).
 MAX_MESSAGE = 1024 * 1024
-
-
-class KubeletUnavailable(Exception):
-    """The kubelet's pod-resources socket did not answer (missing, refused, slow, garbled)."""
 
 
 class PodResourcesClient:

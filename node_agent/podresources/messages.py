@@ -14,13 +14,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from google.protobuf import descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
 from node_agent.podresources.api_descriptor import FILE_DESCRIPTOR
+from node_agent.podresources.model import (
+    ClaimDevice,
+    ContainerClaim,
+    ContainerDevices,
+    PodDevices,
+)
 
 # A generous 250-pod node's answer is ~1,500 items (bench/results/podresources_answer.md).
 MAX_ITEMS = 100_000
@@ -31,41 +36,8 @@ class WireError(ValueError):
     """Bytes that are not the protobuf message they should be, or one past a bound."""
 
 
-@dataclass(frozen=True, slots=True)
-class ContainerDevices:
-    """Devices of one resource (``nvidia.com/gpu``, ...) a device plugin gave a container."""
-
-    container: str
-    resource_name: str
-    device_ids: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimDevice:
-    """One device of a ResourceClaim (DRA): the driver/pool/device triplet names it."""
-
-    driver: str
-    pool: str
-    device: str
-    cdi_ids: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class ContainerClaim:
-    """A ResourceClaim a container uses, with the devices allocated to the claim."""
-
-    container: str
-    claim_namespace: str
-    claim_name: str
-    devices: tuple[ClaimDevice, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class PodDevices:
-    namespace: str
-    name: str
-    devices: tuple[ContainerDevices, ...]
-    claims: tuple[ContainerClaim, ...] = ()
+__all__ = ["ClaimDevice", "ContainerClaim", "ContainerDevices", "PodDevices", "WireError",
+           "allocatable_response", "list_response"]
 
 
 def _classes() -> tuple[Any, Any]:
