@@ -36,7 +36,7 @@ real-torch:
 	test -x $(TORCH_VENV)/bin/pytest || ($(PYTHON) -m venv $(TORCH_VENV) && \
 	  $(TORCH_VENV)/bin/pip install -q torch==2.13.0 pytest PyYAML)
 	GPU_AUDITOR_REQUIRE_TORCH=1 PYTHONPATH=.:operator $(TORCH_VENV)/bin/python -m pytest -q \
-	  -p no:cacheprovider tests/unit/diagnosis/test_alloc_conf_real_torch.py
+	  -p no:cacheprovider tests/unit/diagnosis/test_allocconf_real_torch.py
 
 unit: $(STAMP)
 	$(PY) -m pytest -m unit

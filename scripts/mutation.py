@@ -22,8 +22,9 @@ this script sets ``source_paths``, ``only_mutate`` and the test selection per gr
 
 What mutmut 3 does not mutate, by design: module-level code (the thresholds in
 ``thresholds.py``, the ``Final`` constants beside the rules) and decorated functions
-(``@property``). Those are covered by the boundary tables (tests/unit/*/test_boundaries_*.py),
-which pin every threshold from both sides with literal numbers.
+(``@property``). Those are covered by the boundary tables in each module's tests
+(tests/unit/<package>/test_<module>.py), which pin every threshold from both sides with literal
+numbers.
 
 A survivor is either killed by a test or listed with the reason it is equivalent in
 ``bench/results/mutation-equivalents.toml`` (keyed by mutant name and the mutated line, so a
@@ -62,8 +63,8 @@ CORE = Path("operator/gpu_auditor/diagnosis")
 _CORPORA = [  # the real logs: every rule of the core meets them
     "diagnosis/test_oom_corpus.py",
     "diagnosis/test_oom_fixtures.py",
-    "diagnosis/test_diagnosis_h200_proof_logs.py",
-    "diagnosis/test_diagnosis_heldout_logs.py",
+    "diagnosis/test_h200_proof_logs.py",
+    "diagnosis/test_heldout_logs.py",
 ]
 _OPERATOR = [  # the operator's paths through Services, with the in-memory API
     "controller/test_service.py",
@@ -73,95 +74,68 @@ _OPERATOR = [  # the operator's paths through Services, with the in-memory API
 ]
 GROUPS: dict[str, dict[str, Any]] = {
     # group -> where its modules are in the tree, where mutmut sees them staged, and per module
-    # the unit tests (under tests/unit/) run against its mutants ("-<test id>": a test left out
-    # of the selection, for a bound on a huge input that would time every mutant); a module
-    # not named runs against [tool.mutmut] pytest_add_cli_args_test_selection in
-    # pyproject.toml (all of the core's tests)
+    # the unit tests (under tests/unit/, tests/unit/<package>/test_<module>.py first) run
+    # against its mutants (a pytest node id selects one test; "-<test id>": a test left out of
+    # the selection, for a bound on a huge input that would time every mutant); a module not
+    # named runs against [tool.mutmut] pytest_add_cli_args_test_selection in pyproject.toml
+    # (all of the core's tests)
     "diagnosis": {
         "tree": CORE,
         "staged": "src/gpu_auditor/diagnosis",
         "tests": {
-            "classify": [
-                "diagnosis/test_boundaries_classify.py",
-                "diagnosis/test_boundaries_classify_found.py",
-                "diagnosis/test_cap_reserved_boundary.py",
-                "diagnosis/test_boundaries_classify_survivors.py",
-                "diagnosis/test_diagnosis_classify.py",
-                *_CORPORA,
-            ],
-            "leak": [
-                "diagnosis/test_boundaries_leak.py",
-                "diagnosis/test_boundaries_leak_after_load.py",
-                "diagnosis/test_boundaries_leak_found.py",
-                "diagnosis/test_boundaries_leak_survivors.py",
-                "diagnosis/test_diagnosis_leak.py",
-                *_CORPORA,
-            ],
+            "classify": ["diagnosis/test_classify.py", *_CORPORA],
+            "leak": ["diagnosis/test_leak.py", *_CORPORA],
             "allocconf": [
-                "diagnosis/test_boundaries_allocconf.py",
-                "diagnosis/test_boundaries_allocconf_found.py",
-                "diagnosis/test_boundaries_allocconf_survivors.py",
-                "diagnosis/test_diagnosis_allocconf.py",
-                "diagnosis/test_boundaries_recommend.py",
-                "diagnosis/test_boundaries_recommend_found.py",
-                "diagnosis/test_alloc_conf_real_torch.py",
+                "diagnosis/test_allocconf.py",
+                "diagnosis/test_recommend.py",  # the settings it recommends, checked
+                "diagnosis/test_allocconf_real_torch.py",
                 "admission/test_findings.py",  # the issue kinds the admission checks read
                 "gpu_auditor/test_checkmanifest.py",
             ],
-            "recommend": [
-                "diagnosis/test_boundaries_recommend.py",
-                "diagnosis/test_boundaries_recommend_found.py",
-                "diagnosis/test_boundaries_recommend_survivors.py",
-                "diagnosis/test_diagnosis_recommend.py",
-                *_CORPORA,
-            ],
-            "phase": [
-                "diagnosis/test_boundaries_phase.py",
-                "diagnosis/test_boundaries_phase_retry.py",
-                "diagnosis/test_boundaries_phase_survivors.py",
-                *_CORPORA,
-            ],
+            "recommend": ["diagnosis/test_recommend.py", *_CORPORA],
+            "phase": ["diagnosis/test_phase.py", *_CORPORA],
             "sizes": [
-                "diagnosis/test_boundaries_sizes_survivors.py",
-                "diagnosis/test_diagnosis_sizes_versions.py",
-                "diagnosis/test_hostile_figures.py",
+                "diagnosis/test_sizes.py",
+                "diagnosis/test_torchversion.py",  # a banner's huge release number
+                "diagnosis/test_leak.py",  # a series of huge figures
                 "diagnosis/test_hostile_regex.py",
             ],
             "torchversion": [
-                "diagnosis/test_boundaries_torchversion_survivors.py",
-                "diagnosis/test_diagnosis_sizes_versions.py",
+                "diagnosis/test_torchversion.py",
+                "diagnosis/test_sizes.py",
                 "diagnosis/test_hostile_regex.py",
-                "diagnosis/test_boundaries_allocconf.py",
-                "diagnosis/test_boundaries_recommend.py",
-                "diagnosis/test_boundaries_recommend_found.py",
+                "diagnosis/test_allocconf.py",
+                "diagnosis/test_recommend.py",
             ],
             "logtext": [
                 # the scanner's own tests and the real family fixtures: the scanner's loops make
                 # many mutants hang, and each hang costs 4x its tests' CPU time, so the selection
                 # is kept to these (~6 s) rather than every corpus (~20 s)
-                "diagnosis/test_diagnosis_logtext.py",
-                "diagnosis/test_hostile_scan.py",
-                "diagnosis/test_logtext_head_words.py",
+                "diagnosis/test_logtext.py",
                 "diagnosis/test_oom_fixtures.py",
-                "diagnosis/test_boundaries_logtext_survivors.py",
                 "diagnosis/test_aftermath.py",  # the tail after the failure
                 # memory bounds on 200 MB / 10 s inputs, not rules: they would time every mutant
-                "-diagnosis/test_diagnosis_logtext.py::test_memory_stays_bounded_on_a_large_stream",
-                "-diagnosis/test_hostile_scan.py::"
+                "-diagnosis/test_logtext.py::test_memory_stays_bounded_on_a_large_stream",
+                "-diagnosis/test_logtext.py::"
                 "test_a_long_line_of_failure_keywords_stays_bounded_and_the_real_one_is_found",
             ],
             "aftermath": [
                 "diagnosis/test_aftermath.py",
-                "diagnosis/test_aftermath_blind.py",
-                "diagnosis/test_diagnosis_properties.py",
+                # the properties over diagnose() (not the hostile-input ones beside them)
+                *(f"diagnosis/test_properties.py::{t}" for t in (
+                    "test_arbitrary_bytes_never_raise",
+                    "test_oom_shaped_garbage_never_raises",
+                    "test_an_oom_between_any_text_is_found",
+                    "test_validator_never_raises",
+                    "test_a_large_log_with_one_oom_at_the_end_is_diagnosed",
+                )),
                 *_CORPORA,
             ],
             "proberecord": [
-                "diagnosis/test_boundaries_proberecord_survivors.py",
                 "diagnosis/test_proberecord.py",
                 "probe/test_write.py",  # what the probe writes, the reader reads
                 "commands/test_diagnose.py",  # --probe-record through the CLI
-                "diagnosis/test_boundaries_classify.py",
+                "diagnosis/test_classify.py",
             ],
         },
     },
@@ -511,7 +485,8 @@ def markdown(r: dict[str, Any]) -> str:
         "equivalent (no input can tell it from the original) in",
         "`bench/results/mutation-equivalents.toml`, with the reason; the second score leaves",
         "those out. mutmut 3 does not mutate module-level constants or `@property` bodies: the",
-        "boundary tables (`tests/unit/*/test_boundaries_*.py`) pin those thresholds, and the",
+        "boundary tables in each module's tests (`tests/unit/<package>/test_<module>.py`) pin",
+        "those thresholds, and the",
         "survivors issue 18 lists (many of them such constants) are re-made by hand and run in",
         "`scripts/mutation_issue18.py`: `bench/results/mutation-issue18.md`.",
         "",

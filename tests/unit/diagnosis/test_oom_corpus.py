@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from diagnosis_helpers import FIXTURES, GIB, MIB, SHARED_CORPUS, load_labels
 
 from gpu_auditor.diagnosis import NodeEvidence, OtherPod, diagnose, validate_alloc_conf
+
+from .diagnosis_helpers import FIXTURES, GIB, MIB, SHARED_CORPUS, load_labels
 
 pytestmark = pytest.mark.unit
 

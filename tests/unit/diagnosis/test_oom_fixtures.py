@@ -6,9 +6,10 @@ import json
 from typing import Any
 
 import pytest
-from diagnosis_helpers import FIXTURES
 
 from gpu_auditor.diagnosis import diagnose
+
+from .diagnosis_helpers import FIXTURES
 
 pytestmark = pytest.mark.unit
 

@@ -1,14 +1,4 @@
-"""The streaming log scanner at its edges (issue 18, mutation survivors of
-``diagnosis/logtext.py``): docker json-file and CRI records joined exactly (a trailing space, a
-record that is not JSON, a partial record at 64 KiB and at the end of the log); a line ending at
-``\\r`` and the rank of its newline-ended line (at the log start, after a newline at buffer index
-0, 256 KiB back, after the buffer was trimmed); a failure printed from byte 0; a failure line of
-8 KiB or more (kept whole: its rank, the lines after it, the text before it, its re-print); a
-long line's 64 KiB blocks (a wording at the block edge whatever the chunking, an exception name
-back to the line start and at most 128 bytes back, ``$`` at the line's end, a glued word at the
-edge); counting once within 16 KiB (exactly 16,384 bytes) and across 1,025 ranks; the richer
-re-print replacing the reported failure; and the work done staying linear (bytes searched,
-decoded, read per call). Literal numbers and real message wording only."""
+"""The streaming scan: prefixes, counting, windows and bounded memory."""
 
 from __future__ import annotations
 
@@ -19,12 +9,208 @@ import sys
 from typing import Any
 
 import pytest
-from diagnosis_helpers import torch_oom
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from gpu_auditor.diagnosis import LogScanner, logtext, scan_bytes, scan_stream
-from gpu_auditor.diagnosis.logtext import Line, ScanResult, normalize_lines, normalize_text
+from gpu_auditor.diagnosis import (
+    LogScanner,
+    diagnose,
+    diagnose_stream,
+    logtext,
+    scan_bytes,
+    scan_stream,
+)
+from gpu_auditor.diagnosis.logtext import (
+    CHUNK_BYTES,
+    HEAD_BYTES,
+    LOOKAROUND_BYTES,
+    MAX_LINE_BYTES,
+    PRECONTEXT_BYTES,
+    WINDOW_AFTER_BYTES,
+    Line,
+    ScanResult,
+    normalize_lines,
+    normalize_text,
+)
+
+from .diagnosis_helpers import GIB, torch_oom
 
 pytestmark = pytest.mark.unit
+
+OOM = torch_oom(requested=2, total=79.15, free=1.2, process=77.8, allocated=70.1, unallocated=6.9)
+OOM2 = torch_oom(requested=4, total=79.15, free=1.2, process=77.8, allocated=76.1, unallocated=0.2)
+
+
+def test_cri_prefix_rank_prefix_and_partial_lines_are_unwrapped() -> None:
+    text = (
+        "2026-11-29T19:00:00.1Z stderr P [rank3]: torch.OutOfMemoryError: CUDA out of me\n"
+        "2026-11-29T19:00:00.2Z stderr F mory. Tried to allocate 2.00 GiB.\n"
+        "[default0]:hello\n"
+    )
+    lines = normalize_text(text)
+    assert lines[0].rank == "3"
+    assert (
+        lines[0].text == "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+    )
+    assert (lines[1].rank, lines[1].text) == ("0", "hello")
+
+
+def test_several_ooms_are_all_counted_and_the_last_one_reported() -> None:
+    diagnosis = diagnose("noise\n" + OOM + "x\n" * 10 + OOM2 + "end\n")
+    assert diagnosis.oom_count == 2
+    assert diagnosis.figures.requested_bytes == 4 * 2**30
+
+
+def test_the_same_failure_printed_again_is_counted_once() -> None:
+    log = (
+        OOM
+        + "During handling...\n"
+        + OOM
+        + "terminate called: RuntimeError: CUDA error: out of memory\n"
+    )
+    diagnosis = diagnose(log)
+    assert diagnosis.oom_count == 1
+    assert diagnosis.kind == "fragmentation"
+
+
+def test_ooms_of_different_ranks_are_different_failures() -> None:
+    log = "[rank0]: " + OOM + "[rank1]: " + OOM
+    diagnosis = diagnose(log)
+    assert diagnosis.oom_count == 2
+    assert diagnosis.to_json_dict()["rank"] == "1"
+
+
+def test_cuda_malloc_async_block_after_the_failure_line_is_parsed_across_chunks() -> None:
+    block = (
+        b"torch.OutOfMemoryError: Allocation on device 0 would exceed allowed memory. "
+        b"(out of memory)\n"
+        b"Currently allocated     : 0 bytes\nRequested               : 200.00 GiB\n"
+        b"Device limit            : 139.80 GiB\nFree (according to CUDA): 31.12 MiB\n"
+        b"PyTorch limit (set by user-supplied memory fraction)\n"
+        b"                        : 17179869184.00 GiB\n"
+    )
+    data = b"x" * (CHUNK_BYTES - 40) + b"\n" + block
+    result = scan_bytes(data, chunk_bytes=CHUNK_BYTES)
+    assert result.last is not None and len(result.last.after) >= 6
+    diagnosis = diagnose(data)
+    assert diagnosis.figures.requested_bytes == 200 * 2**30
+    assert diagnosis.figures.allowed_bytes is None  # 2^64 = no limit
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(min_value=1, max_value=4000), min_size=1, max_size=8))
+def test_result_does_not_depend_on_how_the_input_is_split(cuts: list[int]) -> None:
+    data = ("step 1\n" * 300 + OOM + "tail\n" * 50 + OOM2 + "done\n").encode()
+    whole = scan_bytes(data)
+    scanner = LogScanner()
+    position = 0
+    for cut in cuts:
+        scanner.feed(data[position : position + cut])
+        position += cut
+    scanner.feed(data[position:])
+    pieces = scanner.finish()
+    assert (pieces.oom_count, pieces.last) == (whole.oom_count, whole.last)
+
+
+def test_memory_stays_bounded_on_a_large_stream() -> None:
+    bound = (
+        PRECONTEXT_BYTES + CHUNK_BYTES + MAX_LINE_BYTES + HEAD_BYTES + 2**20 + WINDOW_AFTER_BYTES
+    )
+    line = b"2026-11-29T19:00:00.000Z stdout F step 1 loss 0.1234 out of memory handler idle\n"
+    scanner = LogScanner()
+    chunk = line * (CHUNK_BYTES // len(line))
+    peak = 0
+    for _ in range(12):  # ~48 MiB
+        scanner.feed(chunk)
+        peak = max(peak, scanner.retained_bytes)
+    scanner.feed(OOM.encode())
+    result = scanner.finish()
+    assert peak <= bound + len(chunk)
+    assert result.oom_count == 1
+
+
+def test_a_huge_line_without_newlines_stays_bounded() -> None:
+    scanner = LogScanner()
+    for _ in range(40):
+        scanner.feed(b"\x00\xff" * (2**19))
+        assert scanner.retained_bytes <= PRECONTEXT_BYTES + 2 * 2**20 + MAX_LINE_BYTES + HEAD_BYTES
+    assert scanner.finish().oom_count == 0
+
+
+def test_stream_and_bytes_give_the_same_diagnosis() -> None:
+    data = ("starting torch 2.5.1\n" + OOM).encode()
+    assert diagnose_stream(io.BytesIO(data)) == diagnose(data)
+    assert scan_stream(io.BytesIO(data), chunk_bytes=7).oom_count == 1
+
+
+def test_feed_after_finish_is_an_error() -> None:
+    scanner = LogScanner()
+    scanner.finish()
+    with pytest.raises(ValueError):
+        scanner.feed(b"x")
+
+
+def test_every_keyword_contains_an_anchor_so_the_prefilter_misses_no_family() -> None:
+    from gpu_auditor.diagnosis import formats
+
+    for keyword in formats.KEYWORDS:
+        assert any(anchor in keyword for anchor in formats.ANCHORS), keyword
+
+
+def _real_log_lines() -> list[str]:
+    from .diagnosis_helpers import FIXTURES, SHARED_CORPUS
+
+    root = FIXTURES.parents[2]
+    folders = [FIXTURES, SHARED_CORPUS, root / "evaluation" / "gpu", root / "examples" / "logs"]
+    lines: list[str] = []
+    for folder in folders:
+        for path in sorted(folder.rglob("*.log")) if folder.is_dir() else ():
+            text = path.read_bytes().decode("utf-8", errors="replace")
+            lines += [x.text for x in normalize_text(text.replace("\r", "\n"))]
+    return lines + list(_DRIVER_LINES)
+
+
+_DRIVER_LINES = (  # no real log here has the driver's wording: as CUDA and its users print it
+    "RuntimeError: Error in cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY (out of memory)",
+    "numba.cuda.cudadrv.driver.CudaAPIError: [2] Call to cuMemAlloc results in "
+    "CUDA_ERROR_OUT_OF_MEMORY",
+    "terminate called after throwing an instance of 'std::runtime_error' what(): CUDA Error: "
+    "cudaErrorMemoryAllocation",
+)
+
+
+def test_every_wording_found_in_the_real_logs_contains_a_keyword() -> None:
+    """The scan confirms only lines holding one of ``formats.KEYWORDS`` (its second filter):
+    a family whose wording could match without one would be missed in a log. Every wording that
+    ``find_failure`` finds on a line of the real logs (the corpora, the GPU runs, the held-out
+    sets, the family fixtures) is on a line holding a keyword, from the wording on (DRIVER's
+    match is the word before the code: the code is the keyword)."""
+    from gpu_auditor.diagnosis import formats
+
+    found: dict[str, int] = {}
+    for line in _real_log_lines():
+        hit = formats.find_failure(line)
+        if hit is None:
+            continue
+        family, start, end = hit
+        found[family] = found.get(family, 0) + 1
+        rest = line[start : start + formats.MAX_MATCH_CHARS].encode("utf-8", errors="replace")
+        assert any(k in rest for k in formats.KEYWORDS), (family, line[start:end])
+    # the real logs hold every family: the check is not vacuous for any of them
+    assert set(found) == set(formats.PRIORITY), sorted(set(formats.PRIORITY) - set(found))
+
+
+# The streaming log scanner at its edges (issue 18, mutation survivors of
+# ``diagnosis/logtext.py``): docker json-file and CRI records joined exactly (a trailing space, a
+# record that is not JSON, a partial record at 64 KiB and at the end of the log); a line ending at
+# ``\r`` and the rank of its newline-ended line (at the log start, after a newline at buffer index
+# 0, 256 KiB back, after the buffer was trimmed); a failure printed from byte 0; a failure line of
+# 8 KiB or more (kept whole: its rank, the lines after it, the text before it, its re-print); a
+# long line's 64 KiB blocks (a wording at the block edge whatever the chunking, an exception name
+# back to the line start and at most 128 bytes back, ``$`` at the line's end, a glued word at the
+# edge); counting once within 16 KiB (exactly 16,384 bytes) and across 1,025 ranks; the richer re-
+# print replacing the reported failure; and the work done staying linear (bytes searched, decoded,
+# read per call). Literal numbers and real message wording only.
 
 OOM_A = torch_oom(requested=2, total=79.15, free=1.2, process=77.8, allocated=70.1, unallocated=6.9)
 OOM_B = torch_oom(requested=4, total=79.15, free=1.2, process=77.8, allocated=76.1, unallocated=0.2)
@@ -60,7 +246,65 @@ def docker(log: str) -> str:
     return json.dumps({"log": log, "stream": "stderr", "time": "2026-11-29T19:00:00.1Z"})
 
 
-# -- docker json-file and CRI records ----------------------------------------------------------
+TF = (
+    "OOM when allocating tensor with shape[8,1024,1024] and type float on "
+    "/job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc"
+)
+
+
+def tqdm(n: int) -> str:
+    return "".join(f"\rEpoch 0: {i % 100:3d}%|####      | {i}/{n}" for i in range(n))
+
+
+NEWLINE_256K = "starting\n[rank1]: " + "x" * (262_144 - 9 - 1) + "\r" + RAW + "\n"
+_SEGMENT = "[rank1]: " + "x" * 70_000 + " out of memory handler idle\r"  # a long line, looked up
+LOOKED_UP_256K = "starting\n" + _SEGMENT + "y" * (262_144 - len(_SEGMENT) - 1) + "\r" + RAW + "\n"
+NEWLINE_256K_PLUS_1 = "starting\n[rank1]: " + "x" * (262_144 - 9) + "\r" + RAW + "\n"
+LONG = "step 7 batch " + "0, " * 3000 + A  # 9,000 bytes of batch figures then the message
+AFTER_TAIL = "".join(f"after {i} " + "y" * (999 - len(f"after {i} ")) + "\n" for i in range(12))
+ASYNC = (
+    "torch.OutOfMemoryError: Allocation on device 0 would exceed allowed memory. "
+    "(out of memory)\n"
+    "Currently allocated     : 0 bytes\nRequested               : 200.00 GiB\n"
+)
+
+
+class CountingBuffer(bytearray):
+    """The scanner's buffer, counting the bytes its searches examine."""
+
+    examined = 0
+
+    def find(self, sub: Any, start: Any = None, end: Any = None) -> int:
+        low, high, _ = slice(start, end).indices(len(self))
+        found = super().find(sub, start, end)
+        self.examined += found + len(sub) - low if found >= 0 else max(0, high - low)
+        return found
+
+    def rfind(self, sub: Any, start: Any = None, end: Any = None) -> int:
+        low, high, _ = slice(start, end).indices(len(self))
+        found = super().rfind(sub, start, end)
+        self.examined += high - found if found >= 0 else max(0, high - low)
+        return found
+
+
+def counted_scan(data: bytes, chunk: int) -> tuple[ScanResult, int]:
+    scanner = LogScanner()
+    buffer = CountingBuffer()
+    scanner._buf = buffer  # white box: count the searches, the only way to see quadratic work
+    for offset in range(0, len(data), chunk):
+        scanner.feed(data[offset : offset + chunk])
+    return scanner.finish(), buffer.examined
+
+
+class CountingPattern:
+    def __init__(self, pattern: re.Pattern[bytes]) -> None:
+        self.pattern = pattern
+        self.examined = 0
+
+    def search(self, string: Any, pos: int = 0, endpos: int = sys.maxsize) -> Any:
+        found = self.pattern.search(string, pos, endpos)
+        self.examined += (found.end() if found else min(endpos, len(string))) - pos
+        return found
 
 
 def test_docker_records_split_at_a_space_join_back_exactly() -> None:
@@ -138,26 +382,11 @@ def test_a_cri_split_failure_far_into_the_log_is_reported_whole() -> None:
     assert result.last.line == Line(A, "0")
 
 
-# -- a failure printed from byte 0 -------------------------------------------------------------
-
-TF = (
-    "OOM when allocating tensor with shape[8,1024,1024] and type float on "
-    "/job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc"
-)
-
-
 @pytest.mark.parametrize("lead", ["", " "])
 def test_a_failure_at_the_first_byte_of_the_log_is_found(lead: str) -> None:
     result = same_however_split(f"{lead}{TF}\nstep 2\n".encode(), 1, 7, 64)
     assert result.oom_count == 1
     assert result.last is not None and result.last.family == "tensorflow"
-
-
-# -- carriage returns: the line and the rank of its newline-ended line -------------------------
-
-
-def tqdm(n: int) -> str:
-    return "".join(f"\rEpoch 0: {i % 100:3d}%|####      | {i}/{n}" for i in range(n))
 
 
 def test_a_failure_after_a_carriage_return_is_its_own_line_with_the_physical_lines_rank() -> None:
@@ -219,11 +448,6 @@ def test_a_failure_exactly_256_kib_after_the_log_start_gets_the_rank_printed_the
     assert late.last is not None and late.last.line == Line(RAW, None)
 
 
-NEWLINE_256K = "starting\n[rank1]: " + "x" * (262_144 - 9 - 1) + "\r" + RAW + "\n"
-_SEGMENT = "[rank1]: " + "x" * 70_000 + " out of memory handler idle\r"  # a long line, looked up
-LOOKED_UP_256K = "starting\n" + _SEGMENT + "y" * (262_144 - len(_SEGMENT) - 1) + "\r" + RAW + "\n"
-
-
 def test_a_failure_exactly_256_kib_after_a_looked_up_line_start_between_gets_its_rank() -> None:
     # a failure looked up in between: the line start is known, and 262,144 bytes is in reach
     between = "[rank1]: " + "x" * 70_000 + "\r" + "z" * 100 + "\r" + RAW + "\r"
@@ -232,9 +456,6 @@ def test_a_failure_exactly_256_kib_after_a_looked_up_line_start_between_gets_its
     result = scan_bytes(log.encode())
     assert result.oom_count == 2
     assert result.last is not None and result.last.line.rank == "1"
-
-
-NEWLINE_256K_PLUS_1 = "starting\n[rank1]: " + "x" * (262_144 - 9) + "\r" + RAW + "\n"
 
 
 @pytest.mark.parametrize("log", [NEWLINE_256K, LOOKED_UP_256K], ids=["newline", "looked-up"])
@@ -264,11 +485,6 @@ def test_a_rank_prefix_after_a_carriage_return_is_the_lines_own() -> None:
     log = f"[rank0]: Epoch 1/3 50%\r[rank1]: {A}\n"
     result = scan_bytes(log.encode())
     assert result.last is not None and result.last.line == Line(A, "1")
-
-
-# -- a failure line of 8 KiB or more: kept whole -----------------------------------------------
-
-LONG = "step 7 batch " + "0, " * 3000 + A  # 9,000 bytes of batch figures then the message
 
 
 @pytest.mark.parametrize("prefix", ["", "[rank1]: "])
@@ -302,9 +518,6 @@ def test_a_failure_line_of_exactly_8192_bytes_keeps_the_lines_after_it() -> None
     assert result.last.after[:2] == (Line("after 1"), Line("after 2"))
 
 
-AFTER_TAIL = "".join(f"after {i} " + "y" * (999 - len(f"after {i} ")) + "\n" for i in range(12))
-
-
 @pytest.mark.parametrize("length", [len(A), 8000, 8190, 8191, 8192, 9000])
 def test_the_after_window_is_8_kib_from_the_failure_lines_end_whatever_its_length(
     length: int,
@@ -317,7 +530,6 @@ def test_the_after_window_is_8_kib_from_the_failure_lines_end_whatever_its_lengt
     after = [x.text for x in result.last.after]
     assert after[:8] == AFTER_TAIL.splitlines()[:8]
     assert after[8:] == [AFTER_TAIL.splitlines()[8][:192]]
-
 
 
 @pytest.mark.parametrize("lead", [1, 20_001], ids=["after-1-byte", "after-20-kb"])
@@ -363,8 +575,6 @@ def test_a_failure_segment_before_a_carriage_return_at_8_kib(length: int) -> Non
     else:
         assert result.last.line == Line(line)
         assert result.last.after[:2] == (Line("Epoch 2:  10%"), Line("after 1"))
-
-# -- a long line's 64 KiB blocks ---------------------------------------------------------------
 
 
 def test_a_failure_at_the_64_kib_block_edge_is_found_however_the_input_is_split() -> None:
@@ -432,9 +642,6 @@ def test_two_different_failures_in_neighbouring_blocks_are_two() -> None:
     assert result.oom_count == 2
 
 
-# -- counting once: 16 KiB, 1,025 ranks --------------------------------------------------------
-
-
 @pytest.mark.parametrize(("gap", "count"), [(16_384, 1), (16_385, 2)])
 def test_a_reprint_16_kib_after_a_short_failure_line_is_the_same_failure(
     gap: int, count: int
@@ -465,9 +672,6 @@ def test_a_rank_printing_again_after_1024_other_ranks_is_still_counted_once() ->
     assert scan_bytes(log.encode()).oom_count == 1025
 
 
-# -- the richer re-print replaces the reported failure -----------------------------------------
-
-
 def test_nccls_warning_then_torchs_message_then_terminate_report_torchs() -> None:
     log = (
         "[rank0]: node1:12:34 [0] NCCL WARN Cuda failure 'out of memory'\n"
@@ -490,13 +694,6 @@ def test_a_raw_error_then_a_long_torch_line_reports_the_long_line_and_what_follo
     assert result.last.after == (Line("after 1", "1"),)
 
 
-ASYNC = (
-    "torch.OutOfMemoryError: Allocation on device 0 would exceed allowed memory. "
-    "(out of memory)\n"
-    "Currently allocated     : 0 bytes\nRequested               : 200.00 GiB\n"
-)
-
-
 def test_the_same_failure_printed_again_reports_the_first_print_and_its_figures() -> None:
     log = ASYNC + "\nDuring handling of the above exception, another exception occurred:\n\n"
     log += ASYNC.splitlines()[0] + "\nTraceback (most recent call last):\n"
@@ -506,36 +703,6 @@ def test_the_same_failure_printed_again_reports_the_first_print_and_its_figures(
     assert result.last.before == ()
     assert result.last.after[0] == Line("Currently allocated     : 0 bytes")
     assert result.last.after[1] == Line("Requested               : 200.00 GiB")
-
-
-# -- the work stays linear ---------------------------------------------------------------------
-
-
-class CountingBuffer(bytearray):
-    """The scanner's buffer, counting the bytes its searches examine."""
-
-    examined = 0
-
-    def find(self, sub: Any, start: Any = None, end: Any = None) -> int:
-        low, high, _ = slice(start, end).indices(len(self))
-        found = super().find(sub, start, end)
-        self.examined += found + len(sub) - low if found >= 0 else max(0, high - low)
-        return found
-
-    def rfind(self, sub: Any, start: Any = None, end: Any = None) -> int:
-        low, high, _ = slice(start, end).indices(len(self))
-        found = super().rfind(sub, start, end)
-        self.examined += high - found if found >= 0 else max(0, high - low)
-        return found
-
-
-def counted_scan(data: bytes, chunk: int) -> tuple[ScanResult, int]:
-    scanner = LogScanner()
-    buffer = CountingBuffer()
-    scanner._buf = buffer  # white box: count the searches, the only way to see quadratic work
-    for offset in range(0, len(data), chunk):
-        scanner.feed(data[offset : offset + chunk])
-    return scanner.finish(), buffer.examined
 
 
 def test_small_chunks_are_searched_once_not_the_whole_buffer_each_time() -> None:
@@ -553,17 +720,6 @@ def test_many_failures_on_one_physical_line_look_its_start_up_once() -> None:
     assert result.last is not None and result.last.line.rank == "1"
     assert result.last.line.text.startswith(RAW + "\rEpoch 1\r")  # the first print, reported
     assert examined <= 16 * len(data)
-
-
-class CountingPattern:
-    def __init__(self, pattern: re.Pattern[bytes]) -> None:
-        self.pattern = pattern
-        self.examined = 0
-
-    def search(self, string: Any, pos: int = 0, endpos: int = sys.maxsize) -> Any:
-        found = self.pattern.search(string, pos, endpos)
-        self.examined += (found.end() if found else min(endpos, len(string))) - pos
-        return found
 
 
 def test_a_long_line_is_prefiltered_block_by_block(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -622,9 +778,6 @@ def test_the_buffer_is_trimmed_to_256_kib_plus_1_mib_of_slack_on_a_3_mb_log() ->
     # 256 KiB of precontext, 1 MiB of slack, one piece, the 64 KiB head, the 8 KiB window
     assert peak <= 262_144 + 1_048_576 + len(filler) + 65_536 + 8_192
     assert peak > 1_048_576  # the slack is used: the bound is not met by never keeping anything
-
-
-# -- lines across feeds: a long line's rest, the tail, the last line -------------------------
 
 
 @pytest.mark.parametrize("ending", ["\nnext\n", "\r" + "Epoch 2\r\ndone\n", ""])
@@ -733,3 +886,198 @@ def test_a_failure_segment_ends_at_its_own_carriage_return_far_from_the_next_one
     assert result.last is not None and result.last.line == Line(RAW, "1")
     tail = scan_bytes(("step 1\n" * 20_000 + f"[rank1]: {RAW}\nafter\n").encode())
     assert tail.last is not None and tail.last.line == Line(RAW, "1")
+
+
+# The log's head (its first 64 KiB, read for a release banner) never ends in a word its bound cut:
+# ``torch 1.1`` of ``torch 1.13.1`` would read as release 1.1. The same whatever the chunks.
+
+BANNER = b"\nstarting: torch 1.1"
+HEAD = b"=" * (65536 - len(BANNER)) + BANNER  # exactly the 64 KiB head
+CHUNKS = (1, 7, 4096, 65535, 65536, 65537, 1 << 20)
+
+
+@pytest.mark.parametrize("chunk", CHUNKS)
+def test_a_word_cut_by_the_bound_is_dropped(chunk: int) -> None:
+    head = scan_bytes(HEAD + b"3.1+cu117 on NVIDIA A100\n", chunk_bytes=chunk).head
+    assert head.endswith("\nstarting: torch ")
+    assert len(head) == 65536 - len("1.1")
+
+
+@pytest.mark.parametrize("chunk", CHUNKS)
+@pytest.mark.parametrize("after", [b" on NVIDIA A100\n", b"\n", b"\r", b"\tx", b""])
+def test_a_word_the_bound_did_not_cut_is_kept(chunk: int, after: bytes) -> None:
+    # followed by a space, a line end, or nothing at all: the word is whole
+    head = scan_bytes(HEAD + after, chunk_bytes=chunk).head
+    assert head.endswith("\nstarting: torch 1.1")
+    assert len(head) == 65536
+
+
+def test_a_head_that_is_one_long_word_is_dropped_whole() -> None:
+    assert scan_bytes(b"x" * 70000 + b"\n").head == ""
+
+
+def test_a_short_log_is_its_own_head() -> None:
+    assert scan_bytes(b"torch 2.3.1 ready").head == "torch 2.3.1 ready"
+
+
+# Hostile framing: over-long lines, carriage returns, nested JSON, bytes that are not text.
+
+OOM4 = torch_oom(requested=4, total=79.15, free=1.2, process=77.8, allocated=76.1, unallocated=0.2)
+
+
+def tqdm_redraws(n: int) -> str:
+    """``n`` redraws of a progress bar, carriage-return separated, as tqdm writes them."""
+    return "".join(
+        f"\rEpoch 0: {i % 100:3d}%|####      | {i}/{n} [00:{i % 60:02d}<00:00]" for i in range(n)
+    )
+
+
+LONG_BAR = (
+    "[rank0]: "
+    + tqdm_redraws(3000)
+    + "\r"
+    + OOM.rstrip("\n")
+    + " "
+    + "x" * 90_000
+    + " "
+    + OOM4.rstrip("\n")
+    + "\n"
+    + "y" * 70_000
+    + " RuntimeError: CUDA error: out of memory "
+    + "z" * 5000
+    + "\n"
+).encode()
+
+
+@pytest.mark.parametrize("length", [65_537, 70_000, 1_000_000, CHUNK_BYTES + 12_345])
+def test_a_failure_after_a_line_longer_than_64_kib_is_found(length: int) -> None:
+    diagnosis = diagnose("x" * length + " " + OOM)
+    assert diagnosis.detected and diagnosis.oom_count == 1
+    assert diagnosis.figures.requested_bytes == 2 * GIB
+    assert diagnosis.message is not None
+    assert diagnosis.message.startswith("torch.OutOfMemoryError: CUDA out of memory.")
+
+
+def test_a_failure_after_a_progress_bar_on_the_same_line_is_found() -> None:
+    bar = tqdm_redraws(6000)
+    assert len(bar) > 4 * MAX_LINE_BYTES and "\n" not in bar
+    diagnosis = diagnose(bar + "\r" + OOM)
+    assert (diagnosis.kind, diagnosis.oom_count) == ("fragmentation", 1)
+    assert diagnosis.message is not None
+    assert diagnosis.message.startswith("torch.OutOfMemoryError")
+
+
+def test_a_carriage_return_ends_a_line_for_the_rank_and_the_message() -> None:
+    line = "2026-11-29T19:00:00.1Z stderr F [rank1]: " + tqdm_redraws(50) + "\r" + OOM
+    diagnosis = diagnose(line)
+    assert diagnosis.to_json_dict()["rank"] == "1"  # the prefix of the line the bar is on
+    assert diagnosis.message is not None and diagnosis.message.startswith("torch.OutOfMemory")
+
+
+def test_a_crlf_log_keeps_its_multi_line_message() -> None:
+    log = (
+        "step 1\r\nRuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.15 GiB "
+        "total capacity; 70.10 GiB already allocated;\r\n 1.20 GiB free; 77.00 GiB reserved in "
+        "total by PyTorch)\r\nstep 2\r\n"
+    )
+    diagnosis = diagnose(log)
+    assert diagnosis.figures.free_bytes == round(1.2 * GIB)
+    assert diagnosis.figures.reserved_unallocated_bytes == round(6.9 * GIB)
+
+
+@pytest.mark.parametrize("edge", [-400, -30, -1, 0, 1, 7, 25, 60, 150, 299, 2000])
+def test_a_failure_across_a_block_edge_of_a_long_line_is_found_once(edge: int) -> None:
+    # the 64 KiB block edge falls ``edge`` bytes into the message (before it when negative)
+    filler = "y" * (MAX_LINE_BYTES - edge - 1) + " "
+    diagnosis = diagnose(filler + OOM.rstrip("\n") + " " + "z" * MAX_LINE_BYTES + "\n")
+    assert diagnosis.oom_count == 1
+    assert diagnosis.figures.requested_bytes == 2 * GIB
+    assert diagnosis.message is not None and diagnosis.message.startswith("torch.OutOfMemory")
+
+
+def test_two_failures_on_one_long_line_are_two_and_the_last_is_reported() -> None:
+    line = "x" * 100_000 + " " + OOM.rstrip("\n") + " " + "x" * 100_000 + " " + OOM4
+    diagnosis = diagnose(line)
+    assert diagnosis.oom_count == 2
+    assert diagnosis.figures.requested_bytes == 4 * GIB
+
+
+def test_one_failure_printed_twice_on_a_long_line_is_counted_once() -> None:
+    line = "x" * 100_000 + " " + OOM.rstrip("\n") + " | " + OOM.rstrip("\n") + " " + "x" * 50
+    assert diagnose(line + "\n").oom_count == 1
+
+
+def test_a_long_line_takes_its_rank_from_its_start() -> None:
+    line = "[rank2]: " + "x" * 200_000 + " " + OOM
+    assert diagnose(line).to_json_dict()["rank"] == "2"
+
+
+def test_invalid_utf8_and_nuls_around_a_failure_on_one_line() -> None:
+    data = b"\x00\xff\xfe" * 40_000 + b" \xc3" + OOM.encode() + b"\x00\xed\xa0\x80" * 10
+    diagnosis = diagnose(data)
+    assert diagnosis.figures.requested_bytes == 2 * GIB
+    assert json.loads(json.dumps(diagnosis.to_json_dict())) == diagnosis.to_json_dict()
+
+
+def test_a_long_line_of_failure_keywords_stays_bounded_and_the_real_one_is_found() -> None:
+    scanner = LogScanner()
+    chunk = b"out of memory? CUDA_ERROR " * (CHUNK_BYTES // 26)
+    bound = (
+        PRECONTEXT_BYTES + CHUNK_BYTES + MAX_LINE_BYTES + LOOKAROUND_BYTES + HEAD_BYTES + 2**20
+    ) + WINDOW_AFTER_BYTES
+    for _ in range(8):  # 32 MiB on one line
+        scanner.feed(chunk)
+        assert scanner.retained_bytes <= bound + len(chunk)
+    scanner.feed(b"\r" + OOM.encode())
+    result = scanner.finish()
+    assert result.oom_count == 1
+    assert result.last is not None and "Tried to allocate 2.00 GiB" in result.last.line.text
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(min_value=1, max_value=150_000), min_size=1, max_size=10))
+def test_a_long_line_gives_the_same_result_however_it_is_split(cuts: list[int]) -> None:
+    whole = scan_bytes(LONG_BAR)
+    scanner = LogScanner()
+    position = 0
+    for cut in cuts:
+        scanner.feed(LONG_BAR[position : position + cut])
+        position += cut
+    scanner.feed(LONG_BAR[position:])
+    pieces = scanner.finish()
+    assert (pieces.oom_count, pieces.last) == (whole.oom_count, whole.last)
+    assert whole.oom_count == 3
+
+
+@pytest.mark.parametrize("chunk", [1000, 65_536, 65_537, 200_000])
+def test_a_long_line_gives_the_same_result_for_any_chunk_size(chunk: int) -> None:
+    assert scan_bytes(LONG_BAR, chunk_bytes=chunk) == scan_bytes(LONG_BAR)
+
+
+def test_a_docker_json_line_around_deeply_nested_json_does_not_recurse() -> None:
+    nested = '{"log":' + "[" * 100_000 + "\n"
+    diagnosis = diagnose(nested + OOM)
+    assert diagnosis.detected and diagnosis.figures.requested_bytes == 2 * GIB
+    inline = '{"log":' + "{" * 100_000 + OOM  # the failure on the same, undecodable, line
+    assert diagnose(inline).figures.requested_bytes == 2 * GIB
+    short = '{"log":' + "[" * 5_000 + OOM  # under 64 KiB: the line is unwrapped, then matched
+    assert diagnose(short).figures.requested_bytes == 2 * GIB
+
+
+def test_a_docker_json_record_is_unwrapped_escapes_and_all() -> None:
+    record = json.dumps({"log": "[rank2]: é\t" + OOM, "stream": "stderr", "time": "2026-01-01"})
+    diagnosis = diagnose(record + "\n")
+    assert diagnosis.figures.requested_bytes == 2 * GIB
+    assert diagnosis.to_json_dict()["rank"] == "2"
+
+
+def test_a_docker_json_record_with_a_bad_escape_is_read_as_plain_text() -> None:
+    record = '{"log":"\\q ' + OOM.rstrip("\n") + '\\n","stream":"stderr"}\n'
+    assert diagnose(record).figures.requested_bytes == 2 * GIB
+
+
+def test_a_docker_json_progress_bar_keeps_the_failure_in_the_message() -> None:
+    record = json.dumps({"log": tqdm_redraws(200) + "\r" + OOM, "stream": "stderr"})
+    diagnosis = diagnose(record + "\n")
+    assert diagnosis.figures.requested_bytes == 2 * GIB
+    assert diagnosis.message is not None and diagnosis.message.startswith("torch.OutOfMemory")

@@ -1,36 +1,222 @@
-"""Boundary table for the classifier: each threshold from both sides, one rule deciding each pair.
-
-Every pair below differs in one figure by one byte (or the smallest step the rule can see), and
-everything else in the case is chosen so that only the rule under test changes its answer; the
-comment on each pair says why the other rules do not. Figures are exact bytes handed straight to
-``classify`` (a message prints them rounded to 0.01 of a unit); the numbers are literals, never
-the production constants, so a changed threshold fails here.
-
-Names as in ``classify.py``: R request, T total, F device free, A allocated, U reserved but
-unallocated, reserved = A + U, P this process's memory, L allowed (the fraction's cap), O other
-processes. Unless a case says otherwise P = reserved + 512 MiB: a CUDA context's worth outside
-PyTorch (no non-PyTorch excess), and a process figure, so the "memory unseen outside" rule is off.
-"""
+"""Classification rules, pinned on messages built from figures (GiB)."""
 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
-from gpu_auditor.diagnosis import formats
+from gpu_auditor.diagnosis import MemorySample, NodeEvidence, OtherPod, diagnose, formats
 from gpu_auditor.diagnosis.classify import Verdict, classify
 from gpu_auditor.diagnosis.model import (
     Figures,
     Growth,
-    NodeEvidence,
     OomEvent,
-    OtherPod,
     OtherProcess,
 )
 from gpu_auditor.diagnosis.proberecord import ProbeRecord, parse_record
 
+from .diagnosis_helpers import GIB, torch_oom
+
 pytestmark = pytest.mark.unit
+
+
+def test_near_full_gpu_with_little_reserved_unallocated_memory_is_capacity() -> None:
+    # 120 MiB + 1.95 GiB would cover the 2 GiB request, but 120 MiB is no cause.
+    log = torch_oom(
+        requested=2, total=79.15, free=1.95, process=77.1, allocated=76.1, unallocated=120 / 1024
+    )
+    diagnosis = diagnose(log)
+    assert diagnosis.kind == "capacity"
+    assert diagnosis.recommendation.alloc_conf is None
+
+
+def test_idle_cache_that_needs_only_a_quarter_reclaimed_is_fragmentation() -> None:
+    # need = 2 - 1.7 = 0.3 GiB, 0.19 of U 1.6 GiB; U is 2.1 % of the 77.1 GiB reserved
+    log = torch_oom(
+        requested=2, total=79.15, free=1.7, process=77.3, allocated=75.5, unallocated=1.6
+    )
+    assert diagnose(log).kind == "fragmentation"
+
+
+def test_fragmentation_summary_carries_the_numbers() -> None:
+    log = torch_oom(
+        requested=2, total=79.15, free=1.2, process=77.8, allocated=70.1, unallocated=6.9
+    )
+    summary = diagnose(log).summary
+    assert summary.startswith(
+        "fragmentation: 6.90 GiB reserved but unallocated + 1.20 GiB free would cover the "
+        "2.00 GiB request"
+    )
+
+
+def test_cap_that_fits_live_memory_plus_request_is_fragmentation_not_fraction_cap() -> None:
+    # frag_pinned_segments.log: 1.26 GiB live + 4.20 GiB request fits under the 6.99 GiB cap.
+    log = torch_oom(
+        requested=4.2,
+        total=139.8,
+        free=136.14,
+        process=3.65,
+        allowed=6.99,
+        allocated=1.26,
+        unallocated=1.89,
+    )
+    diagnosis = diagnose(log)
+    assert diagnosis.kind == "fragmentation"
+    assert "memory-fraction-cap" in diagnosis.contributing
+    assert "left under the 6.99 GiB cap" in diagnosis.summary
+
+
+def test_cap_below_live_memory_plus_request_is_memory_fraction_cap() -> None:
+    log = torch_oom(
+        requested=8,
+        total=139.8,
+        free=110.3,
+        process=27.5,
+        allowed=27.96,
+        allocated=25,
+        unallocated=1.5,
+    )
+    diagnosis = diagnose(log)
+    assert diagnosis.kind == "memory-fraction-cap"
+    assert diagnosis.recommendation.alloc_conf is None
+    assert any("set_per_process_memory_fraction" in a for a in diagnosis.recommendation.actions)
+
+
+def test_request_larger_than_the_whole_gpu_is_capacity_even_with_fragmentation() -> None:
+    log = torch_oom(requested=200, total=139.8, free=60, process=79, allocated=40, unallocated=38)
+    assert diagnose(log).kind == "capacity"
+
+
+def test_other_processes_covering_the_shortfall_make_gpu_shared() -> None:
+    log = torch_oom(
+        requested=40,
+        total=139.8,
+        free=13.42,
+        process=0.5,
+        allocated=0,
+        unallocated=0,
+        others=[(872, 125.87)],
+    )
+    diagnosis = diagnose(log)
+    assert diagnosis.kind == "gpu-shared"
+    assert diagnosis.figures.other_processes[0].pid == 872
+    assert "pid 872: 125.87 GiB" in diagnosis.summary
+
+
+def test_small_other_process_does_not_make_gpu_shared() -> None:
+    log = torch_oom(
+        requested=2,
+        total=79.15,
+        free=1.0,
+        process=77.4,
+        allocated=76.5,
+        unallocated=0.1,
+        others=[(99, 0.5)],
+    )
+    assert diagnose(log).kind == "capacity"
+
+
+def test_node_report_pods_fill_in_when_the_message_lists_no_processes() -> None:
+    log = torch_oom(requested=40, total=139.8, free=13.42, allocated=0, unallocated=0)
+    node = NodeEvidence(other_pods=(OtherPod("team-b", "notebook-1", round(125 * GIB)),))
+    assert diagnose(log).kind == "unknown"
+    assert set(diagnose(log).contributing) == {"gpu-shared", "non-pytorch-memory"}
+    diagnosis = diagnose(log, node=node)
+    assert diagnosis.kind == "gpu-shared"
+    assert "team-b/notebook-1" in diagnosis.summary
+
+
+def test_node_report_names_the_pod_of_a_process_the_message_lists() -> None:
+    log = torch_oom(
+        requested=40,
+        total=139.8,
+        free=13.42,
+        process=0.5,
+        allocated=0,
+        unallocated=0,
+        others=[(872, 125.87)],
+    )
+    node = NodeEvidence(other_pods=(OtherPod("ml", "trainer-0", round(125.8 * GIB), pid=872),))
+    other = diagnose(log, node=node).figures.other_processes[0]
+    assert (other.namespace, other.pod, other.pid) == ("ml", "trainer-0", 872)
+
+
+def test_pod_not_allocated_the_gpu_is_told_to_request_one() -> None:
+    log = torch_oom(
+        requested=40,
+        total=139.8,
+        free=13.42,
+        process=0.5,
+        allocated=0,
+        unallocated=0,
+        others=[(872, 125.87)],
+    )
+    diagnosis = diagnose(log, node=NodeEvidence(allocated=False))
+    assert any("did not allocate" in a for a in diagnosis.recommendation.actions)
+
+
+def test_process_memory_outside_pytorch_covering_the_shortfall_is_non_pytorch_memory() -> None:
+    log = torch_oom(requested=4, total=79.15, free=1, process=77.9, allocated=60, unallocated=1)
+    assert diagnose(log).kind == "non-pytorch-memory"
+
+
+def test_cuda_context_sized_non_pytorch_memory_is_not_blamed() -> None:
+    log = torch_oom(
+        requested=2, total=139.8, free=1.72, process=138.08, allocated=137.35, unallocated=0.0005
+    )
+    diagnosis = diagnose(log)
+    assert diagnosis.kind == "capacity"
+    assert "non-pytorch-memory" not in diagnosis.contributing
+
+
+def test_figures_that_show_room_for_the_request_are_unknown() -> None:
+    log = torch_oom(requested=1, total=79.15, free=10, process=60, allocated=58, unallocated=1)
+    assert diagnose(log).kind == "unknown"
+
+
+def test_steadily_growing_samples_make_leak_primary_over_capacity() -> None:
+    log = torch_oom(requested=2, total=79.15, free=1.0, process=78, allocated=76.9, unallocated=0.1)
+    samples = [MemorySample(t * 10.0, round((40 + t) * GIB)) for t in range(20)]
+    diagnosis = diagnose(log, samples=samples)
+    assert diagnosis.kind == "leak"
+    assert "capacity" in diagnosis.contributing
+    assert diagnosis.growth is not None and diagnosis.growth.source == "samples"
+    assert any(".item()" in a for a in diagnosis.recommendation.actions)
+
+
+def test_leak_does_not_hide_another_pod_on_the_gpu() -> None:
+    log = torch_oom(
+        requested=40,
+        total=139.8,
+        free=13.42,
+        process=0.5,
+        allocated=0,
+        unallocated=0,
+        others=[(872, 125.87)],
+    )
+    samples = [MemorySample(float(t), round((1 + t) * GIB)) for t in range(10)]
+    diagnosis = diagnose(log, samples=samples)
+    assert diagnosis.kind == "gpu-shared"
+    assert "leak" in diagnosis.contributing
+
+
+def test_node_growth_rate_alone_is_only_a_contributing_leak() -> None:
+    log = torch_oom(requested=2, total=79.15, free=1.0, process=78, allocated=76.9, unallocated=0.1)
+    diagnosis = diagnose(log, node=NodeEvidence(growth_bytes_per_second=50 * 2**20))
+    assert diagnosis.kind == "capacity"
+    assert "leak" in diagnosis.contributing
+
+
+def test_no_oom_in_the_log_is_not_detected_even_with_samples() -> None:
+    samples = [MemorySample(float(t), round((1 + t) * GIB)) for t in range(10)]
+    diagnosis = diagnose("epoch 1 done\nepoch 2 done\n", samples=samples)
+    assert (diagnosis.detected, diagnosis.kind, diagnosis.oom_count) == (False, "unknown", 0)
+    assert diagnosis.contributing == ("leak",)
+
+
+# Boundary table for the classifier: each threshold from both sides, one rule deciding each pair.
 
 G = 2**30
 M = 2**20
@@ -70,7 +256,24 @@ def kind(**kw: object) -> str:
     return verdict(**kw).kind  # type: ignore[arg-type]
 
 
-# -- 1. a request above the whole GPU ---------------------------------------------------------
+def _growth(grew: int, source: str = "samples") -> Growth:
+    return Growth(source, 10, 40 * G, 40 * G + grew, 1.0)
+
+
+CAPACITY = {"R": 2 * G, "T": 80 * G, "F": 1 * G, "A": 77 * G}
+
+
+def _record(request: int, large_free: int, small_free: int = 0, status: str = "ok") -> ProbeRecord:
+    raw = {
+        "probe": "gpu-auditor", "v": 1, "status": status, "request_bytes": request,
+        "pools": {
+            "large": {"free_bytes": large_free, "largest_free_bytes": 0},
+            "small": {"free_bytes": small_free, "largest_free_bytes": 0},
+        },
+    }  # fmt: skip
+    parsed = parse_record(json.dumps(raw))
+    assert parsed.record is not None, parsed.reason
+    return parsed.record
 
 
 def test_request_one_byte_above_the_gpu_is_capacity_equal_fits() -> None:
@@ -78,9 +281,6 @@ def test_request_one_byte_above_the_gpu_is_capacity_equal_fits() -> None:
     base = {"T": 80 * G, "F": 80 * G, "A": 0}
     assert kind(R=80 * G + 1, **base) == "capacity"
     assert kind(R=80 * G, **base) == "unknown"  # the figures show room
-
-
-# -- 2. the memory fraction's cap --------------------------------------------------------------
 
 
 def test_cap_binds_when_live_memory_plus_request_exceeds_it_by_one_byte() -> None:
@@ -119,9 +319,6 @@ def test_a_cap_at_the_gpus_total_is_ignored_one_byte_below_it_binds() -> None:
     assert kind(L=80 * G - 1, **base) == "capacity"
 
 
-# -- 3. another process on the GPU -------------------------------------------------------------
-
-
 def test_other_processes_count_from_one_gib() -> None:
     # shortfall R - F = 0.5 GiB, well under O: only the 1 GiB floor decides
     base = {"R": 2 * G + 512 * M, "T": 80 * G, "F": 2 * G, "A": 76 * G}
@@ -140,7 +337,6 @@ def test_other_processes_must_cover_the_shortfall() -> None:
     assert (v.kind, v.contributing) == ("capacity", ("gpu-shared",))
 
 
-
 def test_other_processes_are_not_blamed_when_the_figures_show_room() -> None:
     # another process holds 5 GiB; F = R: the device had the request's room, no shortfall for
     # anyone to cause (the figures show room: unknown); one byte less free is a 1-byte shortfall
@@ -149,6 +345,7 @@ def test_other_processes_are_not_blamed_when_the_figures_show_room() -> None:
     assert (v.kind, v.contributing) == ("unknown", ("gpu-shared",))
     assert "shows room" in v.summary or "room" in v.summary
     assert kind(F=2 * G - 1, others=(5 * G,), **base) == "gpu-shared"
+
 
 def test_other_processes_are_summed() -> None:
     # two processes of 0.75 GiB: 1.5 GiB together, over the floor and the 1.25 GiB shortfall
@@ -181,12 +378,6 @@ def test_without_request_or_free_figures_a_big_other_process_is_the_finding() ->
     raw = {"R": None, "T": None, "F": None, "A": None, "P": None, "family": formats.TORCH_RAW}
     assert kind(others=(1 * G,), **raw) == "gpu-shared"
     assert kind(others=(1 * G - 1,), **raw) == "unknown"
-
-
-# -- 4. fragmentation --------------------------------------------------------------------------
-
-# T 80 GiB, A 60 GiB, U 10 GiB (reserved 70 GiB, U is 14 % of it), R 10 GiB: the room F decides
-# need = R - F against 0.40 * U = 4 GiB.
 
 
 def test_fragmentation_while_the_need_is_at_most_0_40_of_the_idle_cache() -> None:
@@ -265,9 +456,6 @@ def test_under_a_cap_thin_headroom_is_measured_against_the_cap() -> None:
     assert (v.kind, v.contributing) == ("fragmentation", ("memory-fraction-cap", "capacity"))
 
 
-# -- 5. memory outside PyTorch in this process -----------------------------------------------
-
-
 def test_non_pytorch_memory_beyond_1_5_gib_must_cover_the_shortfall() -> None:
     # F 1 GiB, R 2 GiB: shortfall 1 GiB. P - reserved = 1.5 GiB + 1 GiB: the excess over the
     # 1.5 GiB allowance covers it exactly; one byte less and it does not. Share 2.5/22.5 > 10 %.
@@ -279,7 +467,6 @@ def test_non_pytorch_memory_beyond_1_5_gib_must_cover_the_shortfall() -> None:
     assert (v.kind, v.contributing) == ("capacity", ())  # and under 1 GiB: not contributing
 
 
-
 def test_non_pytorch_memory_is_not_blamed_when_the_figures_show_room() -> None:
     # 12 GiB outside PyTorch (a third of the process), F = R: no shortfall to cover, unknown
     # (non-PyTorch memory contributing); one byte less free and the excess covers the shortfall
@@ -288,6 +475,7 @@ def test_non_pytorch_memory_is_not_blamed_when_the_figures_show_room() -> None:
     assert (v.kind, v.contributing) == ("unknown", ("non-pytorch-memory",))
     assert "shortfall" not in v.summary
     assert kind(F=2 * G - 1, **base) == "non-pytorch-memory"
+
 
 def test_non_pytorch_memory_must_be_a_tenth_of_the_process() -> None:
     # P 40 GiB with 4 GiB outside PyTorch is exactly 0.10 of it; one byte more reserved is
@@ -314,9 +502,6 @@ def test_library_failures_outside_pytorchs_cache_are_non_pytorch_memory(family: 
     assert kind(family=formats.TORCH_RAW, **empty) == "unknown"
 
 
-# -- 6. memory held outside PyTorch with no process list --------------------------------------
-
-
 def test_unseen_memory_must_cover_the_shortfall() -> None:
     # no P, no process list: T - F - reserved - 1.5 GiB = 80 - 1 - 70 - 1.5 = 7.5 GiB unseen
     base = {"T": 80 * G, "F": 1 * G, "A": 70 * G, "P": None}
@@ -338,18 +523,6 @@ def test_a_process_figure_or_list_turns_the_unseen_rule_off() -> None:
     base = {"R": 1 * G + 1 * M, "T": 80 * G, "F": 1 * G, "A": 70 * G}
     assert kind(P=None, **base) == "unknown"
     assert kind(P=70 * G + 512 * M, **base) == "capacity"
-
-
-# -- leak: primacy and growth that must cover the shortfall ------------------------------------
-
-# T 80 GiB, F 1 GiB, A 77 GiB, R 2 GiB: capacity, need 1 GiB
-
-
-def _growth(grew: int, source: str = "samples") -> Growth:
-    return Growth(source, 10, 40 * G, 40 * G + grew, 1.0)
-
-
-CAPACITY = {"R": 2 * G, "T": 80 * G, "F": 1 * G, "A": 77 * G}
 
 
 def test_a_rise_that_covers_the_shortfall_is_the_leak() -> None:
@@ -399,9 +572,6 @@ def test_host_allocation_failures_are_never_gpu_kinds() -> None:
     v = verdict(family=formats.HOST_ALLOC, R=1 * G, T=None, F=None, A=None, P=None)
     assert v.kind == "unknown"
     assert v.summary.startswith("unknown: host (CPU) memory ran out")
-
-
-# -- what the verdict says: each summary, in full (the line a job owner reads) ---------------
 
 
 @pytest.mark.parametrize(
@@ -536,9 +706,6 @@ def test_the_summary_names_at_most_three_processes_with_their_pods() -> None:
     )
 
 
-# -- the node report fills in what the log lacks -------------------------------------------
-
-
 def test_the_node_report_fills_only_the_missing_figures() -> None:
     node = NodeEvidence(
         gpu_total_bytes=80 * G, gpu_free_bytes=2 * G, process_bytes=50 * G,
@@ -567,22 +734,6 @@ def test_the_node_names_only_the_processes_whose_pid_it_knows() -> None:
     assert classify(OomEvent(formats.TORCH, "pytorch", "x", listed)).figures == listed
 
 
-# -- a probe record's pool replaces the message's idle cache ----------------------------------
-
-
-def _record(request: int, large_free: int, small_free: int = 0, status: str = "ok") -> ProbeRecord:
-    raw = {
-        "probe": "gpu-auditor", "v": 1, "status": status, "request_bytes": request,
-        "pools": {
-            "large": {"free_bytes": large_free, "largest_free_bytes": 0},
-            "small": {"free_bytes": small_free, "largest_free_bytes": 0},
-        },
-    }  # fmt: skip
-    parsed = parse_record(json.dumps(raw))
-    assert parsed.record is not None, parsed.reason
-    return parsed.record
-
-
 def test_the_records_large_pool_is_the_idle_cache_of_a_large_request() -> None:
     # the message shows no idle cache (U 0): capacity. The record's large pool then decides,
     # as U would: need 4 GiB against 0.40 of 10 GiB. A record whose status is not ok is unused.
@@ -607,3 +758,297 @@ def test_a_small_request_reads_the_records_small_pool() -> None:
     big = Figures(2 * M + 1, 80 * G, 3 * M // 2, 1 * G + 512 * M, 1 * G, 0)
     event = OomEvent(formats.TORCH, "pytorch", "x", big)
     assert classify(event, record=_record(2 * M + 1, 20 * M, small_free=0)).kind == "fragmentation"
+
+
+# What mutation testing found loose in the classifier (``scripts/mutation.py --modules
+# classify``): the cases the boundary table above did not pin, each from both sides where it is
+# a threshold, literal figures, exact verdicts and summaries. Names as there: R request, T total,
+# F free, A allocated, U reserved but unallocated, P this process, L the cap, O other processes.
+
+def leak_of(source: str) -> Growth:
+    return Growth(source=source, points=12, first_bytes=10 * G, last_bytes=20 * G, per_unit=1e6)
+
+
+@pytest.mark.parametrize(
+    ("source", "where"),
+    [("samples", "12 samples"), ("log", "12 figures the job printed")],
+)
+def test_the_leak_summary_names_its_series(source: str, where: str) -> None:
+    v = verdict(R=2 * G, T=80 * G, F=1 * G, A=70 * G, growth=leak_of(source))
+    assert v.kind == "leak"
+    assert v.summary == (
+        f"leak: memory rose steadily from 10.00 GiB to 20.00 GiB over {where} before the "
+        "out-of-memory failure"
+    )
+
+
+def test_a_leak_that_only_contributes_leaves_the_summary_to_the_primary() -> None:
+    # fragmentation a setting fixes keeps the primary slot; the leak contributes
+    v = verdict(R=2 * G, T=80 * G, F=1 * G, A=60 * G, U=5 * G, growth=leak_of("samples"))
+    assert (v.kind, v.contributing) == ("fragmentation", ("leak",))
+    assert v.summary.startswith("fragmentation: 5.00 GiB reserved but unallocated + 1.00 GiB")
+
+
+def test_a_leak_without_a_request_figure_is_still_judged() -> None:
+    v = verdict(R=None, T=80 * G, F=1 * G, A=70 * G, growth=leak_of("samples"))
+    assert v.kind == "leak"
+
+
+def test_a_retry_loop_that_gave_up_with_figures_says_so_after_them() -> None:
+    v = verdict(R=2 * G, T=80 * G, F=1 * G, A=None, P=None, family=formats.RETRY_EXHAUSTED)
+    assert v.summary == (
+        "capacity: the 2.00 GiB request exceeds the 1.00 GiB free on a 80.00 GiB GPU; the job's "
+        "retry loop halved the batch down to zero (figures of the last OOM it caught, from the "
+        "probe record)"
+    )
+
+
+def test_a_retry_loop_that_gave_up_without_figures() -> None:
+    v = verdict(R=None, T=None, F=None, A=None, P=None, family=formats.RETRY_EXHAUSTED)
+    assert (v.kind, v.summary) == (
+        "capacity",
+        "capacity: the job's retry loop (find_executable_batch_size) halved the batch down to "
+        "zero and every size ran out of GPU memory",
+    )
+
+
+def test_host_memory_names_the_request() -> None:
+    v = verdict(R=2 * G, T=None, F=None, A=None, P=None, family=formats.HOST_ALLOC)
+    assert v.summary == (
+        "unknown: host (CPU) memory ran out, not GPU memory: could not allocate 2.00 GiB"
+    )
+
+
+def test_unseen_memory_is_named_from_one_byte() -> None:
+    # no request figure: unknown; T - F - reserved - 1.5 GiB is the unseen memory
+    one = verdict(R=None, T=80 * G, F=8 * G + 512 * M - 1, A=70 * G, P=None)
+    assert one.summary.startswith("unknown: 1 bytes of the 80.00 GiB GPU is held outside")
+    none = verdict(R=None, T=80 * G, F=8 * G + 512 * M, A=70 * G, P=None)
+    assert none.summary == (
+        "unknown: torch failure with no memory figures in the log (another process may hold the "
+        "GPU; the node report can tell)"
+    )
+
+
+def test_a_cap_that_leaves_more_than_the_free_memory_is_not_named() -> None:
+    # the cap leaves 5 GiB (70 - 65), the device 1 GiB: the room is the device's free memory
+    v = verdict(R=2 * G, T=80 * G, F=1 * G, A=60 * G, U=5 * G, L=70 * G)
+    assert (v.kind, v.contributing) == ("fragmentation", ())
+    assert v.summary == (
+        "fragmentation: 5.00 GiB reserved but unallocated + 1.00 GiB free would cover the "
+        "2.00 GiB request; PyTorch holds 65.00 GiB with 60.00 GiB in use"
+    )
+
+
+def test_a_cap_that_leaves_less_is_named_and_withholds_from_the_request_equal_to_it() -> None:
+    # the cap leaves 1 GiB (66 - 65); the device has 2 GiB free: exactly the request
+    v = verdict(R=2 * G, T=80 * G, F=2 * G, A=60 * G, U=5 * G, L=66 * G)
+    assert (v.kind, v.contributing) == ("fragmentation", ("memory-fraction-cap",))
+    assert "+ 1.00 GiB left under the 66.00 GiB cap would cover" in v.summary
+    short = verdict(R=2 * G, T=80 * G, F=2 * G - 1, A=60 * G, U=5 * G, L=66 * G)
+    assert (short.kind, short.contributing) == ("fragmentation", ())
+
+
+def test_a_cap_with_no_allocated_figure_binds_only_above_the_request() -> None:
+    # without A the live memory counts as 0: R == L fits under the cap, R == L + 1 does not
+    fits = verdict(R=4 * G, T=80 * G, F=10 * G, A=None, P=None, L=4 * G)
+    assert fits.kind == "unknown"
+    over = verdict(R=4 * G + 1, T=80 * G, F=10 * G, A=None, P=None, L=4 * G)
+    assert over.kind == "memory-fraction-cap"
+
+
+def test_nccl_with_process_figures_is_still_worded_as_nccl() -> None:
+    v = verdict(R=1 * G, T=80 * G, F=512 * M, A=70 * G, family=formats.NCCL)
+    assert v.summary == (
+        "non-pytorch-memory: NCCL could not allocate its own memory outside PyTorch's cache"
+    )
+
+
+def test_non_pytorch_memory_never_decides_when_the_request_fits() -> None:
+    # a 16 GiB GPU, the request fits (F 2 GiB, R 1 GiB): at the allowance (P - reserved =
+    # 1.5 GiB) or far past it (5.5 GiB outside PyTorch), no shortfall is left to cover: unknown,
+    # with non-PyTorch memory contributing once it is 1 GiB past the allowance
+    at = verdict(R=1 * G, T=16 * G, F=2 * G, A=10 * G, P=11 * G + 512 * M)
+    assert (at.kind, at.contributing) == ("unknown", ())
+    over = verdict(R=1 * G, T=16 * G, F=2 * G, A=10 * G, P=15 * G + 512 * M)
+    assert (over.kind, over.contributing) == ("unknown", ("non-pytorch-memory",))
+    # one byte of shortfall (F = R - 1) and the same 4 GiB excess decides
+    short = verdict(R=1 * G, T=16 * G, F=1 * G - 1, A=10 * G, P=15 * G + 512 * M)
+    assert short.kind == "non-pytorch-memory"
+
+
+def test_a_process_figure_of_zero_is_read_without_error() -> None:
+    v = verdict(R=2 * G, T=80 * G, F=1 * G, A=70 * G, P=0)
+    assert v.kind == "capacity"
+
+
+def test_others_without_free_but_with_total_are_the_finding() -> None:
+    v = verdict(R=None, T=80 * G, F=None, A=None, P=None, others=(2 * G,))
+    assert v.kind == "gpu-shared"
+
+
+def test_fragmentation_without_a_total_gets_no_thin_headroom() -> None:
+    v = verdict(R=2 * G, T=None, F=1 * G, A=60 * G, U=5 * G)
+    assert (v.kind, v.contributing) == ("fragmentation", ())
+
+
+def test_no_allocated_figure_is_no_fragmentation() -> None:
+    v = verdict(R=2 * G, T=80 * G, F=1 * G, A=None, U=5 * G, P=None)
+    assert v.kind == "capacity"
+
+
+def test_no_total_turns_the_unseen_rule_off_without_error() -> None:
+    v = verdict(R=2 * G, T=None, F=1 * G, A=60 * G, P=None)
+    assert v.kind == "capacity"
+
+
+def test_other_processes_contribute_from_exactly_1_gib() -> None:
+    # they hold less than the 2 GiB shortfall, so fragmentation stays primary
+    base = {"R": 3 * G, "T": 80 * G, "F": 1 * G, "A": 60 * G, "U": 6 * G}
+    assert verdict(**base, others=(1 * G,)).contributing == ("gpu-shared",)  # type: ignore[arg-type]
+    assert verdict(**base, others=(1 * G - 1,)).contributing == ()  # type: ignore[arg-type]
+
+
+def test_unseen_memory_contributes_only_to_an_unknown_and_after_fragmentation() -> None:
+    # unknown: 16.5 GiB unseen covers the 8 GiB shortfall; the idle cache would cover the
+    # request but 8 of its 10 GiB would have to be reclaimed
+    v = verdict(R=10 * G, T=80 * G, F=2 * G, A=50 * G, U=10 * G, P=None)
+    assert (v.kind, v.contributing) == (
+        "unknown", ("fragmentation", "gpu-shared", "non-pytorch-memory"))
+    # fragmentation is decided before the unseen rule: nothing unseen is added to it
+    f = verdict(R=2 * G, T=80 * G, F=1 * G, A=50 * G, U=5 * G, P=None)
+    assert (f.kind, f.contributing) == ("fragmentation", ())
+
+
+def test_others_holding_a_gib_when_the_request_fits_are_not_the_cause() -> None:
+    # the request fits the free memory: no shortfall for another process to cause (this test
+    # pinned "the 1.00 GiB request needed 0 bytes more than the 2.00 GiB free" before)
+    v = verdict(R=1 * G, T=80 * G, F=2 * G, A=70 * G, others=(1 * G,))
+    assert (v.kind, v.contributing) == ("unknown", ("gpu-shared",))
+    assert v.summary == "unknown: the figures show room (2.00 GiB) for the 1.00 GiB request"
+
+
+def test_the_retry_loop_note_comes_after_what_pytorch_holds() -> None:
+    v = verdict(R=2 * G, T=80 * G, F=1 * G, A=70 * G, family=formats.RETRY_EXHAUSTED)
+    assert v.summary == (
+        "capacity: the 2.00 GiB request exceeds the 1.00 GiB free on a 80.00 GiB GPU; PyTorch "
+        "holds 70.00 GiB allocated and 0 bytes reserved but unallocated; the job's retry loop "
+        "halved the batch down to zero (figures of the last OOM it caught, from the probe record)"
+    )
+
+
+def test_a_cap_filled_by_reserved_cache_names_the_reserved_memory() -> None:
+    # allocated + request reach the 10 GiB cap exactly (not binding), but 10 MiB of idle cache
+    # (under the 20 MiB floor) leaves the cap's headroom short while the device has 20 GiB
+    v = verdict(R=2 * G, T=80 * G, F=20 * G, A=8 * G, U=10 * M, L=10 * G)
+    assert v.kind == "memory-fraction-cap"
+    assert v.summary == (
+        "memory-fraction-cap: 8.01 GiB reserved + the 2.00 GiB request exceed the 10.00 GiB "
+        "allowed by the memory fraction, while the GPU had 20.00 GiB free"
+    )
+
+
+# A memory-fraction cap can run out on what PyTorch has *reserved* before allocated + request
+# reach it; the device still had room. That is ``memory-fraction-cap`` (raise the fraction), not
+# ``capacity`` (the summary used to say "the 4.20 GiB request exceeds the 136.14 GiB free").
+# Literal numbers on both sides of each condition (``_Facts.cap_short``).
+
+def _msg(request: str, free: str, allowed: str, allocated: str, unallocated: str,
+         total: str = "139.80 GiB", process: str = "3.60 GiB") -> str:
+    return (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+        f"{request}. GPU 0 has a total capacity of {total} of which {free} is free. "
+        f"Including non-PyTorch memory, this process has {process} memory in use. "
+        f"{allowed} allowed; Of the allocated memory {allocated} is allocated by PyTorch, and "
+        f"{unallocated} is reserved by PyTorch but unallocated.\n"
+    )
+
+
+def test_reserved_fills_the_cap_while_the_gpu_has_room() -> None:
+    # reserved 3.00 + 0.01 GiB = 3.01; the cap leaves 7.00 - 3.01 = 3.99 GiB < the 4.00 GiB
+    # request; allocated + request = 7.00, not above the cap; the GPU has 136 GiB free
+    d = diagnose(_msg("4.00 GiB", "136.00 GiB", "7.00 GiB", "3.00 GiB", "10.00 MiB"))
+    assert d.kind == "memory-fraction-cap"
+    assert d.summary.startswith("memory-fraction-cap: 3.01 GiB reserved + the 4.00 GiB request")
+    assert "136.00 GiB free" in d.summary
+    action = d.recommendation.actions[0]
+    m = re.search(r"fraction to about (\d\.\d\d)", action)
+    assert m is not None, action
+    # what was reserved + the request, over the GPU: (3.01 + 4.00) / 139.80 = 0.0501
+    assert float(m.group(1)) > 0.0501
+
+
+def test_request_that_fits_under_the_cap_is_not_a_cap_failure() -> None:
+    # the same, request 3.98 GiB: 3.99 GiB of headroom covers it
+    d = diagnose(_msg("3.98 GiB", "136.00 GiB", "7.00 GiB", "3.00 GiB", "10.00 MiB"))
+    assert d.kind != "memory-fraction-cap"
+    assert d.kind != "capacity"
+
+
+def test_device_without_room_is_not_a_cap_failure() -> None:
+    # the device has 3.00 GiB free, less than the 4.00 GiB request: the GPU ran out, not the
+    # cap, though the cap's 3.99 GiB of headroom is short too
+    d = diagnose(_msg("4.00 GiB", "3.00 GiB", "7.00 GiB", "3.00 GiB", "10.00 MiB"))
+    assert d.kind == "capacity"
+
+
+def test_a_cap_at_the_gpus_total_is_no_cap() -> None:
+    # allowed 139.80 GiB == total: the fraction is 1.0; the device is what ran out
+    d = diagnose(_msg("4.00 GiB", "3.00 GiB", "139.80 GiB", "135.00 GiB", "10.00 MiB",
+                   process="135.60 GiB"))
+    assert d.kind == "capacity"
+
+
+def test_allocated_plus_request_above_the_cap_keeps_its_wording() -> None:
+    # allocated 3.10 + request 4.00 = 7.10 > 7.00: the cap binds on allocations
+    d = diagnose(_msg("4.00 GiB", "136.00 GiB", "7.00 GiB", "3.10 GiB", "10.00 MiB"))
+    assert d.kind == "memory-fraction-cap"
+    assert d.summary.startswith("memory-fraction-cap: 3.10 GiB allocated + the 4.00 GiB request")
+
+
+# Boundary cases of the cap rules (issue 18): cap_short ignores a cap equal to the GPU's total (a
+# fraction of 1.0 is no cap), even where the printed figures, each rounded to 0.01 GiB, show one
+# byte more free than total - reserved; and the cap summaries name every figure. Exact bytes
+# handed to classify, literal numbers, never the production constants.
+
+def context_verdict(*, R: int, T: int, F: int, A: int, U: int, L: int) -> Verdict:
+    figures = Figures(
+        requested_bytes=R,
+        total_bytes=T,
+        free_bytes=F,
+        process_bytes=A + U + 512 * M,  # a CUDA context outside PyTorch: no excess
+        allocated_bytes=A,
+        reserved_unallocated_bytes=U,
+        allowed_bytes=L,
+    )
+    return classify(OomEvent(formats.TORCH, "pytorch", "CUDA out of memory", figures))
+
+
+def test_a_cap_equal_to_the_gpus_total_is_no_cap_even_when_the_cache_fills_it() -> None:
+    # T = L = 80 GiB (fraction 1.0), 76 GiB allocated: the cap's headroom is 4 GiB, one byte
+    # short of the request, while free shows 4 GiB + 1 (rounded figures). No cap: capacity.
+    base = {"R": 4 * G + 1, "T": 80 * G, "F": 4 * G + 1, "A": 76 * G, "U": 0}
+    assert context_verdict(L=80 * G, **base).kind == "capacity"
+    # one byte below the total it is a cap, and allocated + request exceed it
+    assert context_verdict(L=80 * G - 1, **base).kind == "memory-fraction-cap"
+
+
+def test_the_reserved_cap_summary_names_reserved_request_allowed_and_free() -> None:
+    # A + R = 3 + 4 = L 7 GiB: allocations do not bind; reserved 3 GiB + 10 MiB does.
+    # U = 10 MiB is too little to be fragmentation.
+    v = context_verdict(R=4 * G, T=80 * G, F=70 * G, A=3 * G, U=10 * M, L=7 * G)
+    assert v.kind == "memory-fraction-cap"
+    assert v.summary == (
+        "memory-fraction-cap: 3.01 GiB reserved + the 4.00 GiB request exceed the 7.00 GiB "
+        "allowed by the memory fraction, while the GPU had 70.00 GiB free"
+    )
+
+
+def test_the_binding_cap_summary_names_allocated_request_allowed_and_free() -> None:
+    # A + R = 4 + 4 GiB > L 7 GiB: the allocations bind the cap
+    v = context_verdict(R=4 * G, T=80 * G, F=70 * G, A=4 * G, U=0, L=7 * G)
+    assert v.kind == "memory-fraction-cap"
+    assert v.summary == (
+        "memory-fraction-cap: 4.00 GiB allocated + the 4.00 GiB request exceed the 7.00 GiB "
+        "allowed by the memory fraction, while the GPU had 70.00 GiB free"
+    )

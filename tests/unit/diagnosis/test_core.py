@@ -243,7 +243,6 @@ def test_a_log_without_a_failure_but_a_rising_series_reports_the_growth() -> Non
     }
 
 
-
 HANDLED = (
     "WARNING caught an OOM, skipping the batch: torch.OutOfMemoryError: CUDA out of memory. "
     "Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 GiB of which 1.20 GiB is "

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from gpu_auditor.diagnosis import diagnose
 from gpu_auditor.diagnosis.model import (
     Diagnosis,
@@ -18,6 +20,8 @@ from gpu_auditor.diagnosis.model import (
     OtherProcess,
     Recommendation,
 )
+
+pytestmark = pytest.mark.unit
 
 MESSAGE = (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_auditor.diagnosis import torchversion
+from gpu_auditor.diagnosis import diagnose, torchversion
 from gpu_auditor.diagnosis.torchversion import (
     TorchRange,
     find_banner,
@@ -15,6 +15,8 @@ from gpu_auditor.diagnosis.torchversion import (
     infer_from_message,
     parse_torch_version,
 )
+
+from .diagnosis_helpers import torch_oom
 
 pytestmark = pytest.mark.unit
 
@@ -170,3 +172,65 @@ def test_the_absent_clue_asks_about_the_last_occurrence_on_each_line() -> None:
 )
 def test_find_banner(text: str, release: tuple[int, int] | None) -> None:
     assert find_banner(text) == release
+
+
+# Torch releases from the message's wording and the job's banner.
+
+@pytest.mark.parametrize(
+    ("text", "release"),
+    [
+        ("2.11.0+cu130", (2, 11)),
+        ("1.13", (1, 13)),
+        ("v2.4.1", (2, 4)),
+        ("latest", None),
+        ("", None),
+    ],
+)
+def test_torch_versions_parse_to_major_minor(text: str, release: tuple[int, int] | None) -> None:
+    assert parse_torch_version(text) == release
+
+
+@pytest.mark.parametrize(
+    ("message", "hint"),
+    [
+        (
+            "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 1 GiB total "
+            "capacity; 1 GiB already allocated; 0 bytes free; 1 GiB reserved in total by "
+            "PyTorch) If reserved memory is >> allocated memory try setting max_split_size_mb",
+            "1.10-2.0",
+        ),
+        (
+            "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
+            "GPU 0 has a total capacty of 79.15 GiB",
+            "2.1",
+        ),
+        (
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
+            "GPU 0 has a total capacity of 79.15 GiB",
+            ">=2.4",
+        ),
+        ("torch.AcceleratorError: CUDA error: out of memory", ">=2.8"),
+        ("... try setting PYTORCH_ALLOC_CONF=expandable_segments:True", ">=2.10"),
+        ("RuntimeError: CUDA error: out of memory", None),
+    ],
+)
+def test_message_wording_narrows_the_release(message: str, hint: str | None) -> None:
+    assert infer_from_message(message).hint() == hint
+
+
+def test_banner_the_job_printed_is_found() -> None:
+    assert find_banner("starting job on NVIDIA H200 torch 2.11.0+cu130\n") == (2, 11)
+    assert find_banner("pip: torch==2.3.1 torchvision==0.18.1") == (2, 3)
+    assert find_banner("File torch/nn/modules/module.py, torchvision 0.16") is None
+
+
+def test_contradicting_evidence_keeps_the_narrower_one() -> None:
+    assert TorchRange.exact((2, 0)).intersect(TorchRange((2, 4), None)) == TorchRange((2, 4), None)
+
+
+OOM = torch_oom(requested=2, total=79.15, free=1.2, process=77.8, allocated=70.1, unallocated=6.9)
+
+
+def test_a_banner_with_a_huge_version_number_is_no_release() -> None:
+    diagnosis = diagnose("torch " + "9" * 5000 + "." + "9" * 5000 + "\n" + OOM)
+    assert diagnosis.detected and diagnosis.torch_version_hint == ">=2.4"  # the wording's

@@ -14,9 +14,10 @@ from collections.abc import Callable
 from types import ModuleType
 
 import pytest
-from diagnosis_helpers import torch_oom
 
 from gpu_auditor.diagnosis import diagnose, validate_alloc_conf
+
+from .diagnosis_helpers import torch_oom
 
 pytestmark = pytest.mark.unit
 

@@ -1,0 +1,800 @@
+"""The allocator setting: only for fragmentation, valid for the release and backend, merged."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpu_auditor.diagnosis import allocconf, diagnose, validate_alloc_conf
+from gpu_auditor.diagnosis.classify import Verdict
+from gpu_auditor.diagnosis.model import (
+    Figures,
+    Growth,
+    NodeEvidence,
+    OomEvent,
+    OtherProcess,
+    Recommendation,
+)
+from gpu_auditor.diagnosis.recommend import Context, looks_like_inference, phase_of, recommend
+from gpu_auditor.diagnosis.torchversion import TorchRange
+
+from .diagnosis_helpers import torch_oom
+
+pytestmark = pytest.mark.unit
+
+FRAG = torch_oom(requested=2, total=79.15, free=1.2, process=77.8, allocated=70.1, unallocated=6.9)
+FRAG_1X = (
+    "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.15 GiB total "
+    "capacity; 70.10 GiB already allocated; 1.20 GiB free; 77.00 GiB reserved in total by "
+    "PyTorch) If reserved memory is >> allocated memory try setting max_split_size_mb to avoid "
+    "fragmentation.  See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF\n"
+)
+CAPACITY = torch_oom(
+    requested=2, total=79.15, free=1.0, process=78, allocated=76.9, unallocated=0.1
+)
+
+
+@pytest.mark.parametrize("version", ["2.1", "2.4", "2.11", "2.13"])
+def test_fragmentation_recommends_expandable_segments_on_torch_2_1_plus(version: str) -> None:
+    rec = diagnose(FRAG, torch_version=version).recommendation
+    assert (rec.env, rec.alloc_conf) == ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+
+
+@pytest.mark.parametrize("version", ["1.10", "1.13", "2.0"])
+def test_fragmentation_recommends_max_split_size_mb_before_torch_2_1(version: str) -> None:
+    rec = diagnose(FRAG, torch_version=version).recommendation
+    assert rec.alloc_conf == "max_split_size_mb:128"
+    assert validate_alloc_conf(rec.alloc_conf, torch_version=version) == []
+
+
+def test_one_x_message_format_alone_rules_out_expandable_segments() -> None:
+    diagnosis = diagnose(FRAG_1X)
+    assert diagnosis.kind == "fragmentation"
+    assert diagnosis.torch_version_hint == "1.10-2.0"
+    assert diagnosis.recommendation.alloc_conf == "max_split_size_mb:128"
+
+
+def test_fragmentation_before_max_split_size_mb_existed_recommends_an_upgrade() -> None:
+    rec = diagnose(FRAG, torch_version="1.9").recommendation
+    assert rec.alloc_conf is None
+    assert any("upgrade to torch >= 2.1" in a for a in rec.actions)
+
+
+def test_rocm_fragmentation_never_gets_expandable_segments() -> None:
+    rocm = FRAG.replace("CUDA out of memory", "HIP out of memory")
+    rec = diagnose(rocm, torch_version="2.6").recommendation
+    assert rec.alloc_conf == "max_split_size_mb:128"
+
+
+def test_recommendation_keeps_the_jobs_other_keys() -> None:
+    current = "garbage_collection_threshold:0.6,pinned_use_background_threads:True"
+    rec = diagnose(FRAG, torch_version="2.11", alloc_conf=current).recommendation
+    assert rec.alloc_conf == (
+        "garbage_collection_threshold:0.6,pinned_use_background_threads:True,"
+        "expandable_segments:True"
+    )
+
+
+def test_expandable_segments_already_on_is_never_recommended_again() -> None:
+    diagnosis = diagnose(FRAG, torch_version="2.11", alloc_conf="expandable_segments:True")
+    assert diagnosis.kind == "fragmentation"
+    assert diagnosis.recommendation.alloc_conf is None
+    assert diagnosis.recommendation.env is None
+    assert any("already True" in a for a in diagnosis.recommendation.actions)
+
+
+def test_expandable_segments_false_is_switched_on() -> None:
+    rec = diagnose(
+        FRAG, torch_version="2.11", alloc_conf="expandable_segments:False"
+    ).recommendation
+    assert rec.alloc_conf == "expandable_segments:True"
+
+
+def test_max_split_size_already_small_is_a_no_op_before_2_1() -> None:
+    rec = diagnose(FRAG, torch_version="1.13", alloc_conf="max_split_size_mb:64").recommendation
+    assert rec.alloc_conf is None
+    assert any("already 64" in a for a in rec.actions)
+
+
+def test_invalid_current_setting_is_reported_and_left_out_not_a_crash() -> None:
+    diagnosis = diagnose(FRAG, torch_version="2.11", alloc_conf="foo:1,max_split_size_mb:10")
+    assert diagnosis.alloc_conf_problems == (
+        "Unrecognized key 'foo' in CUDA allocator config.",
+        "CachingAllocator option max_split_size_mb too small, must be >= 20",
+    )
+    assert diagnosis.recommendation.alloc_conf == "expandable_segments:True"
+    assert any("has problems" in a for a in diagnosis.recommendation.actions)
+    assert diagnosis.to_json_dict()["alloc_conf_problems"] == list(diagnosis.alloc_conf_problems)
+
+
+def test_key_newer_than_the_release_is_dropped_from_the_merged_value() -> None:
+    rec = diagnose(FRAG, torch_version="2.4", alloc_conf="large_segment_size_mb:64").recommendation
+    assert rec.alloc_conf == "expandable_segments:True"
+
+
+def test_cuda_malloc_async_backend_gets_no_native_only_setting() -> None:
+    diagnosis = diagnose(FRAG, torch_version="2.11", alloc_conf="backend:cudaMallocAsync")
+    assert diagnosis.recommendation.alloc_conf is None
+    assert any("cudaMallocAsync" in a for a in diagnosis.recommendation.actions)
+
+
+def test_backend_argument_alone_selects_cuda_malloc_async() -> None:
+    rec = diagnose(FRAG, torch_version="2.11", backend="cudaMallocAsync").recommendation
+    assert rec.alloc_conf is None
+
+
+@pytest.mark.parametrize("current", [None, "garbage_collection_threshold:0.8"])
+def test_other_kinds_get_actions_and_no_setting(current: str | None) -> None:
+    rec = diagnose(CAPACITY, torch_version="2.11", alloc_conf=current).recommendation
+    assert (rec.env, rec.alloc_conf) == (None, None)
+    assert any("gradient accumulation" in a for a in rec.actions)
+    assert any("inference_mode" in a for a in rec.actions)
+
+
+def test_caveat_for_expandable_segments_with_max_split_before_2_5() -> None:
+    rec = diagnose(FRAG, torch_version="2.3", alloc_conf="max_split_size_mb:256").recommendation
+    assert rec.alloc_conf == "max_split_size_mb:256,expandable_segments:True"
+    assert any("could assert" in a for a in rec.actions)
+
+
+def test_jax_capacity_names_the_xla_knob() -> None:
+    log = (
+        "jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to "
+        "allocate 90.00GiB\n"
+    )
+    rec = diagnose(log).recommendation
+    assert any("XLA_PYTHON_CLIENT_MEM_FRACTION" in a for a in rec.actions)
+
+
+def test_vllm_capacity_names_gpu_memory_utilization() -> None:
+    log = (
+        "ValueError: No available memory for the cache blocks. Try increasing "
+        "`gpu_memory_utilization` when initializing the engine.\n"
+    )
+    diagnosis = diagnose(log)
+    assert (diagnosis.framework, diagnosis.kind) == ("vllm", "capacity")
+    assert any("gpu_memory_utilization" in a for a in diagnosis.recommendation.actions)
+
+
+# What mutation testing found loose in the recommendation (``scripts/mutation.py --modules
+# recommend``): the whole action list a job owner reads for each path of the setting, pinned word
+# for word (each list read and checked against the rule it states before it was pinned).
+
+PEAK = (
+    "reduce peak memory: a smaller batch (when training, gradient accumulation keeps the "
+    "effective batch)"
+)
+
+
+def release(major: int, minor: int) -> TorchRange:
+    return TorchRange((major, minor), (major, minor))
+
+
+def test_before_2_5_with_a_gc_threshold_both_caveats() -> None:
+    r = rec(release=release(2, 4), current="garbage_collection_threshold:0.6")
+    assert r.alloc_conf == "garbage_collection_threshold:0.6,expandable_segments:True"
+    assert list(r.actions) == [
+        "set PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.6,expandable_segments:True: "
+        "lets the allocator reuse the 7.00 GiB reserved but unallocated",
+        "before torch 2.5, expandable_segments together with max_split_size_mb or "
+        "garbage_collection_threshold could assert: drop those keys if it does",
+        "before torch 2.5, expandable_segments does not support sharing CUDA tensors between "
+        "processes (CUDA IPC, e.g. DataLoader workers returning CUDA tensors)",
+    ]
+
+
+def test_contributing_capacity_and_leak_notes_word_for_word() -> None:
+    r = rec(contributing=("capacity", "leak"))
+    assert list(r.actions) == [
+        "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: lets the allocator reuse the "
+        "7.00 GiB reserved but unallocated",
+        f"the GPU stays nearly full even without fragmentation: {PEAK}",
+        "memory also rose steadily before the failure: the setting buys room, but if something "
+        "keeps tensors alive across steps it will run out again: accumulate numbers, not "
+        "tensors: total_loss += loss.item() (a tensor keeps its graph alive)",
+    ]
+    assert list(rec(contributing=("leak",)).actions)[1:] == [r.actions[2]]
+
+
+@pytest.mark.parametrize(
+    ("kw", "action"),
+    [
+        ({"release": release(2, 0), "current": "max_split_size_mb:64"},
+         "max_split_size_mb is already 64, so no allocator setting is left to try on this "
+         f"release (torch >= 2.1 has expandable_segments:True): {PEAK}"),
+        ({"release": release(2, 0), "current": "max_split_size_mb:64", "rocm": True},
+         f"max_split_size_mb is already 64, so no allocator setting is left to try: {PEAK}"),
+        ({"release": release(1, 9)},
+         "this torch release has no allocator setting against fragmentation: upgrade to "
+         f"torch >= 2.1 (expandable_segments:True), or {PEAK}"),
+        ({"current": "expandable_segments:True"},
+         f"expandable_segments is already True, so no allocator setting is left to try: {PEAK}"),
+        ({"backend": "cudaMallocAsync"},
+         "the job uses backend:cudaMallocAsync, whose pool PyTorch's fragmentation settings do "
+         "not touch: reduce peak memory instead"),
+    ],
+)  # fmt: skip
+def test_no_setting_left_says_why_and_what_instead(kw: dict[str, object], action: str) -> None:
+    r = rec(**kw)  # type: ignore[arg-type]
+    assert r.alloc_conf is None
+    assert r.actions[0] == action
+
+
+def test_a_max_split_the_release_rejects_is_replaced() -> None:
+    # 2.0 rejects 20 (must be > 20): the current value is bad, so 128 is recommended
+    r = rec(release=release(2, 0), current="max_split_size_mb:20")
+    assert r.alloc_conf == "max_split_size_mb:128"
+
+
+def test_an_expandable_segments_the_release_rejects_is_set_again() -> None:
+    r = rec(current="expandable_segments:yes")
+    assert r.alloc_conf == "expandable_segments:True"
+
+
+def test_the_problems_of_the_current_setting_are_listed_joined() -> None:
+    r = rec(current="foo:1,bar:2")
+    assert r.actions[-1] == (
+        "the current PYTORCH_CUDA_ALLOC_CONF has problems for this release (left out of the "
+        "recommended value): Unrecognized key 'foo' in CUDA allocator config.; Unrecognized key "
+        "'bar' in CUDA allocator config."
+    )
+
+
+def test_pytorch_capacity_actions_word_for_word() -> None:
+    assert list(rec("capacity").actions) == [
+        PEAK,
+        "use mixed precision (torch.autocast(device_type='cuda', dtype=torch.bfloat16))",
+        "enable activation checkpointing (torch.utils.checkpoint / "
+        "model.gradient_checkpointing_enable())",
+        "for inference, run under torch.inference_mode() so no autograd graph is kept",
+        "shard the model (FSDP / DeepSpeed ZeRO) or use a GPU with more memory",
+    ]
+
+
+# Boundary table for the recommendation: which setting, when none, the fraction, the first action.
+
+G = 2**30
+FRAG_FIGURES = Figures(
+    requested_bytes=2 * G,
+    total_bytes=80 * G,
+    free_bytes=1 * G,
+    allocated_bytes=70 * G,
+    reserved_unallocated_bytes=7 * G,
+)
+
+
+TORCH_2_11 = TorchRange((2, 11), (2, 11))
+SMALLER_BATCH = "reduce peak memory: a smaller batch (when training, gradient accumulation"
+
+
+def rec(
+    kind: str = "fragmentation",
+    *,
+    release: TorchRange = TORCH_2_11,
+    current: str | None = None,
+    rocm: bool = False,
+    framework: str = "pytorch",
+    figures: Figures = FRAG_FIGURES,
+    contributing: tuple[str, ...] = (),
+    phase: str | None = None,
+    precontext: str = "",
+    backend: str = allocconf.NATIVE,
+    node: NodeEvidence | None = None,
+    growth: Growth | None = None,
+) -> Recommendation:
+    event = OomEvent("torch", framework, "CUDA out of memory", figures, rocm=rocm)
+    verdict = Verdict(kind, contributing, "", figures)
+    checked = allocconf.check(current, release, backend, rocm=rocm) if current is not None else None
+    ctx = Context(event, verdict, release, checked, backend, node, growth, precontext, phase)
+    return recommend(ctx)
+
+
+def cap_figures(allocated: int, requested: int) -> Figures:
+    return Figures(requested_bytes=requested, total_bytes=100 * G, free_bytes=50 * G,
+                   allocated_bytes=allocated, allowed_bytes=8 * G)  # fmt: skip
+
+
+CAPACITY_FIGURES = Figures(requested_bytes=2 * G, total_bytes=80 * G, free_bytes=1 * G,
+                   allocated_bytes=77 * G, reserved_unallocated_bytes=0)  # fmt: skip
+
+
+JAX_FRACTION = (  # {} is " if the GPU has room" unless other processes hold it
+    "JAX preallocates 75% of the GPU: raise XLA_PYTHON_CLIENT_MEM_FRACTION (e.g. 0.9){}, or set "
+    "XLA_PYTHON_CLIENT_PREALLOCATE=false to allocate on demand"
+)
+
+
+VLLM_FIRST = (
+    "raise gpu_memory_utilization (default 0.9) if nothing else uses the GPU, or lower "
+    "max_model_len / max_num_seqs"
+)
+
+
+TF_FIRST = (
+    "reduce the batch size; use mixed precision "
+    "(tf.keras.mixed_precision.set_global_policy('mixed_float16'))"
+)
+
+
+ISOLATE = (
+    "isolate the GPU: other processes hold 3.00 GiB of it; stop them or make sure one pod gets "
+    "the whole GPU (request nvidia.com/gpu; check time-slicing/MPS)"
+)
+
+
+SHARED = Figures(requested_bytes=2 * G, total_bytes=80 * G, free_bytes=1 * G,
+                 other_processes=(OtherProcess(9, 3 * G),))  # fmt: skip
+
+
+CHECK = (
+    "check what else holds the GPU (nvidia-smi --query-compute-apps=pid,used_memory "
+    "--format=csv, or the node agent's GPUNodeReport)"
+)
+
+
+@pytest.mark.parametrize(
+    "kind",
+    ["capacity", "gpu-shared", "memory-fraction-cap", "leak", "non-pytorch-memory", "unknown"],
+)
+def test_only_fragmentation_gets_a_setting(kind: str) -> None:
+    r = rec(kind)
+    assert (r.env, r.alloc_conf) == (None, None)
+    assert rec("fragmentation").alloc_conf == "expandable_segments:True"
+
+
+def test_only_pytorch_gets_a_setting() -> None:
+    assert rec(framework="jax").alloc_conf is None
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "setting"),
+    [
+        ((2, 1), (2, 1), "expandable_segments:True"),
+        ((2, 1), None, "expandable_segments:True"),
+        ((2, 0), (2, 0), "max_split_size_mb:128"),
+        ((2, 0), (2, 1), "max_split_size_mb:128"),  # 2.0 or 2.1: not every release has it
+        ((1, 10), (1, 10), "max_split_size_mb:128"),
+        ((1, 9), (1, 9), None),
+        ((1, 9), (1, 10), None),
+        (None, None, None),
+    ],
+)
+def test_the_setting_by_release(
+    low: tuple[int, int] | None, high: tuple[int, int] | None, setting: str | None
+) -> None:
+    assert rec(release=TorchRange(low, high)).alloc_conf == setting
+
+
+def test_rocm_gets_max_split_size_mb_on_any_release() -> None:
+    assert rec(rocm=True).alloc_conf == "max_split_size_mb:128"
+
+
+@pytest.mark.parametrize(
+    ("current", "setting"),
+    [
+        ("max_split_size_mb:20", "max_split_size_mb:128"),  # 2.10+ accepts 20: not in (20, 128]
+        ("max_split_size_mb:21", None),
+        ("max_split_size_mb:128", None),
+        ("max_split_size_mb:129", "max_split_size_mb:128"),  # too big to stop splits of 128
+        ("max_split_size_mb:-1", "max_split_size_mb:128"),  # "no limit" on 2.10+
+    ],
+)
+def test_max_split_already_set_within_20_to_128(current: str, setting: str | None) -> None:
+    # ROCm on 2.11: expandable_segments is not available, max_split_size_mb is the setting
+    r = rec(rocm=True, current=current)
+    assert r.alloc_conf == setting
+    if setting is None:
+        already = current.split(":")[1]
+        assert r.actions[0].startswith(f"max_split_size_mb is already {already}, so no allocator")
+        assert "torch >= 2.1 has expandable_segments" not in r.actions[0]  # not on ROCm
+
+
+def test_max_split_already_set_before_2_1_points_at_expandable_segments() -> None:
+    r = rec(release=TorchRange((2, 0), (2, 0)), current="max_split_size_mb:64")
+    assert r.alloc_conf is None
+    assert "(torch >= 2.1 has expandable_segments:True)" in r.actions[0]
+
+
+def test_max_split_20_is_rejected_before_2_10_so_it_is_replaced() -> None:
+    r = rec(release=TorchRange((2, 0), (2, 0)), current="max_split_size_mb:20")
+    assert r.alloc_conf == "max_split_size_mb:128"
+    r = rec(release=TorchRange((2, 0), (2, 0)), current="max_split_size_mb:21")
+    assert r.alloc_conf is None
+
+
+@pytest.mark.parametrize(
+    ("current", "setting"),
+    [
+        ("expandable_segments:True", None),
+        ("expandable_segments:False", "expandable_segments:True"),
+        ("expandable_segments:true", "expandable_segments:True"),  # rejected value: replaced
+    ],
+)
+def test_expandable_segments_already_true(current: str, setting: str | None) -> None:
+    r = rec(current=current)
+    assert r.alloc_conf == setting
+    if setting is None:
+        assert r.actions[0].startswith("expandable_segments is already True")
+
+
+def test_a_merged_value_the_release_rejects_is_not_recommended() -> None:
+    # async backend from the caller: the native-only setting is not recommended
+    r = rec(backend=allocconf.ASYNC)
+    assert r.alloc_conf is None
+    assert r.actions[0].startswith("the job uses backend:cudaMallocAsync")
+
+
+def test_caveats_before_2_5_only() -> None:
+    current = "garbage_collection_threshold:0.6"
+    before = rec(release=TorchRange((2, 4), (2, 4)), current=current)
+    assert any("could assert" in a for a in before.actions)
+    assert any("CUDA IPC" in a for a in before.actions)
+    after = rec(release=TorchRange((2, 5), (2, 5)), current=current)
+    assert not any("could assert" in a or "CUDA IPC" in a for a in after.actions)
+    plain = rec(release=TorchRange((2, 4), (2, 4)))
+    assert not any("could assert" in a for a in plain.actions)
+    assert any("CUDA IPC" in a for a in plain.actions)
+
+
+def test_fragmentation_notes_for_contributing_capacity_and_leak() -> None:
+    r = rec(contributing=("capacity", "leak"))
+    assert r.alloc_conf == "expandable_segments:True"
+    assert r.actions[0].startswith("set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: lets")
+    assert "7.00 GiB reserved" in r.actions[0]
+    assert any(a.startswith("the GPU stays nearly full") for a in r.actions)
+    assert any(a.startswith("memory also rose steadily") for a in r.actions)
+    assert not any(a.startswith("the GPU stays") for a in rec().actions)
+
+
+@pytest.mark.parametrize(
+    ("allocated", "requested", "fraction"),
+    [
+        (6 * G, 4 * G, "0.20"),  # needs 0.10 of the GPU: twice is 0.20 exactly
+        (6 * G, 4 * G + 2**20, "0.25"),  # a MiB more: rounded up to the next 0.05
+        (10 * G, 2 * G + 512 * 2**20, "0.25"),  # 0.125 * 2 = 0.25
+        (40 * G, 10 * G, "1.00"),  # 0.5 * 2
+        (50 * G, 10 * G, "1.00"),  # 0.6 * 2, capped at the whole GPU
+    ],
+)
+def test_the_fraction_to_raise_the_cap_to(allocated: int, requested: int, fraction: str) -> None:
+    r = rec("memory-fraction-cap", figures=cap_figures(allocated, requested))
+    assert r.actions[0] == (
+        f"raise the per-process memory fraction to about {fraction} "
+        "(torch.cuda.set_per_process_memory_fraction): the cap, not the GPU, ran out"
+    )
+
+
+def test_the_fraction_for_jax_and_vllm_names_their_knob() -> None:
+    figures = cap_figures(6 * G, 4 * G)
+    jax = rec("memory-fraction-cap", framework="jax", figures=figures)
+    assert jax.actions == ("raise XLA_PYTHON_CLIENT_MEM_FRACTION to about 0.20",)
+    vllm = rec("memory-fraction-cap", framework="vllm", figures=figures)
+    assert vllm.actions == ("raise gpu_memory_utilization to about 0.20",)
+
+
+@pytest.mark.parametrize(
+    ("phase", "start"),
+    [
+        ("optimizer-step", "it failed in optimizer.step() creating the optimizer's state"),
+        ("backward", "it failed in the backward pass"),
+        ("graph-capture", "it failed capturing a CUDA graph"),
+        ("loading", "it failed loading or moving the model to the GPU"),
+        ("retry-exhausted", "the job's own retry loop already shrank the batch"),
+    ],
+)
+def test_a_capacity_failure_starts_with_its_phases_action(phase: str, start: str) -> None:
+    r = rec("capacity", figures=CAPACITY_FIGURES, phase=phase)
+    assert r.actions[0].startswith(start)
+    smaller = [a for a in r.actions if a.startswith(SMALLER_BATCH)]
+    assert smaller == ([] if phase == "retry-exhausted" else [smaller[0]])
+
+
+def test_forward_or_no_phase_starts_with_the_smaller_batch() -> None:
+    for phase in ("forward", None):
+        actions = rec("capacity", figures=CAPACITY_FIGURES, phase=phase).actions
+        assert actions[0].startswith(SMALLER_BATCH)
+
+
+def test_inference_without_a_backward_frame_starts_with_inference_mode() -> None:
+    r = rec("capacity", figures=CAPACITY_FIGURES, precontext="running inference on 100 prompts\n")
+    assert r.actions[0].startswith("for inference, run under torch.inference_mode()")
+    r = rec("capacity", figures=CAPACITY_FIGURES, precontext="inference\n  loss.backward()\n")
+    assert r.actions[0].startswith(SMALLER_BATCH)
+    r = rec("capacity", figures=CAPACITY_FIGURES, precontext="inference done\n", framework="jax")
+    assert r.actions[0].startswith("JAX preallocates 75% of the GPU")
+
+
+def test_fragmentation_without_a_setting_or_a_note_gets_the_capacity_actions() -> None:
+    # torch 1.9: no setting exists, and the reason is in the actions already
+    r = rec(release=TorchRange((1, 9), (1, 9)), phase="backward")
+    assert r.actions[0].startswith("this torch release has no allocator setting")
+    assert not any(a.startswith("it failed in the backward pass") for a in r.actions)
+
+
+def test_a_request_larger_than_the_gpu_says_to_split_the_work() -> None:
+    huge = Figures(requested_bytes=81 * G, total_bytes=80 * G, free_bytes=1 * G)
+    r = rec("capacity", figures=huge)
+    assert r.actions[0] == (
+        "split the work: one 81.00 GiB tensor cannot fit a 80.00 GiB GPU whatever the setting"
+    )
+    same = Figures(requested_bytes=80 * G, total_bytes=80 * G, free_bytes=1 * G)
+    assert rec("capacity", figures=same).actions[0].startswith(SMALLER_BATCH)
+
+
+def test_gpu_shared_tells_an_unallocated_pod_to_request_the_gpu() -> None:
+    shared = Figures(requested_bytes=2 * G, total_bytes=80 * G, free_bytes=1 * G)
+    says = "this pod used a GPU the kubelet did not allocate to it: request nvidia.com/gpu"
+    assert says in rec("gpu-shared", figures=shared, node=NodeEvidence(allocated=False)).actions
+    assert says not in rec("gpu-shared", figures=shared, node=NodeEvidence(allocated=True)).actions
+    assert says not in rec("gpu-shared", figures=shared).actions
+
+
+def test_a_current_setting_with_problems_is_named_and_left_out() -> None:
+    r = rec(current="foo:1")
+    assert r.alloc_conf == "expandable_segments:True"
+    assert r.actions[-1] == (
+        "the current PYTORCH_CUDA_ALLOC_CONF has problems for this release (left out of the "
+        "recommended value): Unrecognized key 'foo' in CUDA allocator config."
+    )
+    r = rec("capacity", figures=CAPACITY_FIGURES, current="foo:1")
+    assert r.actions[-1].startswith(
+        "the current PYTORCH_CUDA_ALLOC_CONF has problems for this release: "
+    )
+
+
+@pytest.mark.parametrize(
+    ("framework", "actions"),
+    [
+        ("jax", (JAX_FRACTION.format(" if the GPU has room"),
+                 "reduce the batch size or shard the computation across devices")),
+        ("tensorflow", (TF_FIRST, "with other processes on the GPU, enable "
+                                  "tf.config.experimental.set_memory_growth")),
+        ("cupy", ("free cached blocks between phases: "
+                  "cupy.get_default_memory_pool().free_all_blocks()",
+                  "process the data in smaller pieces")),
+        ("vllm", (VLLM_FIRST, "use tensor_parallel_size > 1 or a quantized model")),
+    ],
+)  # fmt: skip
+def test_capacity_actions_by_stack(framework: str, actions: tuple[str, ...]) -> None:
+    assert rec("capacity", figures=CAPACITY_FIGURES, framework=framework).actions == actions
+
+
+@pytest.mark.parametrize(
+    ("framework", "actions"),
+    [
+        ("pytorch", (ISOLATE,)),
+        ("cupy", (ISOLATE,)),
+        ("jax", (ISOLATE, JAX_FRACTION.format(""))),
+        ("tensorflow", (ISOLATE, TF_FIRST)),
+        ("vllm", (ISOLATE, VLLM_FIRST)),
+    ],
+)
+def test_gpu_shared_actions_by_stack(framework: str, actions: tuple[str, ...]) -> None:
+    assert rec("gpu-shared", figures=SHARED, framework=framework).actions == actions
+
+
+def test_pytorch_capacity_actions() -> None:
+    assert rec("capacity", figures=CAPACITY_FIGURES).actions == (
+        "reduce peak memory: a smaller batch (when training, gradient accumulation keeps the "
+        "effective batch)",
+        "use mixed precision (torch.autocast(device_type='cuda', dtype=torch.bfloat16))",
+        "enable activation checkpointing "
+        "(torch.utils.checkpoint / model.gradient_checkpointing_enable())",
+        "for inference, run under torch.inference_mode() so no autograd graph is kept",
+        "shard the model (FSDP / DeepSpeed ZeRO) or use a GPU with more memory",
+    )
+
+
+def test_leak_actions_name_the_growth() -> None:
+    grew = Growth("samples", 12, 40 * G, 43 * G, 1.0)
+    actions = rec("leak", figures=CAPACITY_FIGURES, growth=grew).actions
+    assert actions[0] == (
+        "memory grew by 3.00 GiB over 12 points: something keeps tensors alive across steps"
+    )
+    assert actions[1:] == rec("leak", figures=CAPACITY_FIGURES).actions
+    assert actions[1].startswith("accumulate numbers, not tensors: total_loss += loss.item()")
+
+
+def test_non_pytorch_memory_actions_by_family() -> None:
+    def actions(family: str) -> tuple[str, ...]:
+        event = OomEvent(family, "pytorch", "m", CAPACITY_FIGURES)
+        verdict = Verdict("non-pytorch-memory", (), "", CAPACITY_FIGURES)
+        ctx = Context(event, verdict, TORCH_2_11, None, allocconf.NATIVE, None, None)
+        return recommend(ctx).actions
+
+    assert actions("nccl") == (
+        "leave NCCL headroom: create the process group (and run a first collective) before "
+        "loading the model, call torch.cuda.empty_cache() before collectives, or lower "
+        "NCCL_BUFFSIZE",
+        "cap PyTorch with torch.cuda.set_per_process_memory_fraction(0.9) so the cache leaves "
+        "room for NCCL",
+    )
+    assert actions("cuda-library") == (
+        "leave room for cuBLAS/cuDNN workspaces: torch.cuda.empty_cache() before the failing "
+        "call, a smaller batch, or CUBLAS_WORKSPACE_CONFIG=:4096:8",
+    )
+    assert actions("torch") == (
+        "find what else allocates in this process outside PyTorch (CuPy/JAX/TensorRT/custom CUDA "
+        "extensions, cuDNN benchmark workspaces) and free or limit it",
+    )
+
+
+def test_unknown_actions() -> None:
+    assert rec("unknown", figures=Figures()).actions == (
+        "the log has no usable memory figures: check what else holds the GPU "
+        "(nvidia-smi --query-compute-apps=pid,used_memory --format=csv, or the node agent's "
+        "GPUNodeReport)",
+        "if it fails at start-up (context creation, .cuda()), the GPU was already full: isolate "
+        "the GPU",
+    )
+    host = OomEvent("host-alloc", "pytorch", "m", Figures())
+    ctx = Context(host, Verdict("unknown", (), "", Figures()), TORCH_2_11, None, "native", None,
+                  None)  # fmt: skip
+    assert recommend(ctx).actions[0] == (
+        "raise the container's memory limit (and set the request equal to it)"
+    )
+
+
+def test_unknown_with_figures_that_show_room_says_so_not_that_there_are_none() -> None:
+    # F = R: room (the figures say the request fit); one byte less free is not "room"
+    room = Figures(requested_bytes=2 * G, total_bytes=80 * G, free_bytes=2 * G)
+    assert rec("unknown", figures=room).actions[0] == (
+        "the figures show room (2.00 GiB free for the 2.00 GiB request): the memory was taken and "
+        "given back around the failure (another process, or a large request the driver could "
+        "not place near full); if it happens again, " + CHECK
+    )
+    short = Figures(requested_bytes=2 * G, total_bytes=80 * G, free_bytes=2 * G - 1)
+    assert rec("unknown", figures=short).actions[0] == (
+        "the log has no usable memory figures: " + CHECK
+    )
+    no_free = Figures(requested_bytes=2 * G, total_bytes=80 * G)
+    assert rec("unknown", figures=no_free).actions[0].startswith("the log has no usable")
+
+
+def test_unknown_memory_outside_pytorch_says_the_log_cannot_tell_whose() -> None:
+    # rule 6: both kinds contribute (the message lists no process)
+    figures = Figures(requested_bytes=2 * G, total_bytes=80 * G, free_bytes=1 * G)
+    both = ("gpu-shared", "non-pytorch-memory")
+    assert rec("unknown", figures=figures, contributing=both).actions[0] == (
+        "memory outside this process's PyTorch cache holds the GPU, and the log cannot tell "
+        "whose (another process, or this one outside PyTorch): " + CHECK
+    )
+    for one in both:
+        first = rec("unknown", figures=figures, contributing=(one,)).actions[0]
+        assert first.startswith("the log has no usable memory figures: ")
+
+
+def test_host_oom_actions_by_limit_and_request() -> None:
+    from gpu_auditor.diagnosis.recommend import host_recommendation
+
+    first = "raise the container's memory limit (and set the request equal to it)"
+    assert host_recommendation(None, None).actions[:2] == (
+        "the container has no memory limit: the node itself ran out; set requests and limits",
+        first,
+    )
+    assert host_recommendation(8 * G, 4 * G).actions[:2] == (
+        "the memory request (4.00 GiB) is below the limit (8.00 GiB): the node may be "
+        "overcommitted; set request = limit",
+        first,
+    )
+    assert host_recommendation(8 * G, 8 * G).actions[0] == first
+    assert host_recommendation(8 * G, None).actions[0] == first
+    assert len(host_recommendation(8 * G, 8 * G).actions) == 5
+
+
+# Boundary cases for the recommendation's rules that mutation testing found loose (issue 18).
+
+CAP_ACTION = "(torch.cuda.set_per_process_memory_fraction): the cap, not the GPU, ran out"
+
+
+def rec_of(kind: str, figures: Figures, *, framework: str = "pytorch", rocm: bool = False,
+        current: allocconf.Checked | None = None, precontext: str = "") -> Recommendation:
+    event = OomEvent("torch", framework, "CUDA out of memory", figures, rocm=rocm)
+    ctx = Context(event, Verdict(kind, (), "", figures), TORCH_2_11, current, allocconf.NATIVE,
+                  None, None, precontext, None)
+    return recommend(ctx)
+
+
+def cap(*, total: int | None, allocated: int | None, unallocated: int, requested: int,
+        allowed: int) -> str:
+    figures = Figures(requested_bytes=requested, total_bytes=total, free_bytes=8 * G,
+                      allocated_bytes=allocated, reserved_unallocated_bytes=unallocated,
+                      allowed_bytes=allowed)
+    return rec_of("memory-fraction-cap", figures).actions[0]
+
+
+BACKWARD_TB = (
+    "Traceback (most recent call last):\n"
+    '  File "/app/train.py", line 7, in train\n'
+    "    loss.backward()\n"
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("total", "allocated", "unallocated", "requested", "allowed", "fraction"),
+    [
+        # allocated + request = 2 + 2 = allowed 4: the cap was full of cache, so the 6 GiB
+        # reserved is what the step held: (6 + 2) / 80 = 0.10, twice 0.20
+        (80 * G, 2 * G, 4 * G, 2 * G, 4 * G, "0.20"),
+        # one byte more allowed: still reserved (2 + 2 < 4 GiB + 1)
+        (80 * G, 2 * G, 4 * G, 2 * G, 4 * G + 1, "0.20"),
+        # one byte less allowed: allocations bound the cap, allocated counts: (2 + 2) / 80 = 0.05
+        (80 * G, 2 * G, 4 * G, 2 * G, 4 * G - 1, "0.10"),
+        # allocated + request = 4 + 2 > 4, though allocated - request would be under it:
+        # allocated counts, (4 + 2) / 80 = 0.075, twice 0.15
+        (80 * G, 4 * G, 2 * G, 2 * G, 4 * G, "0.15"),
+        # nothing allocated, nothing cached: 2 / 16 = 0.125, twice 0.25 exactly (a byte more
+        # held would make it 0.30)
+        (16 * G, 0, 0, 2 * G, 4 * G, "0.25"),
+        # no allocated figure, the request alone over the cap: the same 0.25
+        (16 * G, None, 0, 2 * G, 1 * G, "0.25"),
+    ],
+)
+def test_the_fraction_counts_the_cache_only_when_it_filled_the_cap(
+        total: int, allocated: int | None, unallocated: int, requested: int, allowed: int,
+        fraction: str) -> None:
+    action = cap(total=total, allocated=allocated, unallocated=unallocated,
+                 requested=requested, allowed=allowed)
+    assert action == f"raise the per-process memory fraction to about {fraction} {CAP_ACTION}"
+
+
+def test_without_the_gpus_total_no_fraction_is_named() -> None:
+    action = cap(total=None, allocated=2 * G, unallocated=0, requested=2 * G, allowed=3 * G)
+    assert action == f"raise the per-process memory fraction {CAP_ACTION}"
+
+
+def test_a_request_larger_than_the_gpu_gets_split_two_peak_reducers_and_sharding() -> None:
+    huge = Figures(requested_bytes=81 * G, total_bytes=80 * G, free_bytes=1 * G)
+    assert rec_of("capacity", huge).actions == (
+        "split the work: one 81.00 GiB tensor cannot fit a 80.00 GiB GPU whatever the setting",
+        "reduce peak memory: a smaller batch (when training, gradient accumulation keeps the "
+        "effective batch)",
+        "use mixed precision (torch.autocast(device_type='cuda', dtype=torch.bfloat16))",
+        "shard the model (FSDP / DeepSpeed ZeRO) across GPUs",
+    )
+
+
+def test_fragmentation_outside_pytorch_gets_its_stacks_capacity_actions() -> None:
+    r = rec_of("fragmentation", FRAG_FIGURES, framework="jax")
+    assert r.alloc_conf is None
+    assert r.actions == (
+        "JAX preallocates 75% of the GPU: raise XLA_PYTHON_CLIENT_MEM_FRACTION (e.g. 0.9) if "
+        "the GPU has room, or set XLA_PYTHON_CLIENT_PREALLOCATE=false to allocate on demand",
+        "reduce the batch size or shard the computation across devices",
+    )
+
+
+def test_fragmentation_with_a_setting_gets_no_capacity_actions() -> None:
+    r = rec_of("fragmentation", FRAG_FIGURES)
+    assert r.alloc_conf == "expandable_segments:True"
+    assert not any(a.startswith("reduce peak memory") for a in r.actions)
+
+
+def test_a_merged_value_with_a_key_rocm_ignores_is_not_recommended() -> None:
+    # the caller checked the current setting without the ROCm flag, so expandable_segments
+    # was kept; on ROCm the recommender re-checks the merged value and rejects it
+    current = allocconf.check("expandable_segments:True", TORCH_2_11, allocconf.NATIVE)
+    r = rec_of("fragmentation", FRAG_FIGURES, rocm=True, current=current)
+    assert r.alloc_conf is None
+    assert r.env is None
+    # the same current setting off ROCm: expandable_segments is already True, nothing to set
+    assert rec_of("fragmentation", FRAG_FIGURES, current=current).alloc_conf is None
+    # and on ROCm without a current setting: max_split_size_mb
+    assert rec_of("fragmentation", FRAG_FIGURES, rocm=True).alloc_conf == "max_split_size_mb:128"
+
+
+def test_inference_is_read_in_the_last_16384_characters() -> None:
+    inside = "inference" + " " * 16375  # 16384 characters: the word is the first of them
+    outside = "inference" + " " * 16376  # 16385: its first letter falls outside
+    assert len(inside) == 16384 and len(outside) == 16385
+    assert looks_like_inference(inside)
+    assert not looks_like_inference(outside)
+
+
+@pytest.mark.parametrize(
+    ("framework", "phase"),
+    [("pytorch", "backward"), ("jax", None), ("tensorflow", None), (None, None)],
+)
+def test_a_phase_is_read_for_pytorch_only(framework: str | None, phase: str | None) -> None:
+    event = OomEvent("torch", framework, "CUDA out of memory", FRAG_FIGURES)
+    assert phase_of(event, BACKWARD_TB) == phase
