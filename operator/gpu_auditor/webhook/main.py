@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 try:
-    from prometheus_client import start_http_server
+    import prometheus_client  # noqa: F401
 except ImportError as missing:  # the light install: the CLI and the core only
     raise SystemExit(f"gpu-auditor-webhook needs the operator extra ({missing.name} is not "
                      "installed): pip install 'gpu-auditor[operator]'") from None
@@ -27,6 +27,7 @@ from .tls import Certificate
 
 log = logging.getLogger("gpu_auditor.webhook")
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+SWITCH_INTERVAL = 0.001
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -66,7 +67,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def build(args: argparse.Namespace) -> WebhookServer:
     certificate = None if args.insecure_http else Certificate(args.cert_file, args.key_file)
     settings = Settings(args.probe_image, args.probe_image_pull_policy)
-    return WebhookServer((args.bind_address, args.port), certificate, settings)
+    metrics = (args.metrics_bind_address, args.metrics_port) if args.metrics_port else None
+    return WebhookServer((args.bind_address, args.port), certificate, settings,
+                         metrics_address=metrics)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -78,13 +81,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, ValueError) as exc:  # a missing or bad key pair, a port in use
         print(f"gpu-auditor-webhook: cannot start: {exc}", file=sys.stderr)
         return 2
-    if args.metrics_port:
-        start_http_server(args.metrics_port, addr=args.metrics_bind_address)
-
     def stop(*_: Any) -> None:
         threading.Thread(target=server.shutdown, daemon=True).start()
 
     signal.signal(signal.SIGTERM, stop)
+    # The event loop's thread waits for the GIL while a worker answers: 5 ms at a time by
+    # default, several times per request (accept, handshake, read, write). 1 ms keeps a cheap
+    # admission fast beside an expensive one (bench/results/hostile_servers-webhook.md).
+    sys.setswitchinterval(SWITCH_INTERVAL)
     log.info("serving admission webhooks on %s:%d", args.bind_address, server.server_port)
     with contextlib.suppress(KeyboardInterrupt):
         server.serve_forever()

@@ -1,6 +1,7 @@
-"""The webhook's own metrics (docs/contracts.md): admission requests by webhook and result, and
-the time each took from its body read to its response written. Label values are created up
-front, so every series exists from the first scrape."""
+"""The webhook's own metrics (docs/contracts.md): admission requests by webhook and result, the
+time each took from its body read to its response written, and the connections the server
+closed itself, by reason. Label values are created up front, so every series exists from the
+first scrape."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from typing import Final
 from prometheus_client import Counter, Histogram
 
 from gpu_auditor.base.contract import METRIC_NAMESPACE, Subsystem
+
+from .boundedhttp import REASONS
 
 WEBHOOK = Subsystem.WEBHOOK.value
 
@@ -35,6 +38,16 @@ ADMISSION_DURATION = Histogram(
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
 )
 
+CONNECTIONS_CLOSED = Counter(
+    "connections_closed",
+    "Connections the webhook server closed itself, by reason: limit (over a connection bound: "
+    "refused, or closed while idle to make room), deadline (a handshake, request or response "
+    "not done in time), idle, too-large (a body over its bound), malformed.",
+    ["reason"], namespace=METRIC_NAMESPACE, subsystem=WEBHOOK,
+)
+
+for _reason in REASONS:
+    CONNECTIONS_CLOSED.labels(_reason)
 for _webhook, _results in RESULTS.items():
     ADMISSION_DURATION.labels(_webhook)
     for _result in _results:

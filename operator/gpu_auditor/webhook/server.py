@@ -8,19 +8,22 @@
 
 `answer` is the whole decision, from path and body to status and body, without sockets. Any
 error of our own is answered with an allowed response (counted as `error`): the webhook never
-stands between a tenant and the API server, whatever the API server's failurePolicy.
+stands between a tenant and the API server, whatever the API server's failurePolicy. The bytes
+on the wire, and every bound on them, are `boundedhttp`'s and `limits`' (issue 26).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
-import socket
-import ssl
+import threading
 import time
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Final
+
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from gpu_auditor.admission.inject import inject, wants_probe
 from gpu_auditor.admission.review import (
@@ -31,18 +34,12 @@ from gpu_auditor.admission.review import (
     validate,
 )
 
-from .metrics import ADMISSION_DURATION, ADMISSION_REQUESTS
+from .boundedhttp import BoundedServer, Handler, Listener, Response
+from .limits import Limits
+from .metrics import ADMISSION_DURATION, ADMISSION_REQUESTS, CONNECTIONS_CLOSED
 from .tls import Certificate
 
 log = logging.getLogger("gpu_auditor.webhook")
-
-MAX_BODY: Final = 16 << 20
-"""Bytes of a request body read at most: an AdmissionReview of an update carries the object
-twice, and the API server takes objects up to 3 MiB."""
-IO_TIMEOUT: Final = 10.0
-"""Seconds a connection may stall in the TLS handshake or a read (the API server's webhook
-timeout is shorter: it has given up by then)."""
-
 
 @dataclass(frozen=True)
 class Route:
@@ -106,70 +103,74 @@ def _inject(pod: Any, route: Route, settings: Settings) -> Outcome:
     return Outcome(True, "injected", done.warnings, patch=done.patch)
 
 
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # keep-alive: the API server reuses its connections
-    server: WebhookServer
-
-    def setup(self) -> None:
-        super().setup()
-        if isinstance(self.request, ssl.SSLSocket):
-            self.request.do_handshake()
-
-    def do_GET(self) -> None:
-        if self.path == "/healthz":
-            self._send(200, b"ok\n", "text/plain")
-        else:
-            self._send(404, b"not found\n", "text/plain")
-
-    def do_POST(self) -> None:
-        try:
-            length = int(self.headers.get("Content-Length") or "-1")
-        except ValueError:
-            length = -1
-        if not 0 <= length <= MAX_BODY:
-            self._send(413 if length > MAX_BODY else 411, b'{"error": "body length"}')
-            self.close_connection = True
-            return
-        body = self.rfile.read(length)
+def _admission(settings: Settings) -> Handler:
+    def handle(method: str, path: str, body: bytes) -> Response:
+        if method == "GET":
+            if path == "/healthz":
+                return Response(200, b"ok\n", "text/plain")
+            return Response(404, b"not found\n", "text/plain")
         start = time.perf_counter()
-        reply = answer(self.path, body, self.server.settings)
-        self._send(reply.status, reply.body)
-        if reply.webhook:
-            ADMISSION_DURATION.labels(reply.webhook).observe(time.perf_counter() - start)
-            ADMISSION_REQUESTS.labels(reply.webhook, reply.result).inc()
+        reply = answer(path, body, settings)
 
-    def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        def sent() -> None:
+            if reply.webhook:
+                ADMISSION_DURATION.labels(reply.webhook).observe(time.perf_counter() - start)
+                ADMISSION_REQUESTS.labels(reply.webhook, reply.result).inc()
 
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("%s " + format, self.address_string(), *args)
+        return Response(reply.status, reply.body, sent=sent)
+
+    return handle
 
 
-class WebhookServer(ThreadingHTTPServer):
-    """One thread per connection; TLS with the certificate current at accept time."""
+def _metrics(method: str, path: str, body: bytes) -> Response:
+    if method == "GET" and path.partition("?")[0] == "/metrics":
+        return Response(200, generate_latest(REGISTRY), CONTENT_TYPE_LATEST)
+    return Response(404, b"not found\n", "text/plain")
 
-    daemon_threads = True
+
+class WebhookServer:
+    """The admission webhooks over HTTPS (and /metrics over HTTP when ``metrics_address`` is
+    given) on one `BoundedServer`: the sockets are bound here, `serve_forever` runs them in the
+    calling thread until `shutdown` (from any thread)."""
 
     def __init__(self, address: tuple[str, int], certificate: Certificate | None,
-                 settings: Settings) -> None:
+                 settings: Settings, *, metrics_address: tuple[str, int] | None = None,
+                 limits: Limits | None = None) -> None:
         self.certificate, self.settings = certificate, settings
-        super().__init__(address, Handler)
+        listeners = [Listener(address, _admission(settings), certificate)]
+        if metrics_address is not None:
+            listeners.append(Listener(metrics_address, _metrics, parse_bodies=False))
+        self.server = BoundedServer(listeners, limits, on_closed=_closed)
+        self.server_port = self.server.ports[0]
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._done = threading.Event()
+        self._started = threading.Event()
 
-    def get_request(self) -> tuple[socket.socket, Any]:
-        sock, address = self.socket.accept()
-        sock.settimeout(IO_TIMEOUT)
-        # The headers and the body go out in two writes: without this, Nagle's algorithm holds
-        # the body until the API server's delayed ACK (40 ms on Linux) on every request.
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if self.certificate is None:
-            return sock, address
-        wrapped = self.certificate.context().wrap_socket(
-            sock, server_side=True, do_handshake_on_connect=False)  # handshake in the thread
-        return wrapped, address
+    @property
+    def metrics_port(self) -> int | None:
+        return self.server.ports[1] if len(self.server.ports) > 1 else None
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        log.debug("connection from %s ended with an error", client_address, exc_info=True)
+    def serve_forever(self) -> None:
+        async def run() -> None:
+            self._loop = asyncio.get_running_loop()
+            await self.server.serve(started=self._started.set)
+
+        try:
+            asyncio.run(run())
+        finally:
+            self._done.set()
+
+    def shutdown(self) -> None:
+        """Stop serving and wait until `serve_forever` has returned."""
+        self._started.wait(timeout=10.0)
+        if self._loop is not None and not self._done.is_set():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                self._loop.call_soon_threadsafe(self.server.stop)
+            self._done.wait(timeout=10.0)
+
+    def server_close(self) -> None:
+        self.server.close()
+
+
+def _closed(reason: str) -> None:
+    CONNECTIONS_CLOSED.labels(reason).inc()
