@@ -74,6 +74,13 @@ class Annotation(StrEnum):
     GPU_SHARED_WITH = "gpu-shared-with"
     SHARING_FINDING = "sharing-finding"
     SHARING_GPU = "sharing-gpu"
+    ROOT_CAUSE_POD = "root-cause-pod"
+    """On a distributed job's object: the pod whose failure came first (`namespace/name`); on
+    each pod whose failure was its consequence: the same pod, which it points at."""
+    ROOT_CAUSE_RANK = "root-cause-rank"
+    """On a distributed job's object: the rank of the root-cause pod in the job."""
+    CONSEQUENCE = "consequence"
+    """On a pod whose failure followed the root cause's: how it read and when, in words."""
 
 
 DEFAULT_ANNOTATION_PREFIX: Final = "gpu-auditor.io/"

@@ -174,7 +174,7 @@ def diagnosis_annotations(
             fields, LIMITS[Annotation.EVIDENCE], string_limit=ITEM_LIMIT,
             list_limit=EVIDENCE_LIST_LIMIT),
         Annotation.DIAGNOSED_AT: _timestamp(now),
-        Annotation.DIAGNOSED_KEY: _keys(previous_keys, termination),
+        Annotation.DIAGNOSED_KEY: diagnosed_key(previous_keys, termination),
     }
     if recommended:
         written[Annotation.RECOMMENDED_ALLOC_CONF] = recommended
@@ -213,7 +213,7 @@ def failure_annotations(
         f"{prefix}{Annotation.DIAGNOSIS_FAILED}": value(
             Annotation.DIAGNOSIS_FAILED, f"{termination.key}: {reason}: {detail}"),
         f"{prefix}{Annotation.DIAGNOSED_AT}": _timestamp(now),
-        f"{prefix}{Annotation.DIAGNOSED_KEY}": _keys(previous_keys, termination),
+        f"{prefix}{Annotation.DIAGNOSED_KEY}": diagnosed_key(previous_keys, termination),
     }
 
 
@@ -243,7 +243,7 @@ def sharing_message(finding: Finding, ref: str) -> str:
     return bounded.clip(text, EVENT_MESSAGE_LIMIT)
 
 
-def _keys(previous: DiagnosedKeys | Sequence[str], termination: Termination) -> str:
+def diagnosed_key(previous: DiagnosedKeys | Sequence[str], termination: Termination) -> str:
     """`diagnosed-key`: the record with `termination` done, per container its highest restart
     count, within the limit: while it is over, the lowest entry is folded into `*/<N>` (every
     container done up to N), so what is left out reads as done, never as to do again."""

@@ -4,8 +4,11 @@
 It imports the diagnosis core only (about 18 MiB of RSS, not the operator's 90), reads one
 request at a time from stdin and answers on stdout, in frames: an 8-byte big-endian length, then
 a pickle. A request is `(text, options)`; the answer is `("ok", Diagnosis)` or
-`("error", "<Type>: <message>")`. The operator kills the process when an answer is late
-(`diagnosispool.DiagnosisPool`), which a thread could not do to a computation stuck in C code.
+`("error", "<Type>: <message>")`. A request `(text, options, reference)` also reads how the log
+failed (`gpu_auditor.diagnosis.consequence.read_failure(text, reference)`, for the pods of a
+distributed job); its answer is `("ok", (Diagnosis, FailureReading))`. The operator kills the
+process when an answer is late (`diagnosispool.DiagnosisPool`), which a thread could not do to
+a computation stuck in C code.
 
 Pickle is safe here: both ends are this package, and the request carries only the log bytes
 (data, not code) and plain option values.
@@ -23,6 +26,8 @@ import struct
 import sys
 from collections.abc import Callable
 from typing import IO, Any
+
+from gpu_auditor.diagnosis.consequence import read_failure
 
 HEADER = struct.Struct(">Q")
 DEFAULT_FUNCTION = "gpu_auditor.diagnosis:diagnose"
@@ -61,9 +66,12 @@ def describe(exc: BaseException) -> str:
 
 def serve(function: Callable[..., Any], requests: IO[bytes], answers: IO[bytes]) -> None:
     while (request := read_frame(requests)) is not None:
-        text, options = request
+        text, options, *reading = request
         try:
-            answer: tuple[str, object] = ("ok", function(text, **options))
+            value = function(text, **options)
+            if reading:
+                value = (value, read_failure(text, reading[0]))
+            answer: tuple[str, object] = ("ok", value)
         except Exception as exc:  # the core promises never to raise; say what it raised
             answer = ("error", describe(exc))
         write_frame(answers, answer)

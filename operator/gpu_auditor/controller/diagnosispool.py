@@ -13,6 +13,7 @@ for 3 s in a thread and not at all in a worker.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import logging
 import os
 import pickle
@@ -26,6 +27,7 @@ from typing import IO, Any, Protocol
 
 from gpu_auditor.controller import diagnosischild as protocol
 from gpu_auditor.diagnosis import Diagnosis
+from gpu_auditor.diagnosis.consequence import FailureReading
 
 log = logging.getLogger("gpu_auditor.operator")
 
@@ -38,6 +40,14 @@ class Diagnoser(Protocol):
     """What the OOM path calls: `DiagnosisPool`, or an inline stand-in in tests."""
 
     def diagnose(self, text: bytes | str, **options: Any) -> Diagnosis: ...
+
+
+class ReadingDiagnoser(Diagnoser, Protocol):
+    """What the path of distributed jobs calls as well: the diagnosis and how the log failed
+    (a consequence of another pod's end, and when), read in one pass over the pipe."""
+
+    def diagnose_reading(self, text: bytes | str, reference: dt.datetime | None,
+                         **options: Any) -> tuple[Diagnosis, FailureReading]: ...
 
 
 class DiagnosisFailed(Exception):
@@ -66,10 +76,10 @@ class _Worker:
     def pid(self) -> int:
         return self.proc.pid
 
-    def ask(self, text: bytes | str, options: dict[str, Any], budget: float) -> Any:
+    def ask(self, request: tuple[Any, ...], budget: float) -> Any:
         """The worker's answer; raises DiagnosisFailed (timeout, crashed)."""
         try:
-            protocol.write_frame(self.requests, (text, options))
+            protocol.write_frame(self.requests, request)
         except (BrokenPipeError, OSError) as exc:
             raise DiagnosisFailed("crashed", f"worker {self.pid} gone: {exc}") from exc
         deadline = time.monotonic() + budget
@@ -130,10 +140,26 @@ class DiagnosisPool:
 
         The budget counts from the moment a worker has the request, not the wait for a free
         worker (at most `size` diagnoses run at once). Raises DiagnosisFailed."""
+        value = self._ask((text, options))
+        if not isinstance(value, Diagnosis):
+            raise DiagnosisFailed("error", f"the diagnosis returned {type(value).__name__}")
+        return value
+
+    def diagnose_reading(self, text: bytes | str, reference: dt.datetime | None,
+                         **options: Any) -> tuple[Diagnosis, FailureReading]:
+        """The diagnosis and `consequence.read_failure(text, reference)`, in one worker
+        request, within the budget. Raises DiagnosisFailed."""
+        value = self._ask((text, options, reference))
+        if not (isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], Diagnosis)
+                and isinstance(value[1], FailureReading)):
+            raise DiagnosisFailed("error", f"the diagnosis returned {type(value).__name__}")
+        return value[0], value[1]
+
+    def _ask(self, request: tuple[Any, ...]) -> object:
         with self._slots:
             worker = self._take()
             try:
-                status, value = worker.ask(text, options, self.budget)
+                status, value = worker.ask(request, self.budget)
             except DiagnosisFailed:
                 self._discard(worker)
                 raise
@@ -143,8 +169,6 @@ class DiagnosisPool:
             self._give_back(worker)
         if status != "ok":
             raise DiagnosisFailed("error", str(value))
-        if not isinstance(value, Diagnosis):
-            raise DiagnosisFailed("error", f"the diagnosis returned {type(value).__name__}")
         return value
 
     def pids(self) -> Sequence[int]:

@@ -27,6 +27,7 @@ from gpu_auditor.base.errors import (
     APIForbiddenError,
     APINotFoundError,
 )
+from gpu_auditor.base.jobkinds import JobKind
 from gpu_auditor.base.nodereport import GROUP, PLURAL, VERSION
 from gpu_auditor.controller import metrics
 
@@ -202,4 +203,22 @@ class KubeApi:
         path = workload.path(namespace, name)
         body = _metadata_patch(uid, annotations)
         _call(f"patch_{kind.lower()}", lambda: self.api.request(
+            "PATCH", path, body=body, content_type=MERGE_PATCH, timeout=TIMEOUT))
+
+    def read_object(self, kind: JobKind, namespace: str, name: str) -> dict[str, Any]:
+        """A distributed job's object (or a link of its chain) of a `base.jobkinds` kind."""
+        path = kind.path(namespace, name)
+        obj: dict[str, Any] = _call(f"get_{kind.kind.lower()}", lambda: self.api.request(
+            "GET", path, timeout=TIMEOUT))
+        return obj
+
+    def patch_object(
+        self, kind: JobKind, namespace: str, name: str, uid: str,
+        annotations: Mapping[str, str | None],
+    ) -> None:
+        """Merge `annotations` into a distributed job's object (None removes one), only if it
+        still has `uid`."""
+        path = kind.path(namespace, name)
+        body = _metadata_patch(uid, annotations)
+        _call(f"patch_{kind.kind.lower()}", lambda: self.api.request(
             "PATCH", path, body=body, content_type=MERGE_PATCH, timeout=TIMEOUT))

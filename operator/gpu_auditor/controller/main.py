@@ -20,6 +20,7 @@ except ImportError as missing:  # the light install: the CLI and the core only
 
 from gpu_auditor.base.client import ApiClient
 from gpu_auditor.base.errors import APIError, APINotFoundError, ConfigError
+from gpu_auditor.base.jobkinds import SWITCHES
 from gpu_auditor.base.kubeconfig import load_config
 from gpu_auditor.base.names import is_label, is_subdomain
 from gpu_auditor.base.nodereport import GROUP, PLURAL, VERSION
@@ -30,6 +31,7 @@ from gpu_auditor.controller import (
 )
 from gpu_auditor.controller.annotations import DEFAULT_PREFIX, MAX_PREFIX
 from gpu_auditor.controller.diagnosispool import DEFAULT_BUDGET, DEFAULT_WORKERS, DiagnosisPool
+from gpu_auditor.controller.jobpath import DEFAULT_LOG_READS
 from gpu_auditor.controller.kube import KubeApi
 from gpu_auditor.controller.login import Login
 from gpu_auditor.controller.service import OperatorConfig, Services
@@ -63,6 +65,13 @@ def parse_args(argv: Sequence[str] | None = None) -> OperatorConfig:
                              "the failure written on the pod (default %(default)s)")
     parser.add_argument("--diagnosis-workers", type=int, default=DEFAULT_WORKERS,
                         help="diagnosis worker processes at most (default %(default)s)")
+    parser.add_argument("--job-kinds", default=",".join(SWITCHES),
+                        help="distributed jobs whose pods are grouped, the root cause written "
+                             f"on the job's object: comma-separated, of {', '.join(SWITCHES)}; "
+                             "empty: none (default: all)")
+    parser.add_argument("--group-log-reads", type=int, default=DEFAULT_LOG_READS,
+                        help="logs read at most per distributed job's failure (default "
+                             "%(default)s); the others are read from their termination state")
     parser.add_argument("--no-owner-annotations", action="store_true",
                         help="do not copy the diagnosis onto the owning Job/Deployment/...")
     parser.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"),
@@ -89,6 +98,12 @@ def parse_args(argv: Sequence[str] | None = None) -> OperatorConfig:
     except ValueError:
         parser.error(f"--metrics-bind-address must be an IP address, not "
                      f"{args.metrics_bind_address!r}")
+    kinds = tuple(dict.fromkeys(k.strip() for k in args.job_kinds.split(",") if k.strip()))
+    unknown = [k for k in kinds if k not in SWITCHES]
+    if unknown:
+        parser.error(f"--job-kinds: unknown {unknown[0]!r} (known: {', '.join(SWITCHES)})")
+    if not 0 <= args.group_log_reads <= 10_000:
+        parser.error("--group-log-reads must be in [0, 10000]")
     if args.log_tail_lines < 1 or args.log_limit_bytes < 1024:
         parser.error("--log-tail-lines must be >= 1 and --log-limit-bytes >= 1024")
     if args.kubeconfig:
@@ -102,6 +117,7 @@ def parse_args(argv: Sequence[str] | None = None) -> OperatorConfig:
         log_tail_lines=args.log_tail_lines, log_limit_bytes=args.log_limit_bytes,
         annotate_owners=not args.no_owner_annotations,
         diagnosis_timeout=args.diagnosis_timeout, diagnosis_workers=args.diagnosis_workers,
+        job_kinds=kinds, group_log_reads=args.group_log_reads,
     )
 
 

@@ -18,6 +18,12 @@ DIAGNOSES = Counter(
     "diagnoses", "Diagnoses written onto pods, by namespace and diagnosis kind.",
     ["namespace", "kind"], namespace=NS,
 )
+JOB_DIAGNOSES = Counter(
+    "job_diagnoses",
+    "Root causes written onto distributed jobs' objects, by the job's kind and the diagnosis "
+    "kind of its root-cause pod.",
+    ["job_kind", "kind"], namespace=NS,
+)
 SHARING_FINDINGS = Counter(
     "sharing_findings", "Sharing findings written onto pods, by finding kind.",
     ["kind"], namespace=NS,

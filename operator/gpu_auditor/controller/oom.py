@@ -9,9 +9,15 @@ Idempotency: one diagnosis per (pod UID, container, restart count). The pod's `d
 annotation records what was written (per container the highest restart count: a termination at
 or below it is done; a pod's older terminations are diagnosed first), so operator restarts and
 watch re-lists find it done;
-Events have deterministic names, so a second create is a 409 and never a duplicate. The Event
-is created before the annotation: if the operator dies between the two, the next run writes the
-annotation and its Event create is a harmless 409.
+Events have deterministic names, so a second create is a 409 and never a duplicate. The
+annotation, which the user reads, is written first and the Event after it: an Event that fails
+is tried again on its own (`RETRY_DELAYS`); one the operator dies before posting is lost, the
+annotation is not (measured in bench/results/operator_scale_issue27.md: the Event first cost
+the annotation a request's time under load).
+
+The pods of a distributed job (`jobmember`) go to the job path (`jobpath.JobPath`), which uses
+the same reading and writing of one termination, and writes the job's object and one Event on
+it instead of an Event and owner annotations per pod.
 
 Failures: a diagnosis that raises or overruns its budget is written once as `diagnosis-failed`
 and its key recorded as done (never started again by a later event); a write or log read that
@@ -24,14 +30,14 @@ import datetime as dt
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from gpu_auditor.base import names
 from gpu_auditor.base.contract import Annotation
 from gpu_auditor.base.errors import APIError, APINotFoundError
 from gpu_auditor.controller import annotations as notes
 from gpu_auditor.controller import metrics, owners
-from gpu_auditor.controller.diagnosispool import Diagnoser, DiagnosisFailed
+from gpu_auditor.controller.diagnosispool import Diagnoser, DiagnosisFailed, ReadingDiagnoser
 from gpu_auditor.controller.kube import KubeApi, LogUnavailable, ObjectRef
 from gpu_auditor.controller.lru import Lru
 from gpu_auditor.controller.pod import (
@@ -47,6 +53,7 @@ from gpu_auditor.controller.probe import ProbeUse, probe_use, record_in_message
 from gpu_auditor.controller.reports import NodeReports
 from gpu_auditor.controller.retry import Attempts
 from gpu_auditor.diagnosis import Diagnosis, NodeEvidence, diagnose_host_oom
+from gpu_auditor.diagnosis.consequence import FailureReading
 
 log = logging.getLogger("gpu_auditor.operator")
 
@@ -62,6 +69,17 @@ class Diagnosed:
     samples: int = 0
     """Points of the node's memory series passed to the diagnosis."""
     probe: ProbeUse | None = None
+    reading: FailureReading | None = None
+    """How the text failed (`consequence.read_failure`), when it was asked for."""
+    unread: bool = False
+    """The log was not read (the job path's bound): `diagnosis` holds what the termination
+    message said."""
+
+
+class Grouped(Protocol):
+    """The path of distributed jobs: takes the pods it groups (True), leaves the others."""
+
+    def take(self, pod: Pod) -> bool: ...
 
 
 class OomPath:
@@ -83,6 +101,8 @@ class OomPath:
         self.written = Lru(50_000)
         """Pod UID -> the `DiagnosedKeys` this process last wrote on it (stale events see
         them): what the annotation holds, so at most one entry per container."""
+        self.jobs: Grouped | None = None
+        """The path of distributed jobs, when it is on (`service.Services`)."""
 
     def pending(self, pod: Pod) -> list[Termination]:
         """Failed terminations of this pod not yet diagnosed (no API call), the oldest first:
@@ -98,9 +118,15 @@ class OomPath:
         written = self.written.get(pod.uid)
         return written if isinstance(written, DiagnosedKeys) else DiagnosedKeys()
 
+    def keys(self, pod: Pod) -> DiagnosedKeys:
+        """What the pod's annotation and this process's memory say is done."""
+        return pod.diagnosed_keys.merged(self._written(pod))
+
     def handle(self, pod: Pod) -> None:
         """Diagnose the pod's pending terminations; never raises (a handler's exception would
         only be logged by kopf, and a terminated pod sends no second event)."""
+        if self.jobs is not None and self.jobs.take(pod):
+            return
         for termination in self.pending(pod):
             key = (pod.uid, termination.key)
             try:
@@ -111,7 +137,7 @@ class OomPath:
             except APIError as exc:
                 log.warning("%s [%s]: %s; trying again later", pod.ref, termination.container,
                             exc)
-                self._failed(pod, key)
+                self.failed(pod, key)
             except Exception:
                 log.exception("%s [%s]: not diagnosed", pod.ref, termination.container)
                 metrics.DIAGNOSIS_FAILURES.labels("internal").inc()
@@ -126,34 +152,36 @@ class OomPath:
         if pod.diagnosed_keys.done(t) or written.done(t):
             return
         keys = pod.diagnosed_keys.merged(written)
-        container = next((c for c in pod.containers if c.name == t.container),
-                         Container(t.container, AllocConf(None), None, None, None))
+        container = container_of(pod, t)
         failure = self.failures.get((pod.uid, t.key))
         found = Diagnosed(None, "")
         if failure is None:
             try:
-                found = self._diagnose(pod, t, container)
+                found = self.diagnose(pod, t, container)
             except DiagnosisFailed as exc:
                 metrics.DIAGNOSIS_FAILURES.labels(exc.reason).inc()
                 log.warning("%s [%s]: diagnosis failed: %s", pod.ref, t.container, exc)
                 failure = (exc.reason, exc.detail)
                 self.failures.add((pod.uid, t.key), failure)
         if failure is not None:
-            self._write_failure(pod, t, keys, failure)
+            self.write_failure(pod, t, keys, failure)
             return
         diagnosis = found.diagnosis
         if diagnosis is None:  # the log could not be read this time
-            self._failed(pod, (pod.uid, t.key))
+            self.failed(pod, (pod.uid, t.key))
             return
         if not diagnosis.detected:
             self.attempts.done((pod.uid, t.key))
             return
-        self._write(pod, t, keys, diagnosis, found, container)
+        self.write(pod, t, keys, diagnosis, found, container)
 
-    def _diagnose(self, pod: Pod, t: Termination, container: Container) -> Diagnosed:
+    def diagnose(self, pod: Pod, t: Termination, container: Container, *,
+                  reading: bool = False, read_log: bool = True) -> Diagnosed:
         """The diagnosis and what it was built from; its diagnosis is None when nothing was
         read. The tenant's text (termination message, log) is diagnosed in a worker process,
-        within the budget; raises DiagnosisFailed."""
+        within the budget; raises DiagnosisFailed. `reading`: also read how the text failed
+        (`Diagnosed.reading`); `read_log`: False leaves the log unread (`Diagnosed.unread`)
+        when the termination message tells nothing."""
         if t.host_oom_killed:
             return Diagnosed(diagnose_host_oom(container=t.container,
                                                memory_limit_bytes=container.memory_limit_bytes,
@@ -169,14 +197,25 @@ class OomPath:
         if record is not None and record.record is not None:
             options["probe_record"] = record.record
 
-        def built(diagnosis: Diagnosis | None, source: str) -> Diagnosed:
+        def built(diagnosis: Diagnosis | None, source: str,
+                  how: FailureReading | None = None, unread: bool = False) -> Diagnosed:
             use = probe_use(diagnosis, record) if diagnosis is not None else None
-            return Diagnosed(diagnosis, source, node, len(samples), use)
+            return Diagnosed(diagnosis, source, node, len(samples), use, how, unread)
+
+        def ask(text: bytes | str) -> tuple[Diagnosis, FailureReading | None]:
+            if not reading:
+                return self.diagnoser.diagnose(text, **options), None
+            diagnoser: ReadingDiagnoser = self.diagnoser  # type: ignore[assignment]
+            return diagnoser.diagnose_reading(text, t.finished_at, **options)
 
         if t.message:
-            found = self.diagnoser.diagnose(t.message, **options)
-            if found.detected:
-                return built(found, "termination-message")
+            found, how = ask(t.message)
+            if found.detected or (how is not None and how.consequence is not None):
+                return built(found, "termination-message", how)
+            if not read_log:
+                return built(found, "termination-message", how, unread=True)
+        elif not read_log:
+            return Diagnosed(None, "", node, unread=True)
         try:
             text = self.kube.read_log(
                 pod.namespace, pod.name, t.container, previous=t.previous,
@@ -185,47 +224,70 @@ class OomPath:
             metrics.LOG_FETCH_FAILURES.labels(exc.reason).inc()
             log.warning("log of %s [%s] unavailable: %s", pod.ref, t.container, exc)
             if exc.reason == "forbidden":  # final: no point asking again; say so on the pod
-                return built(self.diagnoser.diagnose(b"", **options), "log-forbidden")
+                found, how = ask(b"")
+                return built(found, "log-forbidden", how)
             return Diagnosed(None, "log", node)
-        return built(self.diagnoser.diagnose(text, **options), "log")
+        found, how = ask(text)
+        return built(found, "log", how)
 
-    def _write(self, pod: Pod, t: Termination, keys: DiagnosedKeys, diagnosis: Diagnosis,
-               found: Diagnosed, container: Container) -> None:
+    def write(self, pod: Pod, t: Termination, keys: DiagnosedKeys, diagnosis: Diagnosis,
+               found: Diagnosed, container: Container, *, alone: bool = True
+               ) -> notes.Written:
+        """Write the diagnosis onto the pod (the annotation first: what the user reads), then
+        the pod's Event and its owner's annotations; `alone=False` (a pod of a distributed
+        job) writes the pod's annotations only, the job path deciding the rest."""
         now = dt.datetime.now(dt.UTC)
         result = notes.diagnosis_annotations(
             diagnosis, t, pod, prefix=self.prefix, previous_keys=keys, source=found.source,
             now=now, node=found.node, alloc_conf=container.alloc_conf, samples=found.samples,
             probe=found.probe)
-        self.kube.post_event(ObjectRef(pod.namespace, pod.name, pod.uid),
-                             name=result.event_name, reason=result.event_reason,
-                             message=result.event_message)
         self.kube.patch_pod_annotations(pod.namespace, pod.name, result.annotations,
                                         uid=pod.uid)
-        self._wrote(pod, result.annotations)
+        self.wrote(pod, result.annotations)
         metrics.DIAGNOSES.labels(pod.namespace, diagnosis.kind).inc()
         _count_probe(pod, t, diagnosis, found.probe)
         if t.finished_at is not None:
             metrics.DIAGNOSIS_LATENCY.observe(max((now - t.finished_at).total_seconds(), 0.0))
         log.warning("%s [%s]: %s", pod.ref, t.container, diagnosis.summary)
-        if self.annotate_owners:
-            self._annotate_owner(pod, result.owner_annotations)
+        if alone:
+            self.post_event(pod, t, result)
+            if self.annotate_owners:
+                self.annotate_owner(pod, result.owner_annotations)
+        return result
 
-    def _write_failure(self, pod: Pod, t: Termination, keys: DiagnosedKeys,
+    def post_event(self, pod: Pod, t: Termination, result: notes.Written) -> None:
+        """The pod's Event for a written diagnosis; one that fails is tried again on its own
+        (the annotation is written: the termination is done)."""
+        try:
+            self.kube.post_event(ObjectRef(pod.namespace, pod.name, pod.uid),
+                                 name=result.event_name, reason=result.event_reason,
+                                 message=result.event_message)
+        except APINotFoundError:
+            return
+        except APIError as exc:
+            log.warning("%s [%s]: Event not posted: %s; trying again later", pod.ref,
+                        t.container, exc)
+            self.attempts.failed((pod.uid, t.key, "event"),
+                                 lambda: self.post_event(pod, t, result))
+
+    def write_failure(self, pod: Pod, t: Termination, keys: DiagnosedKeys,
                        failure: tuple[str, str]) -> None:
         reason, detail = failure
         patch = notes.failure_annotations(t, prefix=self.prefix, previous_keys=keys,
                                           reason=reason, detail=detail,
                                           now=dt.datetime.now(dt.UTC))
         self.kube.patch_pod_annotations(pod.namespace, pod.name, patch, uid=pod.uid)
-        self._wrote(pod, patch)
+        self.wrote(pod, patch)
         self.attempts.done((pod.uid, t.key))
         self.failures.pop((pod.uid, t.key))
 
-    def _wrote(self, pod: Pod, patch: Mapping[str, str | None]) -> None:
+    def wrote(self, pod: Pod, patch: Mapping[str, str | None]) -> None:
         """Remember the `diagnosed-key` just written, as the annotation holds it (bounded)."""
-        self.written.add(pod.uid, diagnosed_keys(patch[f"{self.prefix}{Annotation.DIAGNOSED_KEY}"]))
+        written = patch[f"{self.prefix}{Annotation.DIAGNOSED_KEY}"]
+        self.written.add(pod.uid, diagnosed_keys(written))
 
-    def _annotate_owner(self, pod: Pod, annotations: dict[str, str | None]) -> None:
+
+    def annotate_owner(self, pod: Pod, annotations: dict[str, str | None]) -> None:
         if pod.controller is None:
             return
         try:
@@ -242,9 +304,10 @@ class OomPath:
 
     # -- retries --
 
-    def _failed(self, pod: Pod, key: tuple[str, str]) -> None:
+    def failed(self, pod: Pod, key: tuple[str, str]) -> None:
         namespace, name = pod.namespace, pod.name
         self.attempts.failed(key, lambda: self._look_again(namespace, name))
+
 
     def _look_again(self, namespace: str, name: str) -> None:
         try:
@@ -253,6 +316,12 @@ class OomPath:
             log.info("retry of %s/%s: %s", namespace, name, exc)
             return
         self.handle(parse_pod(body, self.prefix))
+
+
+def container_of(pod: Pod, t: Termination) -> Container:
+    """The spec of the container that ended (an unknown one reads as unset)."""
+    return next((c for c in pod.containers if c.name == t.container),
+                Container(t.container, AllocConf(None), None, None, None))
 
 
 def _count_probe(pod: Pod, t: Termination, diagnosis: Diagnosis, use: ProbeUse | None) -> None:

@@ -90,6 +90,15 @@ def verified_owner(kube: Workloads, namespace: str, ref: OwnerReference | None,
     return deployment
 
 
+def verified(kube: Workloads, namespace: str, owner: Owner, labels: Mapping[str, Any],
+             what: str = "the pod") -> dict[str, Any]:
+    """The workload `owner` as read, once its UID is the reference's and its selector selects
+    `labels` (of `what`); raises OwnerRefused, or the API's errors."""
+    found = _verified(kube, namespace, owner)
+    _selects(owner, found, labels, what)
+    return found
+
+
 def _verified(kube: Workloads, namespace: str, owner: Owner) -> dict[str, Any]:
     obj = kube.read_workload(owner.kind, namespace, owner.name)
     metadata = obj.get("metadata")

@@ -18,6 +18,7 @@ from typing import Any
 from gpu_auditor.base import names
 from gpu_auditor.base.containerenv import container_env
 from gpu_auditor.base.contract import IGNORE_LABEL, Annotation
+from gpu_auditor.base.jobkinds import COMPLETION_INDEX
 from gpu_auditor.base.podspec import ALLOC_CONF_VARIABLES, torch_version_hint
 
 MAX_ALLOC_CONF = 1024
@@ -250,6 +251,9 @@ class Pod:
     """The pod's labels (string values only), which an owner's selector must match; only of a
     pod with a failed termination, like `containers`."""
     terminations: tuple[Termination, ...]
+    completion_index: int | None = None
+    """An Indexed Job's pod: its index (the annotation, else the label, as the Job controller
+    writes both); only of a pod with a failed termination, like `labels`."""
     ref: str = field(init=False)
     """`namespace/name`."""
 
@@ -282,7 +286,17 @@ def parse_pod(body: Mapping[str, Any], prefix: str) -> Pod:
         if failed else (),
         labels={k: v for k, v in labels.items() if isinstance(v, str)} if failed else {},
         terminations=failed,
+        completion_index=_index(raw_notes.get(COMPLETION_INDEX, labels.get(COMPLETION_INDEX)))
+        if failed else None,
     )
+
+
+def _index(value: object) -> int | None:
+    """A completion index as the Job controller writes it (decimal, below 2**31)."""
+    if not isinstance(value, str) or not (value.isascii() and value.isdigit()) or len(value) > 10:
+        return None
+    number = int(value)
+    return number if number < 2**31 else None
 
 
 def _container(raw: Mapping[str, Any]) -> Container:

@@ -2,6 +2,7 @@
 share, and their retries. The kopf handlers hand each event here.
 
     pod event     ─► parse_pod ─► OomPath.handle          (oom.py)
+                                  └► JobPath.take         (jobpath.py: a distributed job's pod)
     report event  ─► parse_report ─► SharingPath.handle   (sharing.py)
     both          ─► NodeReports (reports.py), Attempts + RetryTimer (retry.py, retrytimer.py)
 """
@@ -13,8 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpu_auditor.base.contract import DEFAULT_ANNOTATION_PREFIX
+from gpu_auditor.base.jobkinds import SWITCHES
 from gpu_auditor.base.nodereport import NodeReport
 from gpu_auditor.controller.diagnosispool import Diagnoser
+from gpu_auditor.controller.jobpath import DEFAULT_LOG_READS, JobPath
 from gpu_auditor.controller.kube import KubeApi
 from gpu_auditor.controller.oom import OomPath
 from gpu_auditor.controller.pod import Pod, Termination, parse_pod
@@ -36,6 +39,9 @@ class OperatorConfig:
     annotate_owners: bool = True
     diagnosis_timeout: float = 10.0
     diagnosis_workers: int = 2
+    job_kinds: tuple[str, ...] = SWITCHES
+    """`base.jobkinds` switches whose pods are grouped by job; empty: none."""
+    group_log_reads: int = DEFAULT_LOG_READS
 
 
 @dataclass
@@ -49,6 +55,7 @@ class Services:
     reports: NodeReports = field(init=False)
     oom: OomPath = field(init=False)
     sharing: SharingPath = field(init=False)
+    jobs: JobPath | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         cfg = self.config
@@ -59,6 +66,11 @@ class Services:
                            annotate_owners=cfg.annotate_owners)
         self.sharing = SharingPath(self.kube, self.reports, Attempts(self.schedule),
                                    prefix=cfg.annotation_prefix, namespaces=cfg.namespaces)
+        if cfg.job_kinds:
+            self.jobs = JobPath(self.kube, self.oom, self.oom.attempts, self.schedule,
+                                switches=cfg.job_kinds, prefix=cfg.annotation_prefix,
+                                log_reads=cfg.group_log_reads)
+            self.oom.jobs = self.jobs
 
     def parse(self, body: Mapping[str, Any]) -> Pod:
         return parse_pod(body, self.config.annotation_prefix)
@@ -75,7 +87,7 @@ class Services:
 
     def close(self) -> None:
         """Stop the retries and the diagnosis workers (at operator shutdown)."""
-        for part in (self.schedule, self.diagnoser):
+        for part in (self.schedule, self.diagnoser, self.jobs):
             stop = getattr(part, "stop", None) or getattr(part, "close", None)
             if stop is not None:
                 stop()

@@ -14,11 +14,13 @@ from typing import Any
 from prometheus_client import REGISTRY
 
 from gpu_auditor.base.errors import APINotFoundError
+from gpu_auditor.base.jobkinds import JobKind
 from gpu_auditor.controller.diagnosispool import DiagnosisFailed
 from gpu_auditor.controller.kube import LogUnavailable
 from gpu_auditor.controller.pod import Pod, Termination, parse_pod
 from gpu_auditor.controller.service import OperatorConfig, Services
 from gpu_auditor.diagnosis import Diagnosis, diagnose
+from gpu_auditor.diagnosis.consequence import FailureReading, read_failure
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "oom" / "corpus"
 PREFIX = "gpu-auditor.io/"
@@ -44,6 +46,11 @@ class FakeKube:
         self.workload_reads: list[tuple[str, str]] = []
         self.workload_patches: list[tuple[str, str, str, dict[str, str | None]]] = []
         self.fail_patch: dict[str, Exception] = {}
+        self.objects: dict[tuple[str, str], dict[str, Any]] = {}
+        """(kind, name) -> a distributed job's object (or a link of its chain)."""
+        self.object_reads: list[tuple[str, str]] = []
+        self.object_patches: list[tuple[str, str, str, dict[str, str | None]]] = []
+        self.event_objects: list[tuple[str, str]] = []
 
     def _pods(self) -> dict[str, dict[str, Any]]:
         pods = dict(self.others)
@@ -84,6 +91,7 @@ class FakeKube:
     def post_event(self, about: Any, *, name: str, reason: str, message: str,
                    event_type: str = "Warning") -> bool:
         self.event_creates += 1
+        self.event_objects.append((about.kind, about.name))
         if name in self.events:
             return False
         self.events[name] = (reason, message)
@@ -110,6 +118,24 @@ class FakeKube:
                 notes[key] = value
 
 
+    def read_object(self, kind: JobKind, namespace: str, name: str) -> dict[str, Any]:
+        self.object_reads.append((kind.kind, name))
+        if (kind.kind, name) not in self.objects:
+            raise APINotFoundError("gone", status=404)
+        return copy.deepcopy(self.objects[(kind.kind, name)])
+
+    def patch_object(self, kind: JobKind, namespace: str, name: str, uid: str,
+                     annotations: dict[str, str | None]) -> None:
+        assert self.objects[(kind.kind, name)]["metadata"]["uid"] == uid
+        self.object_patches.append((kind.kind, name, uid, annotations))
+        notes = self.objects[(kind.kind, name)]["metadata"].setdefault("annotations", {})
+        for key, value in annotations.items():
+            if value is None:
+                notes.pop(key, None)
+            else:
+                notes[key] = value
+
+
 class Inline:
     """The diagnosis core called in this process (the worker processes are tested in
     test_diagnosispool.py); counts calls."""
@@ -123,6 +149,10 @@ class Inline:
         if self.fail is not None:
             raise self.fail
         return diagnose(text, **options)
+
+    def diagnose_reading(self, text: bytes | str, reference: dt.datetime | None,
+                         **options: Any) -> tuple[Diagnosis, FailureReading]:
+        return self.diagnose(text, **options), read_failure(text, reference)
 
 
 class Scheduled(list[tuple[float, Callable[[], None]]]):

@@ -69,17 +69,33 @@ def test_a_restarted_operator_finds_the_work_done_and_posts_no_second_event() ->
     assert (len(kube.patches), len(kube.events), kube.log_reads) == (1, 1, 1)
 
 
-def test_a_crash_between_event_and_annotation_leaves_no_duplicate_event() -> None:
+def test_the_annotation_is_written_before_the_event() -> None:
     kube = FakeKube(job_pod(ERROR), log=(FIXTURE / "seed_example_fragmentation.log").read_bytes())
-    first = make_services(kube)
-    original = kube.patch_pod_annotations
-    kube.patch_pod_annotations = lambda *a, **k: (_ for _ in ()).throw(SystemExit())  # type: ignore[method-assign]
-    with pytest.raises(SystemExit):
-        first.handle_pod(kube.pod)
-    kube.patch_pod_annotations = original  # type: ignore[method-assign]
+    order: list[str] = []
+    patch, post = kube.patch_pod_annotations, kube.post_event
+    kube.patch_pod_annotations = (  # type: ignore[method-assign]
+        lambda *a, **k: (order.append("annotation"), patch(*a, **k))[1])
+    kube.post_event = (  # type: ignore[method-assign]
+        lambda *a, **k: (order.append("event"), post(*a, **k))[1])
     make_services(kube).handle_pod(kube.pod)
-    assert kube.event_creates == 2 and len(kube.events) == 1
+    assert order[:2] == ["annotation", "event"]
+
+
+def test_an_event_that_fails_is_tried_again_alone_and_the_annotation_stays_done() -> None:
+    kube = FakeKube(job_pod(ERROR), log=(FIXTURE / "seed_example_fragmentation.log").read_bytes())
+    post = kube.post_event
+    kube.post_event = lambda *a, **k: (_ for _ in ()).throw(  # type: ignore[method-assign]
+        APIServerError("down", status=503))
+    schedule = Scheduled()
+    services = make_services(kube, schedule=schedule)
+    services.handle_pod(kube.pod)
     assert kube.pod["metadata"]["annotations"][f"{PREFIX}diagnosis"] == "fragmentation"
+    assert kube.events == {} and [delay for delay, _ in schedule] == [5.0]
+    kube.post_event = post  # type: ignore[method-assign]
+    schedule[0][1]()
+    assert [reason for reason, _ in kube.events.values()] == ["CUDAOutOfMemory"]
+    services.handle_pod(kube.pod)  # the termination is done: no second diagnosis, no log read
+    assert (len(kube.patches), kube.log_reads) == (1, 1)
 
 
 def test_the_termination_message_is_read_before_the_log() -> None:
