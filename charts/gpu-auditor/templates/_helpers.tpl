@@ -246,3 +246,35 @@ Fail early on combinations that cannot work.
 {{- fail "agent.podResourcesSocketGroup is for a non-root agent: set agent.runAsUser too (root needs no group to reach the socket)" }}
 {{- end }}
 {{- end }}
+
+{{/*
+The distributed-job kinds the operator groups (operator.jobKinds), comma-separated in the
+order of the values: each true, or auto and its CRD served (.Capabilities.APIVersions.Has; an
+MPIJob of either API). One list for the operator's --job-kinds and its RBAC.
+*/}}
+{{- define "gpu-auditor.operator.jobKinds" -}}
+{{- $served := dict
+  "job" (list "batch/v1/Job")
+  "jobset" (list "jobset.x-k8s.io/v1alpha2/JobSet")
+  "trainjob" (list "trainer.kubeflow.org/v1alpha1/TrainJob")
+  "pytorchjob" (list "kubeflow.org/v1/PyTorchJob")
+  "tfjob" (list "kubeflow.org/v1/TFJob")
+  "mpijob" (list "kubeflow.org/v2beta1/MPIJob" "kubeflow.org/v1/MPIJob")
+  "xgboostjob" (list "kubeflow.org/v1/XGBoostJob")
+  "paddlejob" (list "kubeflow.org/v1/PaddleJob")
+  "jaxjob" (list "kubeflow.org/v1/JAXJob")
+  "leaderworkerset" (list "leaderworkerset.x-k8s.io/v1/LeaderWorkerSet")
+  "ray" (list "ray.io/v1/RayCluster") -}}
+{{- $on := list -}}
+{{- range $switch := list "job" "jobset" "trainjob" "pytorchjob" "tfjob" "mpijob" "xgboostjob" "paddlejob" "jaxjob" "leaderworkerset" "ray" -}}
+{{- $value := index $.Values.operator.jobKinds $switch -}}
+{{- if eq (toString $value) "auto" -}}
+{{- range $api := get $served $switch -}}
+{{- if $.Capabilities.APIVersions.Has $api -}}{{- $on = append $on $switch -}}{{- end -}}
+{{- end -}}
+{{- else if $value -}}
+{{- $on = append $on $switch -}}
+{{- end -}}
+{{- end -}}
+{{- $on | uniq | join "," -}}
+{{- end }}

@@ -42,7 +42,12 @@ class Call:
     callers: tuple[str, ...]  # dotted names of functions (ours or kopf's)
 
     def applies(self, values: Mapping[str, Any]) -> bool:
-        return self.when == "always" or bool(lookup(values, self.when))
+        """`auto` (a distributed job's kind: on where the cluster serves its CRD) is off here:
+        these renders give helm no API versions (test_chart_job_kinds.py gives some)."""
+        if self.when == "always":
+            return True
+        value = lookup(values, self.when)
+        return value != "auto" and bool(value)
 
     def triples(self) -> set[Triple]:
         return {(self.group, r, v) for r in self.resources for v in self.verbs}

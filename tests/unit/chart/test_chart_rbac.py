@@ -47,6 +47,8 @@ from codecalls import (
 )
 
 from gpu_auditor.base.client import ApiClient
+from gpu_auditor.base.jobkinds import JOB
+from gpu_auditor.base.jobkinds import KINDS as ALL_JOB_KINDS
 from gpu_auditor.controller import main as operator_main
 from gpu_auditor.controller import owners
 from gpu_auditor.controller.kube import WORKLOADS, KubeApi, ObjectRef
@@ -54,6 +56,8 @@ from gpu_auditor.controller.pod import controller_reference
 from node_agent.kube import AgentApi
 
 pytestmark = pytest.mark.unit
+
+JOB_KINDS = [k for k in ALL_JOB_KINDS if k is not JOB]
 
 CI_VALUES = sorted(f"ci/{p.name}" for p in (CHART / "ci").glob("*-values.yaml"))
 RELEASE_NAMESPACE = "gpu-auditor"
@@ -545,6 +549,11 @@ def _sent_by_operator() -> dict[str, set[Triple]]:
         "read_workload": lambda api: [api.read_workload(k, "ml", "w") for k in read_kinds],
         "patch_workload": lambda api: [api.patch_workload(k, "ml", "w", "u", {"a": "b"})
                                        for k in patched_kinds],
+        # every distributed job's kind (base.jobkinds) is read and annotated; an Indexed Job
+        # is read as a workload (above), and annotated as a job
+        "read_object": lambda api: [api.read_object(k, "ml", "w") for k in JOB_KINDS],
+        "patch_object": lambda api: [api.patch_object(k, "ml", "w", "u", {"a": "b"})
+                                     for k in ALL_JOB_KINDS],
     }
     out = {}
     for name, run in runs.items():

@@ -205,6 +205,8 @@ def test_operator_flags_follow_the_contract(render: Render) -> None:
         "--liveness-port=8080",
         "--log-tail-lines=500",
         "--log-limit-bytes=1048576",
+        "--job-kinds=job",
+        "--group-log-reads=16",
     ]
 
 
