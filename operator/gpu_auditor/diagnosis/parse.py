@@ -305,7 +305,8 @@ def parse_hit(hit: Hit) -> OomEvent:
     elif family == formats.PADDLE:
         match = _PADDLE.search(message)
         if match is not None:
-            requested, free = _binary_bytes(match.group(1)), _binary_bytes(match.group(2))
+            # each size pattern holds three groups (the size, its number, its unit)
+            requested, free = _binary_bytes(match.group(1)), _binary_bytes(match.group(4))
             figures = Figures(requested, free_bytes=free)
     elif family == formats.TENSORRT:
         nearby = [message] + [x.text for x in (*hit.before[-3:], *hit.after[:3])]
