@@ -17,7 +17,7 @@ from gpu_auditor.diagnosis.model import (
 )
 from gpu_auditor.diagnosis.proberecord import ProbeRecord, parse_record
 
-from .diagnosis_helpers import GIB, torch_oom
+from .diagnosis_helpers import GIB, PROGRESS, torch_oom
 
 pytestmark = pytest.mark.unit
 
@@ -33,18 +33,30 @@ def test_near_full_gpu_with_little_reserved_unallocated_memory_is_capacity() -> 
 
 
 def test_idle_cache_that_needs_only_a_quarter_reclaimed_is_fragmentation() -> None:
-    # need = 2 - 1.7 = 0.3 GiB, 0.19 of U 1.6 GiB; U is 2.1 % of the 77.1 GiB reserved
+    # need = 2 - 1.7 (+ the 12.24 MiB margin) = 0.31 GiB, 0.19 of U 1.6 GiB; U is 2.1 % of the
+    # 77.1 GiB reserved: material for a job that made progress (0.5 %)
     log = torch_oom(
         requested=2, total=79.15, free=1.7, process=77.3, allocated=75.5, unallocated=1.6
     )
-    assert diagnose(log).kind == "fragmentation"
+    assert diagnose(PROGRESS + log).kind == "fragmentation"
+
+
+def test_idle_cache_of_2_percent_is_capacity_before_the_first_step() -> None:
+    # the same figures with no step finished before the failure: 2.1 % idle is under the quarter
+    # of the reservation a job without progress needs (FRAG_MIN_SHARE_WITHOUT_PROGRESS)
+    log = torch_oom(
+        requested=2, total=79.15, free=1.7, process=77.3, allocated=75.5, unallocated=1.6
+    )
+    diagnosis = diagnose(log)
+    assert (diagnosis.kind, diagnosis.contributing) == ("capacity", ())
+    assert diagnosis.recommendation.alloc_conf is None
 
 
 def test_fragmentation_summary_carries_the_numbers() -> None:
     log = torch_oom(
         requested=2, total=79.15, free=1.2, process=77.8, allocated=70.1, unallocated=6.9
     )
-    summary = diagnose(log).summary
+    summary = diagnose(PROGRESS + log).summary
     assert summary.startswith(
         "fragmentation: 6.90 GiB reserved but unallocated + 1.20 GiB free would cover the "
         "2.00 GiB request"
@@ -121,8 +133,10 @@ def test_small_other_process_does_not_make_gpu_shared() -> None:
 def test_node_report_pods_fill_in_when_the_message_lists_no_processes() -> None:
     log = torch_oom(requested=40, total=139.8, free=13.42, allocated=0, unallocated=0)
     node = NodeEvidence(other_pods=(OtherPod("team-b", "notebook-1", round(125 * GIB)),))
-    assert diagnose(log).kind == "unknown"
-    assert set(diagnose(log).contributing) == {"gpu-shared", "non-pytorch-memory"}
+    # issue 24: 124.88 GiB outside this process's PyTorch, more than the 0 bytes it reserved,
+    # is another process even before the node report names it
+    assert diagnose(log).kind == "gpu-shared"
+    assert set(diagnose(log).contributing) == {"non-pytorch-memory"}
     diagnosis = diagnose(log, node=node)
     assert diagnosis.kind == "gpu-shared"
     assert "team-b/notebook-1" in diagnosis.summary
@@ -221,6 +235,11 @@ def test_no_oom_in_the_log_is_not_detected_even_with_samples() -> None:
 G = 2**30
 M = 2**20
 DEFAULT = object()
+MARGIN = 12_834_570
+"""A full GPU's margin for a free and a request figure both printed in GiB (issue 24): the
+2 MiB cudaMalloc needs beyond the request + half the last printed digit (0.005 GiB, 5,368,709
+bytes) of each figure. Free memory up to request + MARGIN - 1 is a full GPU; from request +
+MARGIN the request fits. Literal, not the production constants."""
 
 
 def verdict(
@@ -236,6 +255,7 @@ def verdict(
     family: str = formats.TORCH,
     phase: str | None = None,
     growth: Growth | None = None,
+    progressed: bool = False,
 ) -> Verdict:
     process = (None if A is None else A + U + 512 * M) if P is DEFAULT else P
     figures = Figures(
@@ -249,7 +269,7 @@ def verdict(
         other_processes=tuple(OtherProcess(1000 + i, b) for i, b in enumerate(others)),
     )
     event = OomEvent(family, "pytorch", "CUDA out of memory", figures)
-    return classify(event, growth=growth, phase=phase)
+    return classify(event, growth=growth, phase=phase, progressed=progressed)
 
 
 def kind(**kw: object) -> str:
@@ -276,11 +296,21 @@ def _record(request: int, large_free: int, small_free: int = 0, status: str = "o
     return parsed.record
 
 
-def test_request_one_byte_above_the_gpu_is_capacity_equal_fits() -> None:
-    # an empty 80 GiB GPU: nothing else is in play, the request alone decides
+def test_request_one_byte_above_the_gpu_is_capacity_and_fits_a_margin_below_the_free() -> None:
+    # an empty 80 GiB GPU: nothing else is in play, the request alone decides. One byte above
+    # the GPU it alone exceeds it; equal to the free memory it no longer fits (issue 24: a full
+    # GPU has a margin), so the summary names the free memory instead
     base = {"T": 80 * G, "F": 80 * G, "A": 0}
-    assert kind(R=80 * G + 1, **base) == "capacity"
-    assert kind(R=80 * G, **base) == "unknown"  # the figures show room
+    assert verdict(R=80 * G + 1, **base).summary == (
+        "capacity: the 80.00 GiB request alone exceeds the GPU's 80.00 GiB"
+    )
+    assert verdict(R=80 * G, **base).summary.startswith(
+        "capacity: the 80.00 GiB request exceeds the 80.00 GiB free on a 80.00 GiB GPU"
+    )
+    # the new boundary: free = request + margin fits (the figures show room), one byte more
+    # requested does not
+    assert kind(R=80 * G - MARGIN, **base) == "unknown"
+    assert kind(R=80 * G - MARGIN + 1, **base) == "capacity"
 
 
 def test_cap_binds_when_live_memory_plus_request_exceeds_it_by_one_byte() -> None:
@@ -294,23 +324,25 @@ def test_cap_binds_when_live_memory_plus_request_exceeds_it_by_one_byte() -> Non
 
 
 def test_cap_only_counts_reserved_but_unallocated_memory_as_the_devices_room() -> None:
-    # L 8 GiB, A 6 GiB, U 1 GiB, R 4 GiB: A + R = 10 GiB > L (binding). F + U = R: the device
-    # and the idle cache had the room, the cap withheld it. One byte less free and it is not
-    # the cap alone: capacity (the idle 1 GiB + the 1 GiB headroom cannot serve 4 GiB).
+    # L 8 GiB, A 6 GiB, U 1 GiB, R 4 GiB: A + R = 10 GiB > L (binding). F - margin + U = R:
+    # the device and the idle cache had the room, the cap withheld it. One byte less free and
+    # it is not the cap alone: capacity (the idle 1 GiB + the 1 GiB headroom cannot serve
+    # 4 GiB). Issue 24 moved the pair from F = 3 GiB to F = 3 GiB + the margin.
     base = {"R": 4 * G, "T": 80 * G, "A": 6 * G, "U": 1 * G, "L": 8 * G}
-    assert kind(F=3 * G, **base) == "memory-fraction-cap"  # F < R: only U makes it the cap
-    assert kind(F=3 * G - 1, **base) == "capacity"
+    assert kind(F=3 * G + MARGIN, **base) == "memory-fraction-cap"  # F < R: only U makes it
+    assert kind(F=3 * G + MARGIN - 1, **base) == "capacity"
 
 
 def test_a_cap_at_the_gpus_total_is_ignored_one_byte_below_it_binds() -> None:
     # Figures printed to 0.01 GiB can add up to a few MiB over the total: here A + R is 1 byte
     # over T. With L = T (fraction 1.0) there is no cap: the other process's 10 GiB covers the
     # 10 GiB shortfall, gpu-shared. One byte below T the cap binds, and a binding cap is not
-    # another pod's fault (nor the cap's alone: F + U < R): capacity.
+    # another pod's fault (nor the cap's alone: F + U < R): capacity. (F carries the full-GPU
+    # margin of issue 24, so that the usable free is 10 GiB + 1.)
     base = {
         "R": 20 * G + 1,
         "T": 80 * G,
-        "F": 10 * G + 1,
+        "F": 10 * G + 1 + MARGIN,
         "A": 60 * G,
         "others": (10 * G,),
     }
@@ -329,22 +361,24 @@ def test_other_processes_count_from_one_gib() -> None:
 
 
 def test_other_processes_must_cover_the_shortfall() -> None:
-    # F 1 GiB, R 3 GiB: shortfall 2 GiB; O = 2 GiB covers it, one byte less does not (and is
-    # still above the 1 GiB floor, so it contributes)
+    # F 1 GiB, R 3 GiB: shortfall 2 GiB + the full-GPU margin (issue 24); O = 2 GiB + margin
+    # covers it, one byte less does not (and is still above the 1 GiB floor, so it contributes)
     base = {"R": 3 * G, "T": 80 * G, "F": 1 * G, "A": 76 * G}
-    assert kind(others=(2 * G,), **base) == "gpu-shared"
-    v = verdict(others=(2 * G - 1,), **base)
+    assert kind(others=(2 * G + MARGIN,), **base) == "gpu-shared"
+    v = verdict(others=(2 * G + MARGIN - 1,), **base)
     assert (v.kind, v.contributing) == ("capacity", ("gpu-shared",))
 
 
 def test_other_processes_are_not_blamed_when_the_figures_show_room() -> None:
-    # another process holds 5 GiB; F = R: the device had the request's room, no shortfall for
-    # anyone to cause (the figures show room: unknown); one byte less free is a 1-byte shortfall
+    # another process holds 5 GiB; F = R + margin: the device had the request's room, no
+    # shortfall for anyone to cause (the figures show room: unknown); one byte less free is a
+    # 1-byte shortfall. F = R is a full GPU since issue 24 (the pair moved by the margin).
     base = {"R": 2 * G, "T": 80 * G, "A": 70 * G}
-    v = verdict(F=2 * G, others=(5 * G,), **base)
+    v = verdict(F=2 * G + MARGIN, others=(5 * G,), **base)
     assert (v.kind, v.contributing) == ("unknown", ("gpu-shared",))
     assert "shows room" in v.summary or "room" in v.summary
-    assert kind(F=2 * G - 1, others=(5 * G,), **base) == "gpu-shared"
+    assert kind(F=2 * G + MARGIN - 1, others=(5 * G,), **base) == "gpu-shared"
+    assert kind(F=2 * G, others=(5 * G,), **base) == "gpu-shared"
 
 
 def test_other_processes_are_summed() -> None:
