@@ -415,26 +415,39 @@ def test_without_request_or_free_figures_a_big_other_process_is_the_finding() ->
 
 
 def test_fragmentation_while_the_need_is_at_most_0_40_of_the_idle_cache() -> None:
-    base = {"R": 10 * G, "T": 80 * G, "A": 60 * G, "U": 10 * G}
-    v = verdict(F=6 * G, **base)  # need 4 GiB = 0.40 * U
+    # a job that made progress (U 10 GiB is 14 % of the 70 GiB reserved: material at 0.5 %);
+    # the usable free is F - MARGIN (issue 24)
+    base = {"R": 10 * G, "T": 80 * G, "A": 60 * G, "U": 10 * G, "progressed": True}
+    v = verdict(F=6 * G + MARGIN, **base)  # need 4 GiB = 0.40 * U
     assert v.kind == "fragmentation"
-    over = verdict(F=6 * G - 1, **base)  # need 4 GiB + 1
+    over = verdict(F=6 * G + MARGIN - 1, **base)  # need 4 GiB + 1
     assert over.kind == "capacity"
     assert "fragmentation" in over.contributing  # the cache would cover it, packed
     assert "would have to be reclaimed" in over.summary
 
 
-def test_fragmentation_needs_the_room_to_be_short_of_the_request() -> None:
-    # room = R: the request fits, nothing to explain (unknown). One byte short: fragmentation.
+def test_fourteen_percent_idle_is_no_fragmentation_without_progress() -> None:
+    # the need pair above before the job finished a step: 14 % idle is under the quarter of the
+    # reservation (FRAG_MIN_SHARE_WITHOUT_PROGRESS), not material, not even contributing
     base = {"R": 10 * G, "T": 80 * G, "A": 60 * G, "U": 10 * G}
-    assert kind(F=10 * G, **base) == "unknown"
-    assert kind(F=10 * G - 1, **base) == "fragmentation"
+    v = verdict(F=6 * G + MARGIN, **base)
+    assert (v.kind, v.contributing) == ("capacity", ())
+    assert "would have to be reclaimed" not in v.summary
+
+
+def test_fragmentation_needs_the_room_to_be_short_of_the_request() -> None:
+    # room = R (F = R + MARGIN since issue 24): the request fits, nothing to explain (unknown).
+    # One byte short: fragmentation (for a job that made progress).
+    base = {"R": 10 * G, "T": 80 * G, "A": 60 * G, "U": 10 * G, "progressed": True}
+    assert kind(F=10 * G + MARGIN, **base) == "unknown"
+    assert kind(F=10 * G + MARGIN - 1, **base) == "fragmentation"
 
 
 def test_the_idle_cache_must_cover_what_the_room_lacks() -> None:
-    # need 0.40 of U is already too much, so R = U + F is capacity with fragmentation
-    # contributing, and one byte more is capacity without it: the cache could not cover it
-    base = {"T": 80 * G, "F": 1 * G, "A": 60 * G, "U": 10 * G}
+    # need 0.40 of U is already too much, so R = U + room is capacity with fragmentation
+    # contributing, and one byte more is capacity without it: the cache could not cover it.
+    # The room is F - MARGIN (issue 24); a job that made progress (U is 14 % of reserved).
+    base = {"T": 80 * G, "F": 1 * G + MARGIN, "A": 60 * G, "U": 10 * G, "progressed": True}
     v = verdict(R=11 * G, **base)
     assert (v.kind, "fragmentation" in v.contributing) == ("capacity", True)
     v = verdict(R=11 * G + 1, **base)
@@ -444,46 +457,69 @@ def test_the_idle_cache_must_cover_what_the_room_lacks() -> None:
 def test_idle_cache_counts_from_20_mib() -> None:
     # a small capped job: L = reserved + 60 MiB, R 64 MiB, so need 4 MiB (0.2 of U). reserved
     # ~1 GiB: its 0.5 % (5 MiB) is under the 20 MiB floor, which alone decides.
-    inside = verdict(R=64 * M, T=80 * G, F=70 * G, A=1 * G, U=20 * M, L=1 * G + 80 * M)
+    # (a job that made progress: without, the quarter of ~1 GiB, 256 MiB, decides; below)
+    capped = {"R": 64 * M, "T": 80 * G, "F": 70 * G, "A": 1 * G, "L": 1 * G + 80 * M}
+    inside = verdict(U=20 * M, progressed=True, **capped)  # type: ignore[arg-type]
     assert inside.kind == "fragmentation"
     assert "left under the 1.08 GiB cap" in inside.summary
-    outside = verdict(R=64 * M, T=80 * G, F=70 * G, A=1 * G, U=20 * M - 1, L=1 * G + 80 * M)
+    outside = verdict(U=20 * M - 1, progressed=True, **capped)  # type: ignore[arg-type]
     # not fragmentation: the device had room and the cap's headroom (60 MiB + 1) did not
     assert outside.kind == "memory-fraction-cap"
     assert "fragmentation" not in outside.contributing
+    # no progress: 20 MiB is 2 % of the reservation, under the quarter
+    early = verdict(U=20 * M, **capped)  # type: ignore[arg-type]
+    assert (early.kind, early.contributing) == ("memory-fraction-cap", ())
 
 
 def test_idle_cache_counts_from_half_a_percent_of_reserved() -> None:
     # reserved 100 GiB either way; U = 512 MiB is 0.5 % of it. R 256 MiB, F 128 MiB: need
-    # 128 MiB, a quarter of U, far above the 20 MiB floor: only the share decides.
-    base = {"R": 256 * M, "T": 140 * G, "F": 128 * M}
+    # 128 MiB + the 2.01 MiB margin, a quarter of U, far above the 20 MiB floor: only the share
+    # decides (for a job that made progress: FRAG_MIN_SHARE_OF_RESERVED).
+    base = {"R": 256 * M, "T": 140 * G, "F": 128 * M, "progressed": True}
     assert kind(A=100 * G - 512 * M, U=512 * M, **base) == "fragmentation"
     v = verdict(A=100 * G - 512 * M + 1, U=512 * M - 1, **base)
+    assert v.kind == "capacity" and "fragmentation" not in v.contributing
+    # without progress 0.5 % is far under the quarter
+    v = verdict(A=100 * G - 512 * M, U=512 * M, R=256 * M, T=140 * G, F=128 * M)
     assert v.kind == "capacity" and "fragmentation" not in v.contributing
 
 
 def test_no_fragmentation_verdict_while_the_optimizer_creates_its_state() -> None:
-    base = {"R": 10 * G, "T": 80 * G, "F": 8 * G, "A": 60 * G, "U": 10 * G}
+    base = {"R": 10 * G, "T": 80 * G, "F": 8 * G, "A": 60 * G, "U": 10 * G, "progressed": True}
     assert kind(phase="backward", **base) == "fragmentation"
     v = verdict(phase="optimizer-step", **base)
     assert (v.kind, v.contributing) == ("capacity", ("fragmentation",))
 
 
+def test_no_fragmentation_verdict_while_the_model_is_loaded() -> None:
+    # issue 24: loading the weights is many tensors that all stay, like the optimizer's state
+    base = {"R": 10 * G, "T": 80 * G, "F": 8 * G, "A": 60 * G, "U": 10 * G, "progressed": True}
+    assert kind(phase="forward", **base) == "fragmentation"
+    v = verdict(phase="loading", **base)
+    assert (v.kind, v.contributing) == ("capacity", ("fragmentation",))
+    # ...with a quarter idle and no progress too
+    quarter = {"R": 10 * G, "T": 80 * G, "F": 8 * G, "A": 30 * G, "U": 10 * G}
+    assert kind(phase="forward", **quarter) == "fragmentation"
+    v = verdict(phase="loading", **quarter)
+    assert (v.kind, v.contributing) == ("capacity", ("fragmentation",))
+
+
 def test_capacity_contributes_when_defragmenting_leaves_under_5_percent() -> None:
-    # T 100 GiB (5 % = 5 GiB), U 8 GiB, R 4 GiB: U + F - R is 5 GiB at F 1 GiB (need 3 GiB,
-    # within 0.40 of U either way)
-    base = {"R": 4 * G, "T": 100 * G, "A": 80 * G, "U": 8 * G}
-    v = verdict(F=1 * G, **base)
+    # T 100 GiB (5 % = 5 GiB), U 8 GiB, R 4 GiB: U + room - R is 5 GiB at room 1 GiB (F 1 GiB
+    # + MARGIN since issue 24; need 3 GiB, within 0.40 of U either way; a job that made progress)
+    base = {"R": 4 * G, "T": 100 * G, "A": 80 * G, "U": 8 * G, "progressed": True}
+    v = verdict(F=1 * G + MARGIN, **base)
     assert (v.kind, v.contributing) == ("fragmentation", ())
-    v = verdict(F=1 * G - 1, **base)
+    v = verdict(F=1 * G + MARGIN - 1, **base)
     assert (v.kind, v.contributing) == ("fragmentation", ("capacity",))
 
 
 def test_under_a_cap_thin_headroom_is_measured_against_the_cap() -> None:
     # L 40 GiB on a 100 GiB GPU with 50 GiB free: 5 % of L is 2 GiB (of T it would be 5 GiB).
     # A 30 GiB, U 3 GiB: room = the cap's 7 GiB headroom. R 8 GiB: need 1 GiB (a third of U),
-    # U + room - R = 2 GiB, not thin; one byte more requested and it is.
-    base = {"T": 100 * G, "F": 50 * G, "A": 30 * G, "U": 3 * G, "L": 40 * G}
+    # U + room - R = 2 GiB, not thin; one byte more requested and it is. (A job that made
+    # progress: U is 9 % of the 33 GiB reserved.)
+    base = {"T": 100 * G, "F": 50 * G, "A": 30 * G, "U": 3 * G, "L": 40 * G, "progressed": True}
     v = verdict(R=8 * G, **base)
     assert (v.kind, v.contributing) == ("fragmentation", ("memory-fraction-cap",))
     v = verdict(R=8 * G + 1, **base)
@@ -491,9 +527,10 @@ def test_under_a_cap_thin_headroom_is_measured_against_the_cap() -> None:
 
 
 def test_non_pytorch_memory_beyond_1_5_gib_must_cover_the_shortfall() -> None:
-    # F 1 GiB, R 2 GiB: shortfall 1 GiB. P - reserved = 1.5 GiB + 1 GiB: the excess over the
-    # 1.5 GiB allowance covers it exactly; one byte less and it does not. Share 2.5/22.5 > 10 %.
-    base = {"R": 2 * G, "T": 80 * G, "F": 1 * G, "A": 20 * G}
+    # F 1 GiB + MARGIN, R 2 GiB: shortfall 1 GiB. P - reserved = 1.5 GiB + 1 GiB: the excess
+    # over the 1.5 GiB allowance covers it exactly; one byte less and it does not. Share
+    # 2.5/22.5 > 10 %. (F carries issue 24's full-GPU margin.)
+    base = {"R": 2 * G, "T": 80 * G, "F": 1 * G + MARGIN, "A": 20 * G}
     v = verdict(P=20 * G + 2 * G + 512 * M, **base)
     assert v.kind == "non-pytorch-memory"
     assert "this process holds 22.50 GiB but PyTorch reserved only 20.00 GiB" in v.summary
@@ -502,13 +539,15 @@ def test_non_pytorch_memory_beyond_1_5_gib_must_cover_the_shortfall() -> None:
 
 
 def test_non_pytorch_memory_is_not_blamed_when_the_figures_show_room() -> None:
-    # 12 GiB outside PyTorch (a third of the process), F = R: no shortfall to cover, unknown
-    # (non-PyTorch memory contributing); one byte less free and the excess covers the shortfall
+    # 12 GiB outside PyTorch (a third of the process), F = R + MARGIN: no shortfall to cover,
+    # unknown (non-PyTorch memory contributing); one byte less free and the excess covers the
+    # shortfall. Issue 24 moved the pair from F = R (now a full GPU) by the margin.
     base = {"R": 2 * G, "T": 80 * G, "A": 22 * G, "P": 36 * G}
-    v = verdict(F=2 * G, **base)
+    v = verdict(F=2 * G + MARGIN, **base)
     assert (v.kind, v.contributing) == ("unknown", ("non-pytorch-memory",))
     assert "shortfall" not in v.summary
-    assert kind(F=2 * G - 1, **base) == "non-pytorch-memory"
+    assert kind(F=2 * G + MARGIN - 1, **base) == "non-pytorch-memory"
+    assert kind(F=2 * G, **base) == "non-pytorch-memory"
 
 
 def test_non_pytorch_memory_must_be_a_tenth_of_the_process() -> None:
