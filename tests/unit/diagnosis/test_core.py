@@ -30,6 +30,8 @@ from gpu_auditor.diagnosis import (
 from gpu_auditor.diagnosis.logtext import scan_bytes
 from gpu_auditor.diagnosis.proberecord import ProbeRecord, parse_record
 
+from .diagnosis_helpers import PROGRESS
+
 pytestmark = pytest.mark.unit
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "oom"
@@ -389,17 +391,22 @@ GPU_FULL_NODE = NodeEvidence(
 
 
 def test_diagnose_stream_hands_the_node_report_to_the_verdict() -> None:
+    # issue 24: a raw OOM at the first CUDA call is gpu-shared from the log alone; the node
+    # report adds who holds the GPU
     log = fixture("corpus/context_oom_gpu_full.log")
-    assert diagnose_stream(io.BytesIO(log)).kind == "unknown"
+    alone = diagnose_stream(io.BytesIO(log))
+    assert (alone.kind, "ml/trainer-0" in alone.summary) == ("gpu-shared", False)
     result = diagnose_stream(io.BytesIO(log), node=GPU_FULL_NODE)
     assert result.kind == "gpu-shared"
     assert "ml/trainer-0" in result.summary
 
 
 def test_diagnose_stream_hands_the_samples_to_the_verdict() -> None:
+    # the raw OOM at the first CUDA call is gpu-shared (issue 24), a finding a leak does not
+    # take the primary slot from: the samples' rise contributes
     log = fixture("corpus/context_oom_gpu_full.log")
     result = diagnose_stream(io.BytesIO(log), samples=RISING)
-    assert result.kind == "leak"
+    assert (result.kind, result.contributing) == ("gpu-shared", ("leak",))
     assert result.growth is not None and result.growth.source == "samples"
 
 
@@ -416,7 +423,9 @@ def test_diagnose_stream_hands_the_backend_to_the_settings_check() -> None:
 
 def test_a_str_log_with_unencodable_characters_is_diagnosed_not_raised() -> None:
     # a log read with errors="surrogateescape" keeps its undecodable bytes as lone surrogates
-    log = fixture("corpus/seed_example_fragmentation.log").decode() + "tail \udcff\udc80\n"
+    # (after steps that finished: fragmentation read at the share for a job that progressed)
+    log = PROGRESS + fixture("corpus/seed_example_fragmentation.log").decode()
+    log += "tail \udcff\udc80\n"
     result = diagnose(log)
     assert (result.detected, result.kind) == (True, "fragmentation")
 
@@ -556,7 +565,8 @@ def test_an_ok_record_without_a_request_size_belongs_to_no_failure() -> None:
 def test_an_ok_record_does_not_belong_to_a_failure_that_prints_no_request() -> None:
     line = f"gpu-auditor-probe-record {record_json()}\n".encode()
     result = diagnose(line + fixture("corpus/context_oom_gpu_full.log"))
-    assert (result.kind, result.figures.requested_bytes) == ("unknown", None)
+    # a raw OOM at the first CUDA call: gpu-shared since issue 24
+    assert (result.kind, result.figures.requested_bytes) == ("gpu-shared", None)
     assert "probe" not in result.to_json_dict()
 
 
@@ -593,8 +603,9 @@ def test_a_record_printed_up_to_64_kib_before_the_failure_is_read_and_no_further
 
 
 def test_a_record_that_contradicts_the_message_is_shown_beside_what_the_message_says() -> None:
-    # the message: 6.90 GiB reserved but unallocated for a 2 GiB request, fragmentation; the
-    # record: only 100 MiB free in the large pool's blocks, so no setting would have helped
+    # the message: 6.90 GiB reserved but unallocated for a 2 GiB request, fragmentation (after
+    # steps that finished); the record: only 100 MiB free in the large pool's blocks, so no
+    # setting would have helped
     rec = record(
         request_bytes=2147483648,
         device_free_bytes=1288490188,
@@ -609,7 +620,8 @@ def test_a_record_that_contradicts_the_message_is_shown_beside_what_the_message_
             }
         },
     )
-    result = diagnose(fixture("corpus/seed_example_fragmentation.log"), probe_record=rec)
+    log = PROGRESS.encode() + fixture("corpus/seed_example_fragmentation.log")
+    result = diagnose(log, probe_record=rec)
     assert result.kind == "capacity"
     assert result.to_json_dict()["probe"] == {
         "status": "ok",
