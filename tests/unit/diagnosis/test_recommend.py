@@ -17,12 +17,17 @@ from gpu_auditor.diagnosis.model import (
 from gpu_auditor.diagnosis.recommend import Context, looks_like_inference, phase_of, recommend
 from gpu_auditor.diagnosis.torchversion import TorchRange
 
-from .diagnosis_helpers import torch_oom
+from .diagnosis_helpers import PROGRESS, torch_oom
 
 pytestmark = pytest.mark.unit
 
-FRAG = torch_oom(requested=2, total=79.15, free=1.2, process=77.8, allocated=70.1, unallocated=6.9)
-FRAG_1X = (
+# 6.90 GiB idle of 77 GiB reserved (9 %): fragmentation, and a setting, only for a job that
+# finished steps before the failure (issue 24); the settings below are read after PROGRESS
+FRAG_NO_PROGRESS = torch_oom(
+    requested=2, total=79.15, free=1.2, process=77.8, allocated=70.1, unallocated=6.9
+)
+FRAG = PROGRESS + FRAG_NO_PROGRESS
+FRAG_1X = PROGRESS + (
     "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.15 GiB total "
     "capacity; 70.10 GiB already allocated; 1.20 GiB free; 77.00 GiB reserved in total by "
     "PyTorch) If reserved memory is >> allocated memory try setting max_split_size_mb to avoid "
@@ -44,6 +49,13 @@ def test_fragmentation_recommends_max_split_size_mb_before_torch_2_1(version: st
     rec = diagnose(FRAG, torch_version=version).recommendation
     assert rec.alloc_conf == "max_split_size_mb:128"
     assert validate_alloc_conf(rec.alloc_conf, torch_version=version) == []
+
+
+@pytest.mark.parametrize("version", ["1.13", "2.11"])
+def test_the_same_idle_cache_before_the_first_step_gets_no_setting(version: str) -> None:
+    diagnosis = diagnose(FRAG_NO_PROGRESS, torch_version=version)
+    assert diagnosis.kind == "capacity"
+    assert (diagnosis.recommendation.env, diagnosis.recommendation.alloc_conf) == (None, None)
 
 
 def test_one_x_message_format_alone_rules_out_expandable_segments() -> None:
@@ -495,8 +507,9 @@ def test_forward_or_no_phase_starts_with_the_smaller_batch() -> None:
 
 
 def test_inference_without_a_backward_frame_starts_with_inference_mode() -> None:
+    # issue 24: inference gets its own list (recommend.INFERENCE_PEAK), inference_mode first
     r = rec("capacity", figures=CAPACITY_FIGURES, precontext="running inference on 100 prompts\n")
-    assert r.actions[0].startswith("for inference, run under torch.inference_mode()")
+    assert r.actions[0].startswith("run under torch.inference_mode()")
     r = rec("capacity", figures=CAPACITY_FIGURES, precontext="inference\n  loss.backward()\n")
     assert r.actions[0].startswith(SMALLER_BATCH)
     r = rec("capacity", figures=CAPACITY_FIGURES, precontext="inference done\n", framework="jax")
@@ -626,9 +639,10 @@ def test_unknown_actions() -> None:
         "if it fails at start-up (context creation, .cuda()), the GPU was already full: isolate "
         "the GPU",
     )
+    # issue 24: host memory is its own kind, host-oom-killed, with the host actions
     host = OomEvent("host-alloc", "pytorch", "m", Figures())
-    ctx = Context(host, Verdict("unknown", (), "", Figures()), TORCH_2_11, None, "native", None,
-                  None)  # fmt: skip
+    ctx = Context(host, Verdict("host-oom-killed", (), "", Figures()), TORCH_2_11, None,
+                  "native", None, None)  # fmt: skip
     assert recommend(ctx).actions[0] == (
         "raise the container's memory limit (and set the request equal to it)"
     )
