@@ -812,3 +812,104 @@ def test_inference_is_read_in_the_last_16384_characters() -> None:
 def test_a_phase_is_read_for_pytorch_only(framework: str | None, phase: str | None) -> None:
     event = OomEvent("torch", framework, "CUDA out of memory", FRAG_FIGURES)
     assert phase_of(event, BACKWARD_TB) == phase
+
+
+# -- issue 24: the inference list, CUDA graphs' private pools, a colocated engine ---------------
+
+INFERENCE_LIST = (
+    "run under torch.inference_mode() so no autograd graph is kept",
+    "reduce peak memory: fewer sequences per batch, or a shorter maximum input length",
+    "use bf16/fp16 weights and activations, or a quantized model",
+)
+
+
+def test_an_inference_job_gets_the_inference_list_and_no_training_actions() -> None:
+    r = rec("capacity", figures=CAPACITY_FIGURES, precontext="running inference on 100 prompts\n")
+    assert r.actions == (
+        *INFERENCE_LIST,
+        "shard the model (FSDP / DeepSpeed ZeRO) or use a GPU with more memory",
+    )
+    assert not any("gradient accumulation" in a or "checkpointing" in a for a in r.actions)
+    # a training job keeps the training list, gradient accumulation first
+    train = rec("capacity", figures=CAPACITY_FIGURES, precontext="epoch 1\n  loss.backward()\n")
+    assert train.actions[0].startswith(SMALLER_BATCH)
+    assert not any(a in INFERENCE_LIST for a in train.actions)
+
+
+def _pools(pools: int) -> Figures:
+    return Figures(requested_bytes=2 * G, total_bytes=140 * G, free_bytes=1 * G,
+                   allocated_bytes=100 * G, reserved_unallocated_bytes=0,
+                   private_pool_bytes=pools)  # fmt: skip
+
+
+POOL_FIX = (
+    "10.00 GiB of PyTorch's memory is in CUDA graphs' private pools (each captured graph keeps "
+    "its own pool, and a cache of graphs per shape grows with every new shape): capture a few "
+    "padded shapes (buckets) instead of every length, share one pool across captures "
+    "(pool=torch.cuda.graph_pool_handle()), bound the graph cache, or run rare shapes eagerly"
+)
+
+
+def test_private_pools_from_a_tenth_of_the_allocated_memory_are_named_first() -> None:
+    # 10 GiB of 100 GiB allocated: named, before the kind's actions; a byte less, or 9.9 %, not
+    at = rec("capacity", figures=_pools(10 * G)).actions
+    assert at[0] == POOL_FIX
+    assert at[1].startswith(SMALLER_BATCH)
+    for pools in (10 * G - 1, round(9.9 * G), 0, None):
+        below = rec("capacity", figures=_pools(pools)).actions  # type: ignore[arg-type]
+        assert below[0].startswith(SMALLER_BATCH), pools
+        assert not any("private pools" in a for a in below), pools
+
+
+def test_private_pools_are_named_whatever_the_kind_but_not_without_an_allocated_figure() -> None:
+    assert rec("leak", figures=_pools(10 * G)).actions[0] == POOL_FIX
+    assert rec("fragmentation", figures=_pools(10 * G)).actions[0] != POOL_FIX  # the setting
+    assert POOL_FIX in rec("fragmentation", figures=_pools(10 * G)).actions
+    none = Figures(requested_bytes=2 * G, private_pool_bytes=10 * G)
+    assert not any("private pools" in a for a in rec("capacity", figures=none).actions)
+
+
+def _engine(value: str) -> str:
+    return (
+        "a colocated inference engine reserved gpu_memory_utilization="
+        f"{value} of the GPU for its weights and KV cache at start: lower it (the KV cache "
+        "shrinks, the engine still runs) so the training side has room, or give the engine its "
+        "own GPU"
+    )
+
+
+@pytest.mark.parametrize(
+    ("line", "value"),
+    [
+        ("llm = LLM(model, gpu_memory_utilization=0.9)", "0.9"),
+        ("engine args: gpu_memory_utilization: 0.85,", "0.85"),
+        ("gpu_memory_utilization = .6", ".6"),
+        ("gpu_memory_utilization=1.0", "1.0"),
+        ("gpu_memory_utilization=1.5", None),  # no fraction of a GPU
+        ("gpu_memory_utilization=90", None),
+        ("gpu_memory_utilization is a setting", None),
+    ],
+)
+def test_a_colocated_engine_named_in_the_log_is_the_lever(line: str, value: str | None) -> None:
+    for kind in ("capacity", "leak"):
+        actions = rec(kind, figures=CAPACITY_FIGURES, precontext=f"{line}\nstep 1\n").actions
+        assert (actions[0] == _engine(value)) if value else not any(
+            "colocated" in a for a in actions
+        ), (kind, line)
+
+
+def test_a_colocated_engine_is_named_only_for_a_pytorch_capacity_or_leak() -> None:
+    log = "llm = LLM(model, gpu_memory_utilization=0.9)\n"
+    for kind in ("fragmentation", "gpu-shared", "non-pytorch-memory", "unknown"):
+        actions = rec(kind, figures=CAPACITY_FIGURES, precontext=log).actions
+        assert not any("colocated" in a for a in actions), kind
+    jax = rec("capacity", figures=CAPACITY_FIGURES, precontext=log, framework="jax").actions
+    assert not any("colocated" in a for a in jax)
+
+
+def test_a_colocated_engine_is_read_from_the_last_64_kib_before_the_failure() -> None:
+    line = "gpu_memory_utilization=0.9\n"
+    for filler, read in ((65536 - len(line), True), (65536 - len(line) + 1, False)):
+        log = line + "x" * (filler - 1) + "\n"
+        actions = rec("capacity", figures=CAPACITY_FIGURES, precontext=log).actions
+        assert (actions[0] == _engine("0.9")) is read, filler
