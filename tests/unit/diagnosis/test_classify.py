@@ -284,13 +284,20 @@ def _growth(grew: int, source: str = "samples") -> Growth:
 CAPACITY = {"R": 2 * G, "T": 80 * G, "F": 1 * G + MARGIN, "A": 77 * G}  # shortfall 1 GiB
 
 
-def _record(request: int, large_free: int, small_free: int = 0, status: str = "ok") -> ProbeRecord:
+def _record(
+    request: int,
+    large_free: int,
+    small_free: int = 0,
+    status: str = "ok",
+    device_free: int | None = None,
+) -> ProbeRecord:
     raw = {
         "probe": "gpu-auditor", "v": 1, "status": status, "request_bytes": request,
         "pools": {
             "large": {"free_bytes": large_free, "largest_free_bytes": 0},
             "small": {"free_bytes": small_free, "largest_free_bytes": 0},
         },
+        **({} if device_free is None else {"device_free_bytes": device_free}),
     }  # fmt: skip
     parsed = parse_record(json.dumps(raw))
     assert parsed.record is not None, parsed.reason
@@ -1480,3 +1487,138 @@ def test_a_printed_free_figure_one_step_above_the_margin_fits_on_every_card(
     gpu_full = diagnose(_printed_oom(asked, total, full, process, allocated))
     assert (gpu_full.kind, gpu_full.contributing) == ("capacity", ())
     assert gpu_full.summary.startswith(f"capacity: the {asked} request exceeds the {full} free")
+
+
+# -- issue 24's other rules, each from both sides ----------------------------------------------
+
+
+def test_a_probe_records_exact_free_bytes_leave_only_the_2_mib_granularity() -> None:
+    # the record gave the device's free bytes for this request: no printing error to allow for,
+    # the request fits from R + 2 MiB. The same figures printed (no record, or a record whose
+    # free bytes differ from the figure) keep the printing error: a full GPU there.
+    R = 2 * G
+
+    def at(F: int, device_free: int | None) -> str:
+        figures = Figures(R, 80 * G, F, 70 * G + 512 * M, 70 * G, 0)
+        record = _record(R, 0, device_free=device_free)
+        return classify(OomEvent(formats.TORCH, "pytorch", "x", figures), record=record).kind
+
+    assert at(R + 2 * M, R + 2 * M) == "unknown"
+    assert at(R + 2 * M - 1, R + 2 * M - 1) == "capacity"
+    assert at(R + 2 * M, R + 2 * M + 1) == "capacity"  # not this figure's bytes: printed
+    assert at(R + 2 * M, None) == "capacity"
+    assert at(R + MARGIN, None) == "unknown"
+
+
+RAW = {"R": None, "T": None, "F": None, "A": None, "P": None, "family": formats.TORCH_RAW}
+FIRST_CALL = (
+    "gpu-shared: the job's first CUDA call failed (CUDA context creation) before it put anything "
+    "on the GPU: another process, or a stale process of this job, had filled it"
+)
+
+
+@pytest.mark.parametrize(
+    ("phase", "kind_"),
+    [("cuda-init", "gpu-shared"), ("loading", "gpu-shared"), ("forward", "unknown"),
+     ("backward", "unknown"), ("optimizer-step", "unknown"), (None, "unknown")],
+)  # fmt: skip
+def test_a_raw_oom_at_the_first_cuda_call_is_another_process(
+    phase: str | None, kind_: str
+) -> None:
+    v = verdict(phase=phase, **RAW)  # type: ignore[arg-type]
+    assert (v.kind, v.contributing) == (kind_, ())
+    assert (v.summary == FIRST_CALL) is (kind_ == "gpu-shared")
+
+
+def test_only_a_raw_error_at_the_first_call_says_the_job_had_nothing_on_the_gpu() -> None:
+    # the caching allocator's own message while loading (figures, the TORCH family) is read by
+    # its figures: a full GPU of the job's own weights is capacity
+    loading = verdict(R=2 * G, T=80 * G, F=1 * G, A=77 * G, phase="loading")
+    assert loading.kind == "capacity"
+    # other processes named (the node report): their memory is in the summary
+    v = verdict(phase="cuda-init", others=(60 * G,), **{**RAW, "T": 80 * G})  # type: ignore[arg-type]
+    assert v.kind == "gpu-shared"
+    assert v.summary == FIRST_CALL + "; other processes hold 60.00 GiB (pid 1000: 60.00 GiB)"
+
+
+def test_unseen_memory_more_than_pytorchs_names_the_figures() -> None:
+    # no process list: 80 - 1 - 30 - 1.5 = 47.5 GiB outside this process's PyTorch, over the
+    # 30 GiB it reserved
+    v = verdict(R=3 * G, T=80 * G, F=1 * G, A=30 * G, P=None)
+    assert (v.kind, v.contributing) == ("gpu-shared", ("non-pytorch-memory",))
+    assert v.summary == (
+        "gpu-shared: 47.50 GiB of the 80.00 GiB GPU is held outside this process's PyTorch, more "
+        "than the 30.00 GiB PyTorch holds: most likely another process (the message lists none; "
+        "the node report names them); the 3.00 GiB request found 1.00 GiB free"
+    )
+
+
+@pytest.mark.parametrize(
+    ("line", "summary", "first_action"),
+    [
+        (
+            "RuntimeError: DataLoader worker (pid 19597) is killed by signal: Killed.",
+            "host-oom-killed: the kernel killed a DataLoader worker (SIGKILL): host (CPU) memory "
+            "ran out, not GPU memory",
+            "use fewer DataLoader workers (each worker holds its own copy of the dataset object)",
+        ),
+        (
+            "Killed",
+            "host-oom-killed: the job was killed (SIGKILL, the kernel's OOM killer): host (CPU) "
+            "memory ran out, not GPU memory",
+            "raise the container's memory limit (and set the request equal to it)",
+        ),
+    ],
+)
+def test_a_kill_by_the_kernel_is_host_memory(line: str, summary: str, first_action: str) -> None:
+    d = diagnose(f"epoch 1 loss 2.3\n{line}\n")
+    assert (d.kind, d.contributing, d.summary) == ("host-oom-killed", (), summary)
+    assert d.recommendation.actions[0] == first_action
+    assert len(d.recommendation.actions) == 5  # every host action, once
+    assert d.recommendation.alloc_conf is None
+
+
+FIRST_CALL_LOG = (
+    "Traceback (most recent call last):\n"
+    '  File "/app/train.py", line 8, in <module>\n'
+    "    model = Model().cuda()\n"
+    '  File "/usr/lib/python3.11/site-packages/torch/nn/modules/module.py", line 1050, in cuda\n'
+    "    return self._apply(lambda t: t.cuda(device))\n"
+    '  File "/usr/lib/python3.11/site-packages/torch/nn/modules/module.py", line 900, in _apply\n'
+    "    param_applied = fn(param)\n"
+    '  File "/usr/lib/python3.11/site-packages/torch/cuda/__init__.py", line 300, in _lazy_init\n'
+    "    torch._C._cuda_init()\n"
+    "RuntimeError: CUDA error: out of memory\n"
+)
+
+
+def test_a_raw_oom_creating_the_context_tells_what_to_look_for_on_the_node() -> None:
+    d = diagnose(FIRST_CALL_LOG)
+    assert (d.kind, d.contributing, d.summary) == ("gpu-shared", (), FIRST_CALL)
+    assert d.to_json_dict()["phase"] == "cuda-init"
+    assert d.recommendation.actions == (
+        "find what else holds the GPU: nvidia-smi --query-compute-apps=pid,used_memory "
+        "--format=csv on the node, or its GPUNodeReport (kubectl get gpunodereport NODE -o yaml "
+        "lists each pod's memory on each GPU); stop it (it may be a stale process of an earlier "
+        "run of this job)",
+        "make sure one pod gets the whole GPU (request nvidia.com/gpu; check time-slicing/MPS)",
+    )
+    # pasted without its "Traceback" header, the frames are read all the same
+    fragment = diagnose(FIRST_CALL_LOG[FIRST_CALL_LOG.index("  File") :])
+    assert (fragment.kind, fragment.to_json_dict()["phase"]) == ("gpu-shared", "cuda-init")
+    # the same error in a forward pass is no first call
+    forward = diagnose(
+        "Traceback (most recent call last):\n"
+        '  File "/usr/lib/python3.11/site-packages/torch/nn/modules/module.py", line 1, in '
+        "_call_impl\n    return forward_call(*a)\nRuntimeError: CUDA error: out of memory\n"
+    )
+    assert (forward.kind, forward.to_json_dict()["phase"]) == ("unknown", "forward")
+    # the node report's pods: the isolation action names what they hold
+    node = NodeEvidence(other_pods=(OtherPod("ml", "trainer-0", 60 * G, pid=872),))
+    with_node = diagnose(FIRST_CALL_LOG, node=node)
+    assert with_node.summary == (
+        FIRST_CALL + "; other processes hold 60.00 GiB (ml/trainer-0: 60.00 GiB)"
+    )
+    assert with_node.recommendation.actions[0].startswith(
+        "isolate the GPU: other processes hold 60.00 GiB of it"
+    )

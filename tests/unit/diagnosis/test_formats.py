@@ -319,7 +319,8 @@ def test_a_richer_wording_later_in_the_order_is_still_found_past_equal_ones() ->
         ),
         # TensorRT's default allocator (public b-017)
         (
-            "[E] 1: [defaultAllocator.cpp::allocate::21] Error Code 1: Cuda Runtime (out of memory)",
+            "[E] 1: [defaultAllocator.cpp::allocate::21] Error Code 1: Cuda Runtime (out of "
+            "memory)",
             "tensorrt",
             "Error Code 1: Cuda Runtime (out of memory)",
         ),
