@@ -490,7 +490,8 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
     if kind == "gpu-shared":
         names = ", ".join(_who(p) for p in f.other_processes[:3])
         need = (
-            f"the {fs(r)} request needed {fs(x.shortfall())} more than the {fs(free)} free"
+            _within_margin(x)
+            or f"the {fs(r)} request needed {fs(x.shortfall())} more than the {fs(free)} free"
             if r
             else (f"the GPU had {fs(free)} free" if free is not None else "the GPU was full")
         )
@@ -539,7 +540,9 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
                     "; the job's retry loop halved the batch down to zero (figures of the last "
                     "OOM it caught, from the probe record)"
                 )
-            return f"capacity: the {fs(r)} request exceeds the {fs(free)} free{gpu}{tail}"
+            exceeds = f"the {fs(r)} request exceeds the {fs(free)} free{gpu}"
+            found = _within_margin(x, gpu) or exceeds
+            return f"capacity: {found}{tail}"
         if r is not None:
             return (
                 f"capacity: {event.framework or 'the job'} could not get the {fs(r)} it requested"
@@ -576,6 +579,18 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
     return (
         f"unknown: {event.family} failure with no memory figures in the log "
         "(another process may hold the GPU; the node report can tell)"
+    )
+
+
+def _within_margin(x: _Facts, gpu: str = "") -> str | None:
+    """For a printed free figure at or above the request: why that is still a full GPU."""
+    r, free = x.f.requested_bytes, x.f.free_bytes
+    if r is None or free is None or free < r:
+        return None
+    return (
+        f"the {fs(r)} request found {fs(free)} free{gpu}, within the {fs(free - (x.free or 0))} "
+        "a new segment needs beyond the request near a full GPU (allocation granularity and the "
+        "figures' rounding): the GPU was full"
     )
 
 
