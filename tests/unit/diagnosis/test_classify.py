@@ -313,7 +313,9 @@ def test_request_one_byte_above_the_gpu_is_capacity_and_fits_a_margin_below_the_
         "capacity: the 80.00 GiB request alone exceeds the GPU's 80.00 GiB"
     )
     assert verdict(R=80 * G, **base).summary.startswith(
-        "capacity: the 80.00 GiB request exceeds the 80.00 GiB free on a 80.00 GiB GPU"
+        "capacity: the 80.00 GiB request found 80.00 GiB free on a 80.00 GiB GPU, within the "
+        "12.24 MiB a new segment needs beyond the request near a full GPU (allocation "
+        "granularity and the figures' rounding): the GPU was full; "
     )
     # the new boundary: free = request + margin fits (the figures show room), one byte more
     # requested does not
@@ -1457,27 +1459,27 @@ def _printed_oom(request: str, total: str, free: str, process: str, allocated: s
 
 
 @pytest.mark.parametrize(
-    ("total", "asked", "full", "fits", "process", "allocated"),
+    ("total", "asked", "full", "fits", "process", "allocated", "margin"),
     [
         # free in MiB: 0.01 MiB steps; request + 2 MiB + 2 x 0.005 MiB (2.01 MiB, less the
         # bytes 0.005 MiB rounds down) is the first that fits, 2 bytes over the margin
         pytest.param("3.81 GiB", "200.00 MiB", "202.00 MiB", "202.01 MiB", "3.30 GiB", "3.00 GiB",
-                     id="4GiB"),
+                     "2.01 MiB", id="4GiB"),
         pytest.param("15.77 GiB", "800.00 MiB", "802.00 MiB", "802.01 MiB", "14.70 GiB",
-                     "14.40 GiB", id="16GiB"),
+                     "14.40 GiB", "2.01 MiB", id="16GiB"),
         # free in GiB: 0.01 GiB steps (10.24 MiB); request + 2 MiB + 2 x 0.005 GiB (12.24 MiB)
         pytest.param("23.69 GiB", "1.50 GiB", "1.51 GiB", "1.52 GiB", "21.90 GiB", "21.60 GiB",
-                     id="24GiB"),
+                     "12.24 MiB", id="24GiB"),
         pytest.param("39.39 GiB", "2.00 GiB", "2.01 GiB", "2.02 GiB", "37.00 GiB", "36.70 GiB",
-                     id="40GiB"),
+                     "12.24 MiB", id="40GiB"),
         pytest.param("79.15 GiB", "4.00 GiB", "4.01 GiB", "4.02 GiB", "74.80 GiB", "74.50 GiB",
-                     id="80GiB"),
+                     "12.24 MiB", id="80GiB"),
         pytest.param("139.80 GiB", "8.00 GiB", "8.01 GiB", "8.02 GiB", "131.50 GiB",
-                     "131.20 GiB", id="140GiB"),
+                     "131.20 GiB", "12.24 MiB", id="140GiB"),
     ],
 )  # fmt: skip
 def test_a_printed_free_figure_one_step_above_the_margin_fits_on_every_card(
-    total: str, asked: str, full: str, fits: str, process: str, allocated: str
+    total: str, asked: str, full: str, fits: str, process: str, allocated: str, margin: str
 ) -> None:
     """Issue 24, item 1, as a log prints it: the free figure one printed step (0.01 of its unit)
     below request + margin is a full GPU, the next one up shows room."""
@@ -1486,7 +1488,11 @@ def test_a_printed_free_figure_one_step_above_the_margin_fits_on_every_card(
     assert room.summary.startswith("unknown: the figures show room")
     gpu_full = diagnose(_printed_oom(asked, total, full, process, allocated))
     assert (gpu_full.kind, gpu_full.contributing) == ("capacity", ())
-    assert gpu_full.summary.startswith(f"capacity: the {asked} request exceeds the {full} free")
+    assert gpu_full.summary.startswith(
+        f"capacity: the {asked} request found {full} free on a {total} GPU, within the {margin} "
+        "a new segment needs beyond the request near a full GPU (allocation granularity and the "
+        "figures' rounding): the GPU was full; "
+    )
 
 
 # -- issue 24's other rules, each from both sides ----------------------------------------------
