@@ -1628,3 +1628,57 @@ def test_a_raw_oom_creating_the_context_tells_what_to_look_for_on_the_node() -> 
     assert with_node.recommendation.actions[0].startswith(
         "isolate the GPU: other processes hold 60.00 GiB of it"
     )
+
+
+# What mutation testing found loose in issue 24's code (``scripts/mutation.py --modules
+# classify``), each named by the behaviour it pins.
+
+
+def test_sizes_of_a_tib_and_more_keep_the_printing_error_of_gib() -> None:
+    # PyTorch prints nothing larger than GiB ("1024.00 GiB"): a TiB-sized free and request figure
+    # carry the GiB figure's 0.005 GiB each, the same 12.24 MiB margin
+    T = 4 * 1024 * G
+    R = 1024 * G
+    assert kind(R=R, T=T, F=R + MARGIN, A=0) == "unknown"
+    assert kind(R=R, T=T, F=R + MARGIN - 1, A=0) == "capacity"
+
+
+def test_a_request_under_a_kib_is_printed_exactly() -> None:
+    # "512 bytes" has no rounding: the margin is 2 MiB + the MiB-sized free figure's 0.005 MiB
+    R = 512
+    F = R + 2 * M + 5_242
+    assert kind(R=R, T=80 * G, F=F, A=70 * G) == "unknown"
+    assert kind(R=R, T=80 * G, F=F - 1, A=70 * G) == "capacity"
+
+
+def test_the_first_call_summary_names_three_processes() -> None:
+    others = (30 * G, 20 * G, 10 * G, 5 * G)
+    v = verdict(phase="cuda-init", others=others, **{**RAW, "T": 80 * G})  # type: ignore[arg-type]
+    assert v.summary == FIRST_CALL + (
+        "; other processes hold 65.00 GiB (pid 1000: 30.00 GiB, pid 1001: 20.00 GiB, pid 1002: "
+        "10.00 GiB)"
+    )
+
+
+def test_fragmentation_beside_unseen_memory_over_the_reservation_keeps_its_summary() -> None:
+    # a 40 GiB card, 10 GiB reserved, 4 of them idle (40 %: material without progress), no
+    # process list: 27.49 GiB is unseen, more than PyTorch's own. The idle cache is decided
+    # first: fragmentation, with its own summary, not another process's
+    v = verdict(R=2 * G, T=40 * G, F=1 * G + MARGIN, A=6 * G, U=4 * G, P=None)
+    assert (v.kind, v.contributing) == ("fragmentation", ())
+    assert v.summary == (
+        "fragmentation: 4.00 GiB reserved but unallocated + 1.01 GiB free would cover the "
+        "2.00 GiB request; PyTorch holds 10.00 GiB with 6.00 GiB in use"
+    )
+
+
+def test_a_two_point_series_rises_by_its_whole_growth_a_point() -> None:
+    # two points: the rise a point is the whole growth (1 GiB); the 2 GiB idle cache absorbs 2
+    # points exactly (fragmentation kept), a byte less idle and the leak is the cause. (A 20 GiB
+    # card, 12 GiB reserved; need 0.5 GiB.)
+    base = {"R": 1 * G + 512 * M, "T": 20 * G, "F": 1 * G + MARGIN, "progressed": True}
+    growth = Growth("samples", 2, 10 * G, 11 * G, 1.0)
+    v = verdict(A=10 * G, U=2 * G, growth=growth, **base)  # type: ignore[arg-type]
+    assert (v.kind, v.contributing) == ("fragmentation", ("leak",))
+    v = verdict(A=10 * G + 1, U=2 * G - 1, growth=growth, **base)  # type: ignore[arg-type]
+    assert (v.kind, v.contributing) == ("leak", ("fragmentation",))
