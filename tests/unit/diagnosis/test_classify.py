@@ -1682,3 +1682,33 @@ def test_a_two_point_series_rises_by_its_whole_growth_a_point() -> None:
     assert (v.kind, v.contributing) == ("fragmentation", ("leak",))
     v = verdict(A=10 * G + 1, U=2 * G - 1, growth=growth, **base)  # type: ignore[arg-type]
     assert (v.kind, v.contributing) == ("leak", ("fragmentation",))
+
+
+def test_another_process_on_a_gpu_full_within_the_margin_says_why_it_was_full() -> None:
+    # the free figure equals the request: gpu-shared (the other 2 GiB cover the margin's
+    # shortfall), and the summary says the free memory was within the margin, not short of it
+    v = verdict(R=2 * G, T=80 * G, F=2 * G, A=70 * G, others=(2 * G,))
+    assert v.summary == (
+        "gpu-shared: other processes hold 2.00 GiB of the GPU (pid 1000: 2.00 GiB); the 2.00 GiB "
+        "request found 2.00 GiB free, within the 12.24 MiB a new segment needs beyond the request "
+        "near a full GPU (allocation granularity and the figures' rounding): the GPU was full"
+    )
+
+
+def test_free_memory_under_the_margin_itself_is_named_whole() -> None:
+    # 1025 bytes free for a 1024-byte request: the whole of the free memory is within the margin
+    v = verdict(R=1024, T=80 * G, F=1025, A=70 * G)
+    assert v.summary.startswith(
+        "capacity: the 1024 bytes request found 1.00 KiB free on a 80.00 GiB GPU, within the "
+        "1.00 KiB a new segment needs"
+    )
+
+
+def test_another_process_with_a_request_and_no_free_figure_is_the_finding() -> None:
+    # no free figure to compare: the request's sentence is not the margin's (no error either)
+    v = verdict(R=2 * G, T=80 * G, F=None, A=70 * G, others=(2 * G,))
+    assert v.kind == "gpu-shared"
+    assert v.summary.startswith(
+        "gpu-shared: other processes hold 2.00 GiB of the GPU (pid 1000: 2.00 GiB); the 2.00 GiB "
+        "request needed"
+    )
