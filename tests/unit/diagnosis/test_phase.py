@@ -324,3 +324,14 @@ def one_frame_tb(path: str, func: str, code: str) -> str:
 )
 def test_a_backward_function_name_is_the_backward_phase(func: str, phase: str | None) -> None:
     assert failure_phase(one_frame_tb("/app/lib.py", func, "x = compute(y)")) == phase
+
+
+def test_a_fragment_whose_first_frame_starts_the_text_unindented_is_read() -> None:
+    # a paste that lost its indent: the very first character is the first frame's "File"
+    fragment = (
+        'File "/usr/lib/python3.11/site-packages/torch/cuda/__init__.py", line 300, in _lazy_init\n'
+        "torch._C._cuda_init()\n"
+        "RuntimeError: CUDA error: out of memory\n"
+    )
+    assert failure_phase(fragment) == "cuda-init"
+    assert failure_phase(" " + fragment) == "cuda-init"

@@ -913,3 +913,50 @@ def test_a_colocated_engine_is_read_from_the_last_64_kib_before_the_failure() ->
         log = line + "x" * (filler - 1) + "\n"
         actions = rec("capacity", figures=CAPACITY_FIGURES, precontext=log).actions
         assert (actions[0] == _engine("0.9")) is read, filler
+
+
+HOST = (
+    "raise the container's memory limit (and set the request equal to it)",
+    "use fewer DataLoader workers (each worker holds its own copy of the dataset object)",
+    "set pin_memory=False or a smaller prefetch_factor (pinned host buffers count against the "
+    "limit)",
+    "load checkpoints with torch.load(..., mmap=True) or straight to the GPU "
+    "(map_location='cuda')",
+    "a memory-backed /dev/shm (emptyDir medium: Memory) counts against the limit: size it "
+    "explicitly",
+)
+
+
+@pytest.mark.parametrize(
+    ("family", "message", "actions"),
+    [
+        ("host-killed", "DataLoader worker (pid 19597) is killed by signal: Killed",
+         (HOST[1], HOST[0], *HOST[2:])),
+        ("host-killed", "Killed", HOST),
+        ("host-alloc", "DefaultCPUAllocator: can't allocate memory", HOST),
+    ],
+)  # fmt: skip
+def test_host_memory_gets_the_host_actions_workers_first_for_a_killed_worker(
+    family: str, message: str, actions: tuple[str, ...]
+) -> None:
+    event = OomEvent(family, None, message, Figures())
+    verdict = Verdict("host-oom-killed", (), "", Figures())
+    ctx = Context(event, verdict, TORCH_2_11, None, allocconf.NATIVE, None, None)
+    assert recommend(ctx).actions == actions
+
+
+def test_another_process_no_one_named_gets_the_check_to_run_on_the_node() -> None:
+    # gpu-shared from the first CUDA call or from unseen memory: no process to name
+    assert rec("gpu-shared", figures=CAPACITY_FIGURES).actions == (
+        "find what else holds the GPU: nvidia-smi --query-compute-apps=pid,used_memory "
+        "--format=csv on the node, or its GPUNodeReport (kubectl get gpunodereport NODE -o yaml "
+        "lists each pod's memory on each GPU); stop it (it may be a stale process of an earlier "
+        "run of this job)",
+        "make sure one pod gets the whole GPU (request nvidia.com/gpu; check time-slicing/MPS)",
+    )
+    named = Figures(requested_bytes=2 * G, total_bytes=80 * G, free_bytes=1 * G,
+                    other_processes=(OtherProcess(872, 60 * G),))  # fmt: skip
+    assert rec("gpu-shared", figures=named).actions == (
+        "isolate the GPU: other processes hold 60.00 GiB of it; stop them or make sure one pod "
+        "gets the whole GPU (request nvidia.com/gpu; check time-slicing/MPS)",
+    )
