@@ -410,6 +410,21 @@ def test_diagnose_stream_hands_the_samples_to_the_verdict() -> None:
     assert result.growth is not None and result.growth.source == "samples"
 
 
+def test_diagnose_stream_hands_the_torch_version_and_the_probe_record_on() -> None:
+    # (after steps that finished: the seed message is fragmentation, and gets a setting)
+    log = PROGRESS.encode() + fixture("corpus/seed_example_fragmentation.log")
+    old = diagnose_stream(io.BytesIO(log), torch_version="1.13")
+    assert (old.torch_version_hint, old.recommendation.alloc_conf) == (
+        "1.13", "max_split_size_mb:128",
+    )  # fmt: skip
+    assert diagnose_stream(io.BytesIO(log)).recommendation.alloc_conf == (
+        "expandable_segments:True"
+    )
+    given = diagnose_stream(io.BytesIO(log), probe_record=record(request_bytes=2147483648))
+    assert given.to_json_dict()["probe"]["status"] == "ok"
+    assert "probe" not in diagnose_stream(io.BytesIO(log)).to_json_dict()
+
+
 def test_diagnose_stream_hands_the_backend_to_the_settings_check() -> None:
     log = fixture("corpus/seed_example_fragmentation.log")
     native = diagnose_stream(io.BytesIO(log), alloc_conf="expandable_segments:True")
@@ -654,6 +669,22 @@ def test_the_inference_beside_a_record_uses_the_node_report() -> None:
         "gpu-shared",
         False,
     )
+
+
+def test_the_inference_beside_a_record_reads_the_node_reports_pods() -> None:
+    # a torch 1.x message lists no processes: 6.15 GiB outside PyTorch's 70.50 GiB is unknown
+    # from the log alone, the node report's pod holding 6 GiB makes it gpu-shared (the raw OOM
+    # of the test above is gpu-shared either way since issue 24)
+    one_x = (
+        "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.15 GiB total "
+        "capacity; 70.00 GiB already allocated; 1.00 GiB free; 70.50 GiB reserved in total by "
+        "PyTorch)\n"
+    )
+    line = f"gpu-auditor-probe-record {record_json(status='no-hooks')}\n"
+    node = NodeEvidence(other_pods=(OtherPod("team-b", "nb", 6 * GiB, pid=7),))
+    alone = diagnose(line + one_x).to_json_dict()["probe"]
+    with_node = diagnose(line + one_x, node=node).to_json_dict()["probe"]
+    assert (alone["inference_kind"], with_node["inference_kind"]) == ("unknown", "gpu-shared")
 
 
 def test_the_inference_beside_a_record_uses_the_growth_series() -> None:

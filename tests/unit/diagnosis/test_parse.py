@@ -480,6 +480,15 @@ def test_paddles_sizes_are_binary_and_its_free_figure_may_wrap(
     assert (d.figures.requested_bytes, d.figures.free_bytes) == (requested, free)
 
 
+def test_paddles_plain_bytes_are_bytes() -> None:
+    # the smallest unit of HumanReadableSize is "B": no binary prefix to map, read as it is
+    d = diagnose(
+        "Out of memory error on GPU 0. Cannot allocate 256.000000B memory on GPU 0, available "
+        "memory is only 0.000000B.\n"
+    )
+    assert (d.figures.requested_bytes, d.figures.free_bytes) == (256, 0)
+
+
 def test_a_paddle_free_figure_two_lines_down_is_not_read() -> None:
     d = diagnose(
         "Out of memory error on GPU 0. Cannot allocate 1.531250GB memory on GPU 0, available "
