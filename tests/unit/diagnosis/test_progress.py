@@ -61,3 +61,27 @@ def test_a_counter_past_the_first_characters_of_a_line_is_not_read() -> None:
     line = " " * MAX_LINE_CHARS + "step 1 done\n"
     assert not made_progress(line)
     assert made_progress(" " * (MAX_LINE_CHARS - len("step 1 done")) + "step 1 done\n")
+
+
+@pytest.mark.parametrize(
+    ("text", "progress"),
+    [
+        ("  0%|          | 1/1063 [00:01<20:00,  1.01s/it]", True),  # the first iteration done
+        ("100%|##########| 1063/1063 [03:59<00:00,  4.43it/s]", True),  # the last
+        ("  0%|          | 0/1063 [00:00<?, ?it/s]", False),
+        ("| 1064/1063 [03:59<00:00,  4.43it/s]", False),  # past its total: not a bar's count
+    ],
+)
+def test_a_bar_counts_from_its_first_iteration_to_its_total(text: str, progress: bool) -> None:
+    assert made_progress(text) is progress
+
+
+def test_two_counters_each_at_one_value_are_not_progress() -> None:
+    # each counter is read on its own: step 1 and epoch 2 are two starts, not an advance
+    assert not made_progress("step 1\nepoch 2\n")
+    assert made_progress("step 1\nepoch 2\nstep 2\n")
+
+
+def test_a_finish_word_counts_only_after_its_counter() -> None:
+    assert not made_progress("loading done, step 1\n")
+    assert made_progress("step 1 done\n")
