@@ -687,6 +687,23 @@ def test_the_inference_beside_a_record_reads_the_node_reports_pods() -> None:
     assert (alone["inference_kind"], with_node["inference_kind"]) == ("unknown", "gpu-shared")
 
 
+def test_the_inference_beside_a_record_reads_the_phase() -> None:
+    # the seed message after steps that finished is fragmentation; failing in optimizer.step()
+    # it is not (the optimizer's state is many tensors that all stay): the inference beside the
+    # record reads the phase as the verdict does
+    message = fixture("corpus/seed_example_fragmentation.log").decode()
+    message = message[message.index("torch.OutOfMemoryError") :]
+    line = f"gpu-auditor-probe-record {record_json(status='no-hooks')}\n"
+    step = (
+        "Traceback (most recent call last):\n"
+        '  File "/app/train.py", line 90, in <module>\n'
+        "    optimizer.step()\n"
+    )
+    for frames, kind in (("", "fragmentation"), (step, "capacity")):
+        result = diagnose(PROGRESS + line + frames + message)
+        assert (result.kind, result.to_json_dict()["probe"]["inference_kind"]) == (kind, kind)
+
+
 def test_the_inference_beside_a_record_uses_the_growth_series() -> None:
     probe = diagnose(fixture("heldout/leak_step_cache.log")).to_json_dict()["probe"]
     assert (probe["verdict"]["kind"], probe["inference_kind"], probe["disagrees"]) == (
