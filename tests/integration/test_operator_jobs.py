@@ -11,6 +11,8 @@ their logs; the real operator does the rest.
 
 from __future__ import annotations
 
+import io
+import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +24,7 @@ from kubernetes import client
 from devtools.localcluster import LocalCluster, cri
 from devtools.localcluster.components import OperatorProcess, install_crds
 from devtools.localcluster.crds import JOBSET, PYTORCHJOB, CrdUnavailable, crd_file
+from gpu_auditor.cli import main
 
 pytestmark = pytest.mark.integration
 
@@ -181,6 +184,14 @@ def our_events(env: dict[str, Any], ns: str) -> list[Any]:
             if e.source and e.source.component == "gpu-auditor"]
 
 
+def explain(cluster: LocalCluster, *argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["explain", "--kubeconfig", str(cluster.kubeconfig), *argv], stdout=out,
+                stderr=err)
+    print(out.getvalue())  # the job view as a person reads it (pytest -s shows it)
+    return code, out.getvalue(), err.getvalue()
+
+
 # -- the tests ---------------------------------------------------------------------------------
 
 def test_a_jobset_names_its_oom_pod_its_rank_and_the_cause_and_every_other_pod_points_at_it(
@@ -208,7 +219,7 @@ def test_a_jobset_names_its_oom_pod_its_rank_and_the_cause_and_every_other_pod_p
     assert notes[f"{PREFIX}diagnosis"] == "host-oom-killed"
     summary = notes[f"{PREFIX}summary"]
     assert summary.startswith(f"rank 3 (replicatedJob workers, job 3, index 0) (pod {ns}/{root})"
-                              " failed first, of host-oom-killed: ")
+                              " failed first: host-oom-killed: ")
     assert "15 pods failed after it (15 nccl-timeout)" in summary
     for pod in pods:
         pod_notes = annotations(env, ns, pod)
@@ -221,6 +232,14 @@ def test_a_jobset_names_its_oom_pod_its_rank_and_the_cause_and_every_other_pod_p
     events = cluster.wait(lambda: our_events(env, ns), 30, "the JobSet's Event")
     assert [(e.involved_object.kind, e.involved_object.name, e.reason) for e in events] == [
         ("JobSet", "train", "OOMKilled")]
+    code, out, err = explain(cluster, "-n", ns, "jobset/train", "--exit-code")
+    assert (code, err) == (1, "")
+    assert out.startswith(f"JobSet {ns}/train\n  root cause: pod {ns}/{root}, rank 3 "
+                          "(replicatedJob workers, job 3, index 0), failed at ")
+    assert "\nDiagnosis: host-oom-killed\n" in out
+    assert "Consequences: 15 pods failed after it (15 nccl-timeout):" in out
+    assert out.count("  nccl-timeout, ") == 15
+    assert "Warning OOMKilled: rank 3 (replicatedJob workers" in out
 
 
 def test_a_jobset_that_failed_of_something_else_gets_no_oom_diagnosis(
@@ -299,9 +318,14 @@ def test_a_pytorchjob_names_the_worker_whose_log_holds_a_cuda_oom_and_its_rank(
     assert notes[f"{PREFIX}diagnosis"] == "fragmentation"
     assert notes[f"{PREFIX}recommended-alloc-conf"] == "expandable_segments:True"
     assert notes[f"{PREFIX}summary"].startswith(f"rank 5 (worker 4) (pod {ns}/{root}) failed "
-                                                "first, of fragmentation: ")
+                                                "first: fragmentation: ")
     assert annotations(env, ns, "pj-master-0")[f"{PREFIX}consequence"].startswith(
         "nccl-timeout, ")
     events = cluster.wait(lambda: our_events(env, ns), 30, "the PyTorchJob's Event")
     assert [(e.involved_object.kind, e.reason) for e in events] == [
         ("PyTorchJob", "CUDAOutOfMemory")]
+    code, out, _ = explain(cluster, "-n", ns, "pytorchjob/pj", "--json")
+    view = json.loads(out)
+    assert (code, view["root_pod"], view["rank"]) == (0, f"{ns}/{root}", "5")
+    assert view["diagnosis"]["figures"]["requested_bytes"] == 4 * 2**30
+    assert view["consequence_count"] == 15

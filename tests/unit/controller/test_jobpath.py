@@ -90,7 +90,7 @@ def test_the_jobset_names_the_oom_pod_its_rank_and_cause_and_every_other_pod_poi
     assert notes[f"{PREFIX}root-cause-rank"] == "3"
     assert notes[f"{PREFIX}diagnosis"] == "host-oom-killed"
     assert notes[f"{PREFIX}summary"].startswith(f"rank 3 (replicatedJob workers, job 3, index 0)"
-                                                f" (pod ml/{root}) failed first, of "
+                                                f" (pod ml/{root}) failed first: "
                                                 "host-oom-killed: ")
     assert "15 pods failed after it (15 nccl-timeout)" in notes[f"{PREFIX}summary"]
     evidence = json.loads(notes[f"{PREFIX}evidence"])
