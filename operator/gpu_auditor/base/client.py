@@ -127,6 +127,9 @@ class ApiClient:
             return json.loads(data)
         except ValueError as err:
             raise APIError(f"{method} {path}: the response is not JSON", status=200) from err
+        except RecursionError:  # anyone between us and the API server can nest 100,000 deep
+            raise APIError(f"{method} {path}: the response is nested too deeply to read",
+                           status=200) from None
 
     def request_bytes(self, method: str, path: str, *, query: Mapping[str, str] | None = None,
                       body: Any = None, timeout: float = 10.0,
@@ -195,7 +198,7 @@ def _status_message(data: bytes) -> str | None:
     """The `message` of a `Status` error body, if that is what came back."""
     try:
         body = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     message = body.get("message") if isinstance(body, dict) else None
     return str(message) if message else None

@@ -11,8 +11,11 @@ diagnosis, its figures, the GPU's other tenants by pod, the actions in order and
 as a line to paste.
 
 Exit status: 0 after an explanation (with or without a diagnosis on the pod; `--exit-code`:
-1 when the pod carries a diagnosis); 2 for bad usage, a bad kubeconfig, or a pod that cannot be
-read (not found, forbidden, API server unreachable), said in one line on stderr.
+1 when the pod carries a diagnosis); 2 for bad usage, a bad kubeconfig, a pod that cannot be
+read (not found, forbidden, API server unreachable, an answer that is not JSON or is nested too
+deeply), said in one line on stderr, and for a pod whose `actions` or `evidence` annotation is
+not of its shape (not JSON, nested too deeply, the wrong type): the explanation is printed
+without it first.
 """
 
 from __future__ import annotations
@@ -102,6 +105,10 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(json.dumps(explaintext.to_json(explanation), indent=2), file=out)
     else:
         print(explaintext.render(explanation), file=out)
+    if explanation.malformed:  # printed without it; a script must not read "diagnosed" or "ok"
+        print(f"gpu-auditor explain: pod {explanation.ref}: {'; '.join(explanation.malformed)} "
+              "(printed without it)", file=err)
+        return EXIT_USAGE
     diagnosed = explanation.diagnosis is not None or explanation.sharing is not None
     return EXIT_DIAGNOSED if args.exit_code and diagnosed else EXIT_OK
 

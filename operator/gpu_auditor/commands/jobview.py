@@ -20,7 +20,7 @@ from gpu_auditor.base import names
 from gpu_auditor.base.contract import DEFAULT_ANNOTATION_PREFIX, Annotation
 from gpu_auditor.commands.explanation import (
     LIST_LIMIT,
-    Diagnosis,
+    Context,
     Event,
     _json,
     our_annotations,
@@ -29,6 +29,7 @@ from gpu_auditor.commands.explanation import (
     text,
 )
 from gpu_auditor.diagnosis import validate_alloc_conf
+from gpu_auditor.diagnosis.model import Diagnosis
 
 TEMPLATES = {
     "JobSet": "spec.replicatedJobs[].template.spec.template.spec.containers[].env",
@@ -60,6 +61,7 @@ class JobView:
     name: str
     uid: str
     diagnosis: Diagnosis | None
+    context: Context | None
     root_pod: str
     rank: str
     position: str
@@ -110,16 +112,17 @@ def _pods(pods: Sequence[Any], root: str, prefix: str) -> tuple[list[PodNote], l
     return pointing, own
 
 
-def _setting(kind: str, name: str, diagnosis: Diagnosis | None) -> tuple[str, str]:
-    if diagnosis is None or not diagnosis.recommended_alloc_conf:
+def _setting(kind: str, name: str, diagnosis: Diagnosis | None,
+             context: Context | None) -> tuple[str, str]:
+    if diagnosis is None or not diagnosis.recommendation.alloc_conf:
         return "", ""
-    value = diagnosis.recommended_alloc_conf
+    value = diagnosis.recommendation.alloc_conf
     problems = validate_alloc_conf(value, torch_version=diagnosis.torch_version_hint or None)
     if problems:
         return "", f"the recommended value {value!r} does not validate: {problems[0]}"
     where = TEMPLATES.get(kind, f"the {kind}'s replica specs' template.spec.containers[].env")
-    container = f" (container {diagnosis.container})" if names.is_label(diagnosis.container) \
-        else ""
+    named = context.container if context is not None else ""
+    container = f" (container {named})" if names.is_label(named) else ""
     return (f"set PYTORCH_CUDA_ALLOC_CONF={value} in {kind} {name}'s pod template{container}: "
             f"{where}"), ""
 
@@ -132,16 +135,18 @@ def job_view(kind: jk.JobKind, obj: Mapping[str, Any], *, pods: Sequence[Any], e
     uid = text(meta.get("uid"), 64)
     said = list(notes)
     ours = our_annotations(obj, prefix)
-    diagnosis = read_diagnosis(ours, said)
-    evidence = _map(_json(ours.get(Annotation.EVIDENCE), "evidence", []))
+    read = read_diagnosis(ours, said)
+    diagnosis, context = read if read is not None else (None, None)
+    evidence = _map(_json(ours.get(Annotation.EVIDENCE), "evidence", [], []))
     root = text(ours.get(Annotation.ROOT_CAUSE_POD), 320)
     rank = ours.get(Annotation.ROOT_CAUSE_RANK, "")
     pointing, own = _pods(pods, root, prefix)
     by_kind = [(text(how, 128), n) for how, n in _map(evidence.get("consequences")).items()
                if _count(n) is not None][:LIST_LIMIT]
-    setting, withheld = _setting(kind.kind, name, diagnosis)
+    setting, withheld = _setting(kind.kind, name, diagnosis, context)
     return JobView(
         kind=kind.kind, namespace=namespace, name=name, uid=uid, diagnosis=diagnosis,
+        context=context,
         root_pod=root, rank=rank if rank.isascii() and rank.isdigit() and len(rank) < 10
         else "",
         position=text(evidence.get("position"), 256),

@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpu_auditor.commands.explaintext import INDENT, _diagnosis, _figures, _plain
+from gpu_auditor.commands.explaintext import (
+    INDENT,
+    _diagnosis,
+    _diagnosis_json,
+    _figures,
+    _plain,
+)
+from gpu_auditor.commands.explanation import Context
 from gpu_auditor.commands.jobview import JobView
 
 
@@ -25,13 +32,14 @@ def render(v: JobView) -> str:
         where = f" ({v.position})" if v.position else ""
         at = f", failed at {v.failed_at}" if v.failed_at else ""
         lines += [f"{INDENT}root cause: pod {v.root_pod}, {rank}{where}{at}", "",
-                  *_diagnosis(v.diagnosis)]
+                  *_diagnosis(v.diagnosis, v.context or Context())]
         figures = _figures(v.diagnosis.figures)
         if figures:
             lines += ["", "Figures:", *(INDENT + f for f in figures)]
-        if v.diagnosis.actions:
+        if v.diagnosis.recommendation.actions:
             lines += ["", "What to do, in order:"]
-            lines += [f"{INDENT}{n}. {a}" for n, a in enumerate(v.diagnosis.actions, 1)]
+            lines += [f"{INDENT}{n}. {a}"
+                      for n, a in enumerate(v.diagnosis.recommendation.actions, 1)]
         if v.setting:
             lines += ["", f"Apply it: {v.setting}"]
         elif v.setting_withheld:
@@ -70,4 +78,7 @@ def to_json(v: JobView) -> dict[str, Any]:
     """The job view as one JSON object (snake_case, like `explain --json`), sizes in bytes."""
     out: dict[str, Any] = _plain(v)
     out["consequences"] = [{"how": how, "pods": n} for how, n in v.consequences]
+    out.pop("context")
+    out["diagnosis"] = _diagnosis_json(v.diagnosis, v.context or Context()) \
+        if v.diagnosis is not None else None
     return out
