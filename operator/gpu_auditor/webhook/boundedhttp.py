@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Final
 
-from .limits import FairGate, Limits, Pool, parse_cost
+from .limits import FairGate, Limits, Pool, Rate, parse_cost
 from .tls import Certificate
 
 log = logging.getLogger("gpu_auditor.webhook")
@@ -142,6 +142,7 @@ class BoundedServer:
         self._stop = asyncio.Event()
         self._gate = FairGate(limits.workers)
         self._buffers = Pool(limits.buffer_budget, limits.client_buffer)
+        self._work = Rate(limits.work_rate, limits.work_burst)
         for listener, sock in zip(self.listeners, self._sockets, strict=True):
             loop.add_reader(sock.fileno(), self._accept, sock, listener)
         if started is not None:
@@ -340,11 +341,18 @@ class BoundedServer:
 
     async def _answer(self, client: str, listener: Listener, method: str, path: str,
                       body: bytes) -> Response:
-        """The handler's response from a worker thread, in the client's turn (`FairGate`). A
-        body that `parse_cost` says would take more than MAX_PARSE_COST to parse is refused
-        unparsed: with WORKERS answering at once, parsing holds at most WORKERS times it."""
-        if listener.parse_bodies and body and parse_cost(body) > self.limits.max_parse_cost:
+        """The handler's response from a worker thread, in the client's turn (`FairGate`) and
+        within its work rate (`Rate`). A body that `parse_cost` says would take more than
+        MAX_PARSE_COST to parse is refused unparsed: with WORKERS answering at once, parsing
+        holds at most WORKERS times it."""
+        cost = parse_cost(body) if listener.parse_bodies and body else 0
+        if cost > self.limits.max_parse_cost:
             raise Closed("too-large", Response(413, b'{"error": "body too complex"}'))
+        wait = self._work.delay(client, cost)
+        if wait > self.limits.deadline:  # its own earlier requests hold it past the deadline
+            raise Closed("limit", Response(503, b'{"error": "busy"}'))
+        if wait:
+            await asyncio.sleep(wait)
         await self._gate.acquire(client)
         try:
             loop = asyncio.get_running_loop()
