@@ -1,17 +1,23 @@
 """A small Kubernetes API client on the standard library (`http.client` + `ssl`), for both wings.
 
 Both the agent and the operator make a handful of kinds of request; the `kubernetes` package
-would cost them 20-30 MiB of RSS for that (bench/results/auth_clients.md), this module about
-2 MiB. The requests each wing makes live in that wing (`node_agent.kube`,
-`gpu_auditor.controller.kube`); this is the transport: config and credentials
-(`kubeconfig.py`, `credentials.py`), TLS, a timeout on the whole request (not only each socket
-operation), one retry with fresh credentials after a 401 when they rotate, and every failure
-raised as one class of `errors.py`, chosen from the status once.
+costs them 20-30 MiB more RSS for that, this module 11 MiB over a bare interpreter, most of it
+`ssl` and `http.client`, which any HTTPS client loads (`bench/auth_clients.py`, and
+docs/dependencies.md for the decision and what would change it). The requests each wing makes
+live in that wing (`node_agent.kube`, `gpu_auditor.controller.kube`); this is the transport:
+config and credentials (`kubeconfig.py`, `credentials.py`), TLS, a proxy as kubectl finds one
+(the kubeconfig's `proxy-url`, else `HTTPS_PROXY`/`HTTP_PROXY` unless `NO_PROXY` names the host),
+a timeout on the whole request (not only each socket operation), one retry with fresh
+credentials after a 401 when they rotate, a bounded retry when the server says to come back
+(429, 503: `Retry-After` honoured, capped), and every failure raised as one class of
+`errors.py`, chosen from the status once.
 """
 
 from __future__ import annotations
 
+import base64
 import http.client
+import ipaddress
 import json
 import os
 import shutil
@@ -20,15 +26,126 @@ import ssl
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import unquote, urlencode, urlsplit
 
 from gpu_auditor.base.credentials import Credential, Credentials
 from gpu_auditor.base.errors import APIConnectionError, APIError, ConfigError, from_status
 from gpu_auditor.base.kubeconfig import ClusterConfig
 
 _CHUNK = 64 * 1024
+MAX_RETRIES = 3
+"""Retries of one request the server asked to come back later (client-go makes up to 10)."""
+MAX_RETRY_WAIT = 10.0
+"""Seconds waited before one retry at most, whatever Retry-After says."""
+MAX_RETRIES_WAIT = 20.0
+"""Seconds all of one request's retries may wait."""
+DEFAULT_RETRY_WAIT = 1.0
+"""Seconds waited when the server says 503 or 429 without a Retry-After (client-go's own)."""
+SAFE_METHODS = ("GET", "HEAD")
+
+
+@dataclass(frozen=True)
+class Proxy:
+    """An HTTP proxy: host, port and its Proxy-Authorization header (from user:password in the
+    URL), if any."""
+
+    host: str
+    port: int
+    authorization: str | None = None
+
+
+def proxy_for(server: str, proxy_url: str | None, environ: Mapping[str, str]) -> Proxy | None:
+    """The proxy to reach ``server`` through, as Go's net/http finds it (kubectl): the
+    kubeconfig's `proxy-url` when set; else `HTTPS_PROXY` (an https server) or `HTTP_PROXY`,
+    upper case before lower case, unless the host is localhost or a loopback address, or
+    `NO_PROXY` names it (`*`, a host and its subdomains, `.domain` for subdomains only, an IP,
+    a CIDR, each with an optional port). ConfigError for a proxy URL this client cannot use
+    (only http:// proxies: TLS to the proxy itself is not spoken)."""
+    url = urlsplit(server)
+    host = url.hostname or ""
+    if proxy_url is None:
+        if _loopback(host) or _no_proxy(host, url.port or (443 if url.scheme == "https" else 80),
+                                         _env(environ, "NO_PROXY")):
+            return None
+        proxy_url = _env(environ, "HTTPS_PROXY" if url.scheme == "https" else "HTTP_PROXY")
+        if not proxy_url:
+            return None
+        where = "HTTPS_PROXY" if url.scheme == "https" else "HTTP_PROXY"
+    else:
+        where = "proxy-url"
+    if "://" not in proxy_url:
+        proxy_url = "http://" + proxy_url  # Go reads a bare host:port as http
+    proxy = urlsplit(proxy_url)
+    if proxy.scheme != "http" or not proxy.hostname:
+        raise ConfigError(f"{where} {proxy_url!r}: only http:// proxies are supported")
+    auth = None
+    if proxy.username is not None:
+        pair = f"{unquote(proxy.username)}:{unquote(proxy.password or '')}".encode()
+        auth = "Basic " + base64.b64encode(pair).decode()
+    return Proxy(proxy.hostname, proxy.port or 80, auth)
+
+
+def _env(environ: Mapping[str, str], name: str) -> str:
+    return environ.get(name) or environ.get(name.lower()) or ""
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _no_proxy(host: str, port: int, rule: str) -> bool:
+    host = host.lower().rstrip(".")
+    try:
+        address: ipaddress.IPv4Address | ipaddress.IPv6Address | None = ipaddress.ip_address(host)
+    except ValueError:
+        address = None
+    for raw in rule.split(","):
+        entry = raw.strip().lower()
+        if not entry:
+            continue
+        if entry == "*":
+            return True
+        if "/" in entry and address is not None:
+            try:
+                if address in ipaddress.ip_network(entry, strict=False):
+                    return True
+            except ValueError:
+                pass
+            continue
+        name, _, entry_port = entry.rpartition(":") if entry.count(":") == 1 else (entry, "", "")
+        if entry_port and entry_port != str(port):
+            continue
+        name = name.strip("[]").rstrip(".")
+        if name.startswith("."):
+            if host.endswith(name):
+                return True
+        elif host == name or host.endswith("." + name):
+            return True
+    return False
+
+
+def retry_wait(method: str, status: int, retry_after: str | None) -> float | None:
+    """Seconds to wait before the request is sent again, or None: a 429 (the server refused it
+    unread: any method) or a 503 (a GET, or any method the server asked to come back with a
+    Retry-After, as client-go reads it: it did not act), the server's Retry-After (whole
+    seconds, as client-go reads it) capped at MAX_RETRY_WAIT, DEFAULT_RETRY_WAIT without one."""
+    if status not in (429, 503):
+        return None
+    if status == 503 and retry_after is None and method not in SAFE_METHODS:
+        return None  # the server may have acted: a write is not sent twice
+    seconds = DEFAULT_RETRY_WAIT
+    if retry_after is not None and retry_after.strip().isdigit() and len(retry_after) < 10:
+        seconds = float(retry_after.strip())
+    return min(max(seconds, 0.0), MAX_RETRY_WAIT)
+
 
 
 def _load_cert_chain(ctx: ssl.SSLContext, cert: bytes, key: bytes) -> None:
@@ -69,7 +186,8 @@ def ssl_context(cfg: ClusterConfig, credential: Credential | None = None) -> ssl
 
 
 class _HTTPSConnection(http.client.HTTPSConnection):
-    """An HTTPS connection that may verify the server under another name (tls-server-name)."""
+    """An HTTPS connection that may verify the server under another name (tls-server-name),
+    through a proxy's CONNECT tunnel when `set_tunnel` was called."""
 
     def __init__(self, host: str, port: int | None, *, timeout: float,
                  context: ssl.SSLContext, server_name: str | None) -> None:
@@ -78,9 +196,9 @@ class _HTTPSConnection(http.client.HTTPSConnection):
         self._server_name = server_name
 
     def connect(self) -> None:
-        http.client.HTTPConnection.connect(self)
-        self.sock = self._ctx.wrap_socket(self.sock,
-                                          server_hostname=self._server_name or self.host)
+        http.client.HTTPConnection.connect(self)  # to the proxy, and its tunnel, when any
+        name = self._server_name or getattr(self, "_tunnel_host", None) or self.host
+        self.sock = self._ctx.wrap_socket(self.sock, server_hostname=name)
 
 
 class ApiClient:
@@ -88,7 +206,9 @@ class ApiClient:
     per diagnosis)."""
 
     def __init__(self, cfg: ClusterConfig, *, user_agent: str,
-                 credentials: Credentials | None = None, token_refresh: float = 60.0) -> None:
+                 credentials: Credentials | None = None, token_refresh: float = 60.0,
+                 environ: Mapping[str, str] | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self.config = cfg
         self.user_agent = user_agent
         url = urlsplit(cfg.server)
@@ -98,6 +218,11 @@ class ApiClient:
         self._host = url.hostname
         self._port = url.port or (443 if self._https else 80)
         self._prefix = url.path.rstrip("/")
+        self.proxy = proxy_for(cfg.server, cfg.proxy_url,
+                               os.environ if environ is None else environ)
+        self._sleep = sleep
+        self.retries = 0
+        """Requests sent again because the server said to come back (429, 503)."""
         self.credentials = credentials or Credentials(cfg, token_refresh=token_refresh)
         self._lock = threading.Lock()
         self._ssl_for: tuple[bytes | None, bytes | None] | None = None
@@ -139,17 +264,27 @@ class ApiClient:
         payload = None if body is None else json.dumps(body).encode()
         url = self._prefix + path + (f"?{urlencode(query)}" if query else "")
         credential = self.credentials.current()  # a failing plugin: APICredentialsError
-        status, reason, data = self._send(method, url, payload, timeout, credential,
-                                          content_type)
-        if status == 401 and self.credentials.rotating:  # rotated or expired meanwhile?
-            status, reason, data = self._send(method, url, payload, timeout,
-                                              self.credentials.refresh(), content_type)
+        waited = 0.0
+        for attempt in range(MAX_RETRIES + 1):
+            status, reason, data, retry_after = self._send(method, url, payload, timeout,
+                                                           credential, content_type)
+            if status == 401 and self.credentials.rotating:  # rotated or expired meanwhile?
+                credential = self.credentials.refresh()
+                status, reason, data, retry_after = self._send(method, url, payload, timeout,
+                                                               credential, content_type)
+            wait = retry_wait(method, status, retry_after)
+            if wait is None or attempt == MAX_RETRIES or waited + wait > MAX_RETRIES_WAIT:
+                break
+            self._sleep(wait)
+            waited += wait
+            self.retries += 1
         if status >= 400:
             raise from_status(status, _status_message(data) or reason, data)
         return data
 
     def _send(self, method: str, url: str, payload: bytes | None, timeout: float,
-              credential: Credential, content_type: str) -> tuple[int, str, bytes]:
+              credential: Credential, content_type: str
+              ) -> tuple[int, str, bytes, str | None]:
         deadline = time.monotonic() + timeout
         headers = {"Accept": "application/json", "User-Agent": self.user_agent}
         if payload is not None:
@@ -157,12 +292,21 @@ class ApiClient:
         if credential.token:
             headers["Authorization"] = f"Bearer {credential.token}"
         conn: http.client.HTTPConnection
+        proxy = self.proxy
+        where = (proxy.host, proxy.port) if proxy else (self._host, self._port)
         if self._https:
-            conn = _HTTPSConnection(self._host, self._port, timeout=timeout,
-                                    context=self._context(credential),
+            conn = _HTTPSConnection(*where, timeout=timeout, context=self._context(credential),
                                     server_name=self.config.tls_server_name)
+            if proxy is not None:
+                tunnel = {"Proxy-Authorization": proxy.authorization} \
+                    if proxy.authorization else None
+                conn.set_tunnel(self._host, self._port, headers=tunnel)
         else:
-            conn = http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+            conn = http.client.HTTPConnection(*where, timeout=timeout)
+            if proxy is not None:  # an http:// server through a proxy: the absolute URI
+                url = f"http://{self._host}:{self._port}{url}"
+                if proxy.authorization:
+                    headers["Proxy-Authorization"] = proxy.authorization
 
         def left() -> float:
             remaining = deadline - time.monotonic()
@@ -185,7 +329,8 @@ class ApiClient:
                 if not chunk:
                     break
                 chunks.append(chunk)
-            return response.status, response.reason, b"".join(chunks)
+            return (response.status, response.reason, b"".join(chunks),
+                    response.getheader("Retry-After"))
         except (OSError, http.client.HTTPException) as err:  # incl. ssl.SSLError, timeouts
             what = "timed out" if isinstance(err, TimeoutError | socket.timeout) else "failed"
             raise APIConnectionError(f"{method} {self.config.server}{url} {what}: "
