@@ -70,13 +70,21 @@ def verified_owner(kube: Workloads, namespace: str, ref: OwnerReference | None,
     """The workload to annotate for a pod with this controller reference and these labels,
     every link verified (references and selectors); None when the pod has no such owner.
     Raises OwnerRefused, or the API's errors."""
+    found = verified_owner_read(kube, namespace, ref, labels)
+    return found[0] if found is not None else None
+
+
+def verified_owner_read(kube: Workloads, namespace: str, ref: OwnerReference | None,
+                        labels: Mapping[str, str]) -> tuple[Owner, dict[str, Any]] | None:
+    """`verified_owner` and the owner as read (its annotations hold a recommendation's
+    trial, `base.trial`)."""
     owner = controller_ref(ref, POD_OWNERS)
     if owner is None:
         return None
     replica_set = _verified(kube, namespace, owner)
     _selects(owner, replica_set, labels, "the pod")
     if owner.kind != "ReplicaSet":
-        return owner
+        return owner, replica_set
     metadata = replica_set.get("metadata")  # the ReplicaSet as read: parsed here, its edge
     metadata = metadata if isinstance(metadata, Mapping) else {}
     deployment = controller_ref(controller_reference(metadata.get("ownerReferences")),
@@ -88,7 +96,7 @@ def verified_owner(kube: Workloads, namespace: str, ref: OwnerReference | None,
     rs_labels = metadata.get("labels")
     _selects(deployment, found, rs_labels if isinstance(rs_labels, Mapping) else {},
              f"ReplicaSet {owner.name}")
-    return deployment
+    return deployment, found
 
 
 def verified(kube: Workloads, namespace: str, owner: Owner, labels: Mapping[str, Any],
@@ -130,4 +138,4 @@ def _job_uid(labels: Mapping[str, Any]) -> object:
 
 
 __all__ = ["JOB_UID_LABELS", "POD_OWNERS", "Owner", "OwnerRefused", "Workloads", "controller_ref",
-           "selector_matches", "verified", "verified_owner"]
+           "selector_matches", "verified", "verified_owner", "verified_owner_read"]
