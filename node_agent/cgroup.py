@@ -93,9 +93,8 @@ def parse_cgroup_file(text: str) -> Placement:
     naming two different pods make it unknown.
     """
     lines = text.split("\n", MAX_LINES)
-    if len(lines) > MAX_LINES:
-        if lines.pop().strip("\n"):
-            return NoPod.UNKNOWN
+    if len(lines) > MAX_LINES and lines.pop().strip("\n"):
+        return NoPod.UNKNOWN
     pods: list[CgroupIdentity] = []
     unknown = host = False
     for line in lines:

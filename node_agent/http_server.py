@@ -19,7 +19,10 @@ event loop on ``selectors`` (no thread per connection), and every dimension is b
   A new connection over either bound closes one that is waiting for a request head, or one
   whose response has made no progress for ``stall_timeout`` s, of the client holding the most
   (so a crowd from one address cannot push another client out); it is refused only when every
-  slot is busy writing to a client that reads;
+  slot is busy writing to a client that reads. At most half the slots may wait on a client
+  that does not take its response (the kernel's buffers full): past that, the one waiting
+  longest is closed, so clients that never read, from however many addresses, leave the other
+  half to those that do;
 - **kernel memory**: accepted sockets get ``SNDBUF`` and ``RCVBUF`` (the kernel doubles them,
   and no longer grows them), so a client that sends requests and never reads pins at most
   ~ (``SNDBUF`` + ``RCVBUF``) x 2 of the node's memory per slot instead of the megabytes TCP
@@ -165,8 +168,8 @@ class _Conn:
     """One client connection and where it stands: waiting for a request head
     (``waiting_since`` set), rendering (a worker has it), or writing a response (``out``)."""
 
-    __slots__ = ("buffer", "client", "closed", "deadline", "keep", "out", "progress", "scanned",
-                 "sock", "waiting_since")
+    __slots__ = ("blocked_since", "buffer", "client", "closed", "deadline", "keep", "out",
+                 "progress", "scanned", "sock", "waiting_since")
 
     def __init__(self, sock: socket.socket, client: str) -> None:
         self.sock = sock
@@ -176,6 +179,7 @@ class _Conn:
         self.waiting_since: float | None = None
         self.deadline = 0.0  # of the request head, or of the response being written
         self.progress = 0.0  # when the response being written last moved
+        self.blocked_since: float | None = None  # the kernel took no more of the response
         self.out: deque[memoryview] = deque()
         self.keep = False
         self.closed = False
@@ -225,6 +229,8 @@ class MetricsServer:
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         self._connections: set[_Conn] = set()
+        self._blocked: set[_Conn] = set()  # waiting on a client to take its response
+        self.max_blocked = max(1, max_connections // 2)
         self._per_client: Counter[str] = Counter()
         self._pending: deque[_Conn] = deque()  # bytes of a next request already read
         self._selector: selectors.BaseSelector | None = None
@@ -373,6 +379,7 @@ class MetricsServer:
             self._per_client[conn.client] -= 1
             if self._per_client[conn.client] <= 0:
                 del self._per_client[conn.client]
+        self._blocked.discard(conn)
         conn.out.clear()
         conn.buffer = bytearray()
         if self._selector is not None:
@@ -494,6 +501,20 @@ class MetricsServer:
         conn.progress = time.monotonic()
         self._on_write(conn)
 
+    def _block(self, conn: _Conn) -> None:
+        """The kernel takes no more of this response: wait for the client, unless half the
+        slots wait already; then the one waiting longest gives its slot up."""
+        if conn.blocked_since is None:
+            conn.blocked_since = time.monotonic()
+            self._blocked.add(conn)
+        if len(self._blocked) > self.max_blocked:
+            oldest = min(self._blocked, key=lambda c: c.blocked_since or 0.0)
+            self._close(oldest)
+            self.evicted += 1
+            if oldest is conn:
+                return
+        self._resume(conn, _WRITE)
+
     def _on_write(self, conn: _Conn) -> None:
         """Send what the kernel takes, at most CHUNK at a time from the shared body (a client
         that does not read holds no copy of it)."""
@@ -502,7 +523,7 @@ class MetricsServer:
             try:
                 sent = conn.sock.send(piece[:CHUNK])
             except (BlockingIOError, InterruptedError):
-                self._resume(conn, _WRITE)
+                self._block(conn)
                 return
             except OSError:
                 self._close(conn)
@@ -512,6 +533,8 @@ class MetricsServer:
                 conn.out.popleft()
             else:
                 conn.out[0] = piece[sent:]
+        self._blocked.discard(conn)
+        conn.blocked_since = None
         if not conn.keep:
             self._close(conn)  # every byte is with the kernel: it sends them, then the FIN
             return
