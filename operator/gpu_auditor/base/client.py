@@ -66,10 +66,13 @@ def proxy_for(server: str, proxy_url: str | None, environ: Mapping[str, str]) ->
     `NO_PROXY` names it (`*`, a host and its subdomains, `.domain` for subdomains only, an IP,
     a CIDR, each with an optional port). ConfigError for a proxy URL this client cannot use
     (only http:// proxies: TLS to the proxy itself is not spoken)."""
-    url = urlsplit(server)
-    host = url.hostname or ""
+    try:
+        url = urlsplit(server)
+        host, port = url.hostname or "", url.port
+    except ValueError as err:
+        raise ConfigError(f"API server URL {server!r}: {err}") from None
     if proxy_url is None:
-        if _loopback(host) or _no_proxy(host, url.port or (443 if url.scheme == "https" else 80),
+        if _loopback(host) or _no_proxy(host, port or (443 if url.scheme == "https" else 80),
                                          _env(environ, "NO_PROXY")):
             return None
         proxy_url = _env(environ, "HTTPS_PROXY" if url.scheme == "https" else "HTTP_PROXY")
@@ -80,14 +83,18 @@ def proxy_for(server: str, proxy_url: str | None, environ: Mapping[str, str]) ->
         where = "proxy-url"
     if "://" not in proxy_url:
         proxy_url = "http://" + proxy_url  # Go reads a bare host:port as http
-    proxy = urlsplit(proxy_url)
+    try:
+        proxy = urlsplit(proxy_url)
+        proxy_port = proxy.port
+    except ValueError as err:
+        raise ConfigError(f"{where} {proxy_url!r}: {err}") from None
     if proxy.scheme != "http" or not proxy.hostname:
         raise ConfigError(f"{where} {proxy_url!r}: only http:// proxies are supported")
     auth = None
     if proxy.username is not None:
         pair = f"{unquote(proxy.username)}:{unquote(proxy.password or '')}".encode()
         auth = "Basic " + base64.b64encode(pair).decode()
-    return Proxy(proxy.hostname, proxy.port or 80, auth)
+    return Proxy(proxy.hostname, proxy_port or 80, auth)
 
 
 def _env(environ: Mapping[str, str], name: str) -> str:
@@ -213,12 +220,16 @@ class ApiClient:
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.config = cfg
         self.user_agent = user_agent
-        url = urlsplit(cfg.server)
+        try:
+            url = urlsplit(cfg.server)
+            port = url.port
+        except ValueError as err:
+            raise ConfigError(f"API server URL {cfg.server!r}: {err}") from None
         self._https = url.scheme == "https"
         if not url.hostname:
             raise ConfigError(f"API server URL {cfg.server!r} has no host")
         self._host = url.hostname
-        self._port = url.port or (443 if self._https else 80)
+        self._port = port or (443 if self._https else 80)
         self._prefix = url.path.rstrip("/")
         self.proxy = proxy_for(cfg.server, cfg.proxy_url,
                                os.environ if environ is None else environ)

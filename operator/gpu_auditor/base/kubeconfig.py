@@ -137,6 +137,17 @@ def _string(entry: Mapping[str, Any], key: str, where: str) -> str | None:
     raise ConfigError(f"{where}: {key} must be a string, not a {type(value).__name__}")
 
 
+def _url(value: str, name: str, where: str) -> tuple[str, str]:
+    """(scheme, host) of a URL whose port, when it has one, is a port; ConfigError else (a
+    bracket out of place or a port of letters raised ValueError out of urlsplit)."""
+    try:
+        url = urlsplit(value)
+        _ = url.port
+    except ValueError as err:
+        raise ConfigError(f"{where}: {name} {value!r} is not a URL: {err}") from None
+    return url.scheme, url.hostname or ""
+
+
 def _flag(entry: Mapping[str, Any], key: str, where: str) -> bool:
     value = entry.get(key, False)
     if isinstance(value, bool):
@@ -248,13 +259,14 @@ def _resolve(merged: _Merged, context: str | None, where: str) -> ClusterConfig:
 
     here = f"{where}: cluster {cluster_name!r}"
     server = _string(cluster, "server", here)
-    if server is None or urlsplit(server).scheme not in ("https", "http"):
+    if server is None or _url(server, "server", here)[0] not in ("https", "http"):
         raise ConfigError(f"{here} needs an http(s) server URL, got {server!r}")
     proxy_url = _string(cluster, "proxy-url", here) or None
-    if proxy_url is not None and (urlsplit(proxy_url).scheme not in PROXY_SCHEMES
-                                  or not urlsplit(proxy_url).hostname):
-        socks = " (socks5 is not supported)" if proxy_url.startswith("socks") else ""
-        raise ConfigError(f"{here}: proxy-url must be an http:// or https:// URL{socks}")
+    if proxy_url is not None:
+        scheme, host = _url(proxy_url, "proxy-url", here)
+        if scheme not in PROXY_SCHEMES or not host:
+            socks = " (socks5 is not supported)" if proxy_url.startswith("socks") else ""
+            raise ConfigError(f"{here}: proxy-url must be an http:// or https:// URL{socks}")
     for unsupported in ("auth-provider", "username", "password"):
         if user.get(unsupported):
             raise ConfigError(f"{where}: user {user_name!r}: {unsupported} is not supported; "
@@ -337,33 +349,37 @@ def read_yaml(path: Path) -> object:
     """One kubeconfig file's YAML: at most MAX_KUBECONFIG bytes read (a FIFO or a process
     substitution is read too, to that bound), its aliases expanding to at most MAX_EXPANDED and
     never containing themselves. ConfigError for anything else."""
-    import yaml
-
     try:
         with open(path, "rb") as f:
             raw = f.read(MAX_KUBECONFIG + 1)
     except OSError as err:
         raise ConfigError(f"cannot read kubeconfig {path}: {err.strerror or err}") from err
+    return parse_yaml(raw, f"kubeconfig {path}")
+
+
+def parse_yaml(raw: bytes, where: str) -> object:
+    """`read_yaml` on bytes already read."""
+    import yaml
+
     if len(raw) > MAX_KUBECONFIG:
-        raise ConfigError(f"cannot read kubeconfig {path}: larger than "
-                          f"{MAX_KUBECONFIG >> 20} MiB")
+        raise ConfigError(f"cannot read {where}: larger than {MAX_KUBECONFIG >> 20} MiB")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise ConfigError(f"cannot read kubeconfig {path}: not UTF-8 text") from None
+        raise ConfigError(f"cannot read {where}: not UTF-8 text") from None
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
     try:
         node = loader.get_single_node()
         if node is None:
             return None
-        _expanded_size(node, f"kubeconfig {path}")
+        _expanded_size(node, where)
         return loader.construct_document(node)
     except yaml.YAMLError as err:
-        raise ConfigError(f"cannot read kubeconfig {path}: {err}") from None
+        raise ConfigError(f"cannot read {where}: {err}") from None
     except RecursionError:
-        raise ConfigError(f"cannot read kubeconfig {path}: nested too deeply") from None
+        raise ConfigError(f"cannot read {where}: nested too deeply") from None
     except (ValueError, TypeError, OverflowError) as err:  # a value YAML cannot construct
-        raise ConfigError(f"cannot read kubeconfig {path}: {err}") from None
+        raise ConfigError(f"cannot read {where}: {err}") from None
     finally:
         loader.dispose()
 

@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpu_auditor.base.errors import ConfigError
 from gpu_auditor.base.kubeconfig import (
@@ -264,3 +266,25 @@ def test_proxy_url_is_read_and_a_scheme_the_client_cannot_speak_is_refused() -> 
     data["clusters"][1]["cluster"]["proxy-url"] = "socks5://proxy:1080"  # type: ignore[index]
     with pytest.raises(ConfigError, match="socks5 is not supported"):
         parse_kubeconfig(data, Path("/"))
+
+
+# -- any bytes: a config or ConfigError (issue 26; the full run: bench/fuzz_operator_parsers.py)
+
+YAML_PIECES = st.sampled_from(["current-context: x\n", "clusters:\n", "- name: c\n",
+                               "  cluster: {server: https://h}\n", "users: [{name: u}]\n",
+                               "&a ", "*a", "[*a, *a]", "{", "}", "[", "]", "- ", ": ",
+                               "!!binary ", "? ", "'", "\"", "~", "2023-02-30",
+                               "contexts: [{name: x, context: {cluster: c}}]\n", "\n"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.binary(max_size=512), st.lists(YAML_PIECES, max_size=40).map(
+    lambda parts: "".join(parts).encode())))
+def test_any_bytes_are_a_config_or_a_config_error(data: bytes) -> None:
+    from gpu_auditor.base.kubeconfig import parse_yaml
+
+    try:
+        parsed = parse_yaml(data, "fuzzed")
+        parse_kubeconfig(parsed if isinstance(parsed, dict) else {}, Path("/tmp"), "fuzzed")
+    except ConfigError:
+        pass

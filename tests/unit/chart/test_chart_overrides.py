@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from chartlib import Render, only
 
 pytestmark = pytest.mark.unit

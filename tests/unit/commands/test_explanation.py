@@ -10,11 +10,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpu_auditor.base.contract import Allocated
 from gpu_auditor.base.nodereport import PodEntry
 from gpu_auditor.commands import explaintext
-from gpu_auditor.commands.explanation import explain
+from gpu_auditor.commands.explanation import explain, read_diagnosis
 from gpu_auditor.diagnosis.model import Diagnosis
 
 from .explain_helpers import (
@@ -199,3 +201,28 @@ def test_a_cronjobs_job_gets_the_cronjob_and_a_custom_kind_its_own_spec() -> Non
     assert e.setting is not None and e.setting.set_env_command == ""
     assert "to PyTorchJob/llm: edit the pod template in the PyTorchJob's spec:" in \
         explaintext.render(e)
+
+
+# -- any annotation text: read or said, never an exception (issue 26; the full run:
+# bench/fuzz_operator_parsers.py) ------------------------------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=400), st.text(max_size=400),
+       st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+                    lambda c: st.lists(c, max_size=4) | st.dictionaries(
+                        st.sampled_from(["figures", "otherProcesses", "pid", "bytes", "container",
+                                         "contributing", "oomCount", "requestedBytes"]),
+                        c, max_size=4), max_leaves=25))
+def test_any_annotation_is_read_or_said_never_raised(actions: str, evidence: str,
+                                                     shaped: object) -> None:
+    for pair in ((actions, evidence), (json.dumps(shaped), json.dumps(shaped))):
+        notes: list[str] = []
+        malformed: list[str] = []
+        read = read_diagnosis({"diagnosis": "capacity", "actions": pair[0],
+                               "evidence": pair[1]}, notes, malformed)
+        assert read is not None and len(malformed) <= 2
+        explaintext.render(explain(failed_pod({f"{PREFIX}diagnosis": "capacity",
+                                               f"{PREFIX}actions": pair[0],
+                                               f"{PREFIX}evidence": pair[1]}),
+                                   events=[], owners=(), report=None, report_note=""))
