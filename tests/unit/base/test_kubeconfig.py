@@ -288,3 +288,15 @@ def test_any_bytes_are_a_config_or_a_config_error(data: bytes) -> None:
         parse_kubeconfig(parsed if isinstance(parsed, dict) else {}, Path("/tmp"), "fuzzed")
     except ConfigError:
         pass
+
+
+@pytest.mark.parametrize(("field", "url"), [("server", "https://ap[i.example:6443"),
+                                            ("server", "https://h:port"),
+                                            ("proxy-url", "http://proxy].example:3128")])
+def test_a_url_urlsplit_cannot_read_is_a_config_error_not_a_traceback(field: str,
+                                                                     url: str) -> None:
+    """Found by bench/fuzz_operator_parsers.py: ValueError out of urlsplit."""
+    data = _config()
+    data["clusters"][1]["cluster"][field] = url  # type: ignore[index]
+    with pytest.raises(ConfigError, match="is not a URL|needs an http"):
+        parse_kubeconfig(data, Path("/"))
