@@ -56,14 +56,16 @@ class Server:
     key_file: Path
     process: subprocess.Popen[bytes] | None = None
     port: int = 0
+    program: tuple[str, ...] = ("-m", "gpu_auditor.webhook.main", "--metrics-port", "0")
+    """What the interpreter runs (another server for a baseline: a script and its flags)."""
 
     def start(self) -> None:
         self.port = _free_port()
         env = {**os.environ, "PYTHONPATH": str(self.source / "operator")}
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "gpu_auditor.webhook.main", "--bind-address", "127.0.0.1",
+            [sys.executable, *self.program, "--bind-address", "127.0.0.1",
              "--port", str(self.port), "--cert-file", str(self.cert_file),
-             "--key-file", str(self.key_file), "--metrics-port", "0"],
+             "--key-file", str(self.key_file)],
             env=env, cwd=str(self.source), stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 20
