@@ -101,6 +101,7 @@ def old_decoder(tmp: Path) -> Any:
     spec = importlib.util.spec_from_file_location("old_wire", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules["old_wire"] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 
@@ -120,7 +121,8 @@ sys.path[:0] = [sys.argv[3], sys.argv[3] + '/operator']
 data = open(sys.argv[2], 'rb').read()
 if sys.argv[1] == 'old':
     spec = importlib.util.spec_from_file_location('old_wire', sys.argv[4])
-    m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
+    m = importlib.util.module_from_spec(spec); sys.modules['old_wire'] = m
+    spec.loader.exec_module(m)
     read, error = m.list_response, m.WireError
 else:
     from node_agent.podresources import messages
