@@ -15,14 +15,15 @@ event loop on ``selectors`` (no thread per connection), and every dimension is b
 - **work per byte**: the head is found and split by C code (``bytes.find``, ``split``,
   ``lstrip``) from where the last search ended; nothing a client sends is looked at one byte at
   a time in Python;
-- **connections**: at most ``max_connections`` in all and ``max_per_client`` from one address.
-  A new connection over either bound closes one that is waiting for a request head, or one
-  whose response has made no progress for ``stall_timeout`` s, of the client holding the most
-  (so a crowd from one address cannot push another client out); it is refused only when every
-  slot is busy writing to a client that reads. At most half the slots may wait on a client
-  that does not take its response (the kernel's buffers full): past that, the one waiting
-  longest is closed, so clients that never read, from however many addresses, leave the other
-  half to those that do;
+- **connections**: at most ``max_per_client`` from one address (a new one past that is refused
+  at once with a reset, its others kept: a crowd reconnecting costs an accept and a close, not
+  an eviction) and ``max_connections`` in all: a new connection then closes one that is waiting
+  for a request head, or one whose response has made no progress for ``stall_timeout`` s, of
+  the address holding the most (so a crowd cannot push another client out); it is refused only
+  when every slot is busy writing to a client that reads. At most half the slots may wait on a
+  client that does not take its response (the kernel's buffers full): past that, the one
+  waiting longest is closed, so clients that never read, from however many addresses, leave
+  the other half to those that do;
 - **kernel memory**: accepted sockets get ``SNDBUF`` and ``RCVBUF`` (the kernel doubles them,
   and no longer grows them), so a client that sends requests and never reads pins at most
   ~ (``SNDBUF`` + ``RCVBUF``) x 2 of the node's memory per slot instead of the megabytes TCP
@@ -42,6 +43,7 @@ import logging
 import queue
 import selectors
 import socket
+import struct
 import threading
 import time
 from collections import Counter, deque
@@ -64,6 +66,7 @@ _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Al
             431: "Request Header Fields Too Large", 500: "Internal Server Error",
             503: "Service Unavailable"}
 _BLANK = b"\r\n"
+_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST, keeps no TIME_WAIT
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,15 +333,20 @@ class MetricsServer:
             except OSError as err:  # out of file descriptors, ...: keep serving the others
                 log.warning("accepting a connection failed: %s", err)
                 return
+            client = str(address[0])
+            if self._per_client[client] >= self.max_per_client:
+                self._refuse(sock)  # its own connections stay; it only loses this one
+                continue
             sock.setblocking(False)
-            conn = _Conn(sock, str(address[0]))
+            conn = _Conn(sock, client)
             if not self._admit(conn):
-                self.refused += 1
-                sock.close()
+                self._refuse(sock)
                 continue
             assert self._selector is not None
             self._selector.register(sock, _READ, conn)
-            self._wait_for_head(conn, self.head_timeout)
+            conn.waiting_since = time.monotonic()
+            conn.deadline = conn.waiting_since + self.head_timeout
+            self._on_read(conn)  # what came with the handshake (a request, or already EOF)
 
     def _victim(self, among: list[_Conn]) -> _Conn | None:
         """Of these connections, one that may be closed to make room: waiting for a request
@@ -353,17 +361,21 @@ class MetricsServer:
             return min(stalled, key=lambda c: (-self._per_client[c.client], c.progress))
         return None
 
+    def _refuse(self, sock: socket.socket) -> None:
+        """Close a connection we will not serve at once, with a reset: no TIME_WAIT left
+        behind for each of a crowd's reconnections."""
+        self.refused += 1
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+        sock.close()
+
     def _admit(self, conn: _Conn) -> bool:
-        if self._per_client[conn.client] >= self.max_per_client:
-            victim = self._victim([c for c in self._connections if c.client == conn.client])
-            if victim is None:
-                return False
-            self._close(victim)
-            self.evicted += 1
         if len(self._connections) >= self.max_connections:
             victim = self._victim(list(self._connections))
             if victim is None:
                 return False
+            with contextlib.suppress(OSError):  # it owes nobody a response: reset it
+                victim.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
             self._close(victim)
             self.evicted += 1
         self._connections.add(conn)
