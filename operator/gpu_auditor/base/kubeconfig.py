@@ -164,6 +164,15 @@ def _b64(value: object, name: str, where: str) -> bytes:
         raise ConfigError(f"{where}: {name} is not valid base64") from err
 
 
+def _pem(value: object, name: str, where: str) -> str:
+    """A base64 field that holds PEM text: decoded, and refused when it is not text (the
+    bytes of a wrong base64 string raised UnicodeDecodeError out of the loader)."""
+    try:
+        return _b64(value, name, where).decode("ascii")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{where}: {name} does not hold PEM text") from None
+
+
 def _path(value: object, base_dir: Path) -> Path | None:
     if not value:
         return None
@@ -280,7 +289,7 @@ def _resolve(merged: _Merged, context: str | None, where: str) -> ClusterConfig:
     cfg = ClusterConfig(
         server=server,
         ca_file=None if ca_data else _path(cluster.get("certificate-authority"), cluster_dir),
-        ca_data=_b64(ca_data, "certificate-authority-data", where).decode() if ca_data else None,
+        ca_data=_pem(ca_data, "certificate-authority-data", where) if ca_data else None,
         insecure_skip_tls_verify=_flag(cluster, "insecure-skip-tls-verify", here),
         tls_server_name=_string(cluster, "tls-server-name", here) or None,
         client_cert_file=None if cert_data else _path(user.get("client-certificate"), user_dir),

@@ -298,5 +298,13 @@ def test_a_url_urlsplit_cannot_read_is_a_config_error_not_a_traceback(field: str
     """Found by bench/fuzz_operator_parsers.py: ValueError out of urlsplit."""
     data = _config()
     data["clusters"][1]["cluster"][field] = url  # type: ignore[index]
-    with pytest.raises(ConfigError, match="is not a URL|needs an http"):
+    with pytest.raises(ConfigError, match=r"is not a URL|needs an http"):
+        parse_kubeconfig(data, Path("/"))
+
+
+def test_certificate_authority_data_that_is_not_pem_text_is_a_config_error() -> None:
+    """Found by bench/fuzz_operator_parsers.py: its bytes raised UnicodeDecodeError."""
+    data = _config()
+    data["clusters"][1]["cluster"]["certificate-authority-data"] = "YrE="  # type: ignore[index]
+    with pytest.raises(ConfigError, match="does not hold PEM text"):
         parse_kubeconfig(data, Path("/"))
