@@ -315,12 +315,19 @@ class JobPath:
     def _write_job(self, group: Group, root: RootCause, verdict: Verdict, job: VerifiedJob
                    ) -> None:
         wanted = jobnotes.job_annotations(root, verdict, prefix=self.prefix, now=self.clock())
+        written: Callable[[], None] = lambda: None  # noqa: E731
+        if self.oom.trials is not None:  # the recommendation's trial on the job (trials.py)
+            member = group.members.get(root.failure.key)
+            wanted, written = self.oom.trials.for_job(
+                group.key.namespace, job, member.pod if member else None,
+                member.termination if member else None, wanted)
         at = f"{self.prefix}{Annotation.DIAGNOSED_AT}"
         same = group.job_written is not None and {
             k: v for k, v in group.job_written.items() if k != at} == {
             k: v for k, v in wanted.items() if k != at}
         if not same:
             self.kube.patch_object(job.kind, group.key.namespace, job.name, job.uid, wanted)
+            written()
             group.job_written, group.job_root = wanted, root.failure.key
             metrics.JOB_DIAGNOSES.labels(job.kind.kind, wanted[
                 f"{self.prefix}{Annotation.DIAGNOSIS}"] or "unknown").inc()

@@ -25,8 +25,10 @@ from typing import Final
 from gpu_auditor.base.trial import (
     Outcome,
     Trial,
+    entries,
     has_setting,
     rejects,
+    render,
     setting_of,
     with_rejected,
 )
@@ -143,33 +145,43 @@ def recommended_setting(diagnosis: Diagnosis, current: str | None) -> str:
     return setting_of(value, current) if value else ""
 
 
+def revised(summary: str, actions: tuple[str, ...], recommended: str | None,
+            trial: Trial | None, current: str | None, *, owner: str, not_fixed_by: str = ""
+            ) -> tuple[str, tuple[str, ...], str | None]:
+    """A diagnosis's summary, actions and recommended value as they are to be written for a
+    failure of `owner`'s pod (`adjusted`, for the typed diagnosis; the job path's annotations
+    for a distributed job's object)."""
+    notes: list[str] = []
+    if trial is not None and not_fixed_by:
+        summary += f" ({trial.setting} was applied and did not help)"
+        notes.append(f"{ALLOC_CONF_ENV} with {trial.setting} was applied to {not_fixed_by} and "
+                     f"did not help: it is not recommended again for {owner}")
+    setting = setting_of(recommended, current) if recommended else ""
+    if trial is not None and recommended and (
+            rejects(trial.rejected, setting or recommended)
+            or rejects(trial.rejected, render(entries(recommended)))):
+        actions = tuple(a for a in actions if f"{ALLOC_CONF_ENV}={recommended}" not in a)
+        if not not_fixed_by:
+            notes.append(f"{setting or recommended} did not help {owner} before"
+                         f"{f' ({trial.judged_pod})' if trial.judged_pod else ''}: not "
+                         "recommended again")
+        recommended = None
+    return summary, tuple(dict.fromkeys((*notes, *actions))), recommended
+
+
 def adjusted(diagnosis: Diagnosis, trial: Trial | None, current: str | None, *, owner: str,
              not_fixed_by: str = "") -> Diagnosis:
     """The diagnosis to write for a failure of `owner`'s pod: when the trial's setting was just
     found not to help (`not_fixed_by`: the pod that ran out of memory with it), the summary and
     the first action say so; a recommended setting that did not help this owner before is left
     out, with an action that says why."""
-    notes: list[str] = []
-    summary = diagnosis.summary
-    if trial is not None and not_fixed_by:
-        summary += f" ({trial.setting} was applied and did not help)"
-        notes.append(f"{ALLOC_CONF_ENV} with {trial.setting} was applied to {not_fixed_by} and "
-                     f"did not help: it is not recommended again for {owner}")
     rec = diagnosis.recommendation
-    setting = recommended_setting(diagnosis, current)
-    actions = rec.actions
-    if trial is not None and setting and rejects(trial.rejected, setting):
-        actions = tuple(a for a in actions if rec.alloc_conf is None or
-                        f"{ALLOC_CONF_ENV}={rec.alloc_conf}" not in a)
-        if not not_fixed_by:
-            notes.append(f"{setting} did not help {owner} before"
-                         f"{f' ({trial.judged_pod})' if trial.judged_pod else ''}: not "
-                         "recommended again")
-        rec = Recommendation(None, None, actions)
-    if not notes and rec is diagnosis.recommendation:
+    summary, actions, value = revised(diagnosis.summary, rec.actions, rec.alloc_conf, trial,
+                                      current, owner=owner, not_fixed_by=not_fixed_by)
+    if (summary, actions, value) == (diagnosis.summary, rec.actions, rec.alloc_conf):
         return diagnosis
-    rec = Recommendation(rec.env, rec.alloc_conf, tuple(dict.fromkeys((*notes, *rec.actions))))
-    return replace(diagnosis, summary=summary, recommendation=rec)
+    return replace(diagnosis, summary=summary, recommendation=Recommendation(
+        rec.env if value else None, value, actions))
 
 
 def started(diagnosis: Diagnosis, previous: Trial | None, *, container: str, current: str | None,
@@ -179,15 +191,23 @@ def started(diagnosis: Diagnosis, previous: Trial | None, *, container: str, cur
     the setting it recommends, the open one refreshed when it recommends the same setting again
     (its not-applied kept, counted once), the previous one as it was when it recommends none
     (None when there was none)."""
-    setting = recommended_setting(diagnosis, current)
-    value = diagnosis.recommendation.alloc_conf
+    return trial_for(diagnosis.recommendation.alloc_conf, str(diagnosis.kind),
+                     diagnosis.torch_version_hint, previous, container=container,
+                     current=current, failed_pod=failed_pod, failed_uid=failed_uid,
+                     failed_at=failed_at, ran_seconds=ran_seconds)
+
+
+def trial_for(value: str | None, kind: str, release: str | None, previous: Trial | None, *,
+              container: str, current: str | None, failed_pod: str, failed_uid: str,
+              failed_at: dt.datetime | None, ran_seconds: float | None) -> Trial | None:
+    """`started`, from the recommended value, the diagnosis kind and release as written."""
+    setting = setting_of(value, current) if value else ""
     if not setting or value is None:
         return previous
     rejected = previous.rejected if previous is not None else ()
-    fresh = Trial(setting=setting, value=value, kind=str(diagnosis.kind), container=container,
+    fresh = Trial(setting=setting, value=value, kind=kind, container=container,
                   failed_pod=failed_pod, failed_uid=failed_uid, failed_at=failed_at,
-                  ran_seconds=ran_seconds, release=diagnosis.torch_version_hint,
-                  rejected=rejected)
+                  ran_seconds=ran_seconds, release=release, rejected=rejected)
     if previous is not None and previous.open and previous.setting == setting:
         return replace(fresh, outcome=previous.outcome, judged_pod=previous.judged_pod,
                        counted=previous.counted)

@@ -69,7 +69,8 @@ class Services:
                            annotate_owners=cfg.annotate_owners)
         self.sharing = SharingPath(self.kube, self.reports, Attempts(self.schedule),
                                    prefix=cfg.annotation_prefix, namespaces=cfg.namespaces)
-        self.trials = Trials(self.kube, self.schedule, prefix=cfg.annotation_prefix)
+        self.trials = Trials(self.kube, self.schedule, prefix=cfg.annotation_prefix,
+                             switches=frozenset(cfg.job_kinds))
         self.oom.trials = self.trials
         if cfg.job_kinds:
             self.jobs = JobPath(self.kube, self.oom, self.oom.attempts, self.schedule,

@@ -22,13 +22,15 @@ pods ending at once count one outcome.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import threading
 import zlib
 from collections.abc import Callable, Hashable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from gpu_auditor.base import jobkinds as jk
 from gpu_auditor.base import names
 from gpu_auditor.base.contract import Annotation, EventReason
 from gpu_auditor.base.errors import TRANSIENT, APIError, APINotFoundError
@@ -39,7 +41,8 @@ from gpu_auditor.base.trial import (
     trial_annotations,
 )
 from gpu_auditor.controller import annotations as notes
-from gpu_auditor.controller import bounded, metrics, owners
+from gpu_auditor.controller import bounded, jobowners, metrics, owners
+from gpu_auditor.controller.jobmember import member_of
 from gpu_auditor.controller.kube import WORKLOADS, KubeApi, ObjectRef
 from gpu_auditor.controller.lru import Lru
 from gpu_auditor.controller.outcome import (
@@ -51,7 +54,9 @@ from gpu_auditor.controller.outcome import (
     judge,
     ran_past_at,
     ran_seconds,
+    revised,
     started,
+    trial_for,
 )
 from gpu_auditor.controller.pod import (
     Container,
@@ -60,6 +65,7 @@ from gpu_auditor.controller.pod import (
     Termination,
     controller_reference,
     current_alloc_conf,
+    parse_pod,
 )
 from gpu_auditor.controller.retry import Schedule
 from gpu_auditor.diagnosis import KINDS, Diagnosis
@@ -80,13 +86,45 @@ first count of a series that is born at 1 (docs/metrics.md)."""
 
 OwnerKey = tuple[str, str, str]
 """(namespace, how, what): ("ml", "uid", <owner UID>), or ("ml", "Deployment", <name>) for the
-pods of a Deployment's ReplicaSets, whose UIDs change with each rollout."""
+pods of a Deployment's ReplicaSets, ("ml", "JobSet", <name>) for a JobSet's: their direct
+owners' UIDs change with each rollout or restart."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """The verified owner that carries a recommendation: a workload (a pod's owner,
+    `owners`) or a distributed job's object (`jobowners`)."""
+
+    kind: str
+    api_version: str
+    name: str
+    uid: str
+    annotations: Mapping[str, str]
+    job_kind: jk.JobKind | None = None
+    """Set for a distributed job's object (written with `patch_object`)."""
+
+    @property
+    def shown(self) -> str:
+        return f"{self.kind} {self.name}"
+
+
+def workload_target(owner: owners.Owner, obj: Mapping[str, Any]) -> Target:
+    return Target(owner.kind, WORKLOADS[owner.kind].api_version, owner.name, owner.uid,
+                  _annotations(obj))
+
+
+def job_target(job: jobowners.VerifiedJob) -> Target:
+    return Target(job.kind.kind, job.kind.api_version, job.name, job.uid, job.annotations,
+                  job.kind)
 
 
 def owner_key(namespace: str, ref: OwnerReference | None, labels: Mapping[str, Any]
               ) -> OwnerKey | None:
     """Which owner a pod's controller reference points at, as far as its own fields tell (no
     API call: a cache key, verified before any use)."""
+    jobset = labels.get(jk.JOBSET_NAME)
+    if isinstance(jobset, str) and jobset:  # its child Jobs are new with each restart
+        return (namespace, "JobSet", jobset)
     if ref is None or not isinstance(ref.uid, str) or not isinstance(ref.name, str):
         return None
     hashed = labels.get("pod-template-hash")
@@ -102,7 +140,7 @@ class Prepared:
 
     diagnosis: Diagnosis
     """The diagnosis to write (adjusted)."""
-    owner: owners.Owner | None
+    owner: Target | None
     """The verified owner; None when the pod has none, or its chain did not verify."""
     trial: Trial | None = None
     """The trial to record on the owner (None: none)."""
@@ -127,6 +165,8 @@ class Facts:
     statuses: Mapping[str, Mapping[str, Any]]
     applied: str
     seen: Seen | None
+    pod: Pod
+    """The pod as the job path's readers take it (labels, controller, completion index)."""
 
     @property
     def ref(self) -> str:
@@ -137,10 +177,13 @@ class Trials:
     """Follows the trials of recommended settings on their owners' pods."""
 
     def __init__(self, kube: KubeApi, schedule: Schedule, *, prefix: str,
+                 switches: frozenset[str] = frozenset(),
                  clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)) -> None:
         self.kube = kube
         self.schedule = schedule
         self.prefix = prefix
+        self.switches = switches
+        """The distributed jobs' kinds whose pods the job path groups (`--job-kinds`)."""
         self.clock = clock
         self.index = Lru(MAX_OWNERS)
         """OwnerKey -> the creation time after which its pods are next pods (None: any)."""
@@ -201,8 +244,8 @@ class Trials:
         if found is None:
             lock.release()
             return Prepared(diagnosis, None)
-        owner, obj = found
-        trial = parse_trial(_annotations(obj), self.prefix)
+        owner = workload_target(*found)
+        trial = parse_trial(owner.annotations, self.prefix)
         current = container.alloc_conf.value
         attempt = Attempt(pod.ref, pod.uid, pod.created_at, current,
                           known=container.alloc_conf.ignored is None)
@@ -210,7 +253,7 @@ class Trials:
         after = judged.trial if judged is not None else trial
         not_fixed = judged is not None and judged.changed and \
             judged.trial.outcome is Outcome.NOT_FIXED
-        diagnosis = adjusted(diagnosis, after, current, owner=f"{owner.kind} {owner.name}",
+        diagnosis = adjusted(diagnosis, after, current, owner=owner.shown,
                              not_fixed_by=pod.ref if not_fixed else "")
         next_trial = started(diagnosis, after, container=t.container, current=current,
                              failed_pod=pod.ref, failed_uid=pod.uid,
@@ -230,7 +273,7 @@ class Trials:
         if prepared.trial is not None:
             patch.update(trial_annotations(prepared.trial, self.prefix))
         try:
-            self.kube.patch_workload(owner.kind, namespace, owner.name, owner.uid, patch)
+            self._write(owner, namespace, patch)
         except Exception as exc:
             log.warning("could not annotate %s %s/%s: %s", owner.kind, namespace, owner.name,
                         exc)
@@ -289,21 +332,19 @@ class Trials:
         key = owner_key(facts.namespace, facts.controller, facts.labels)
         with self._lock(key):
             try:
-                found = owners.verified_owner_read(self.kube, facts.namespace, facts.controller,
-                                                   facts.labels)
+                owner = self._target(facts)
             except owners.OwnerRefused as exc:
                 log.info("trial of %s not followed: %s", facts.ref, exc)
                 return
-            trial = parse_trial(_annotations(found[1]), self.prefix) if found else None
-            if found is None or trial is None:
+            trial = parse_trial(owner.annotations, self.prefix) if owner else None
+            if owner is None or trial is None:
                 if key is not None:
                     self.index.pop(key)
                 return
-            owner = found[0]
             judged = judge(trial, _attempt(facts, trial), seen)
             if judged.changed:
-                self.kube.patch_workload(owner.kind, facts.namespace, owner.name, owner.uid,
-                                         trial_annotations(judged.trial, self.prefix))
+                self._write(owner, facts.namespace,
+                            trial_annotations(judged.trial, self.prefix))
                 self._remember(key, judged.trial)
                 self._decided(facts.namespace, owner, judged)
                 if judged.trial.final:
@@ -356,7 +397,79 @@ class Trials:
         if self.follows(body):
             self.follow(body)
 
+    def _target(self, facts: Facts) -> Target | None:
+        """The verified owner of a followed pod that may carry a trial: its distributed job's
+        object when the job path groups its kind, else its workload. Raises OwnerRefused, or
+        the API's errors."""
+        pod = facts.pod
+        member = member_of(pod, self.switches) if self.switches else None
+        if member is not None:
+            return job_target(jobowners.verify(self.kube, pod, member, self.switches))
+        found = owners.verified_owner_read(self.kube, facts.namespace, facts.controller,
+                                           facts.labels)
+        return workload_target(*found) if found is not None else None
+
+    # -- the job path ----------------------------------------------------------------------------
+
+    def for_job(self, namespace: str, job: jobowners.VerifiedJob, pod: Pod | None,
+                t: Termination | None, wanted: Mapping[str, str | None]
+                ) -> tuple[dict[str, str | None], Callable[[], None]]:
+        """A distributed job's annotations (`jobnotes.job_annotations`) with its trial: the
+        root-cause pod's OOM judged against the job's recorded trial (not-fixed when it ran
+        with the setting), a setting that did not help left out and said so, the next trial
+        started; and what to do once they are written (count, Event, remember)."""
+        out = dict(wanted)
+        if pod is None or t is None:  # a root cause remembered after a restart: done before
+            return out, lambda: None
+        target = job_target(job)
+        container = next((c for c in pod.containers if c.name == t.container), None)
+        conf = container.alloc_conf if container is not None else None
+        current = conf.value if conf is not None else None
+        trial = parse_trial(job.annotations, self.prefix)
+        attempt = Attempt(pod.ref, pod.uid, pod.created_at, current,
+                          known=conf is not None and conf.ignored is None)
+        judged = judge(trial, attempt, Seen.OOM) if trial is not None else None
+        after = judged.trial if judged is not None else trial
+        not_fixed = judged is not None and judged.changed and \
+            judged.trial.outcome is Outcome.NOT_FIXED
+        rec_key = f"{self.prefix}{Annotation.RECOMMENDED_ALLOC_CONF}"
+        summary_key = f"{self.prefix}{Annotation.SUMMARY}"
+        actions_key = f"{self.prefix}{Annotation.ACTIONS}"
+        summary, actions, value = revised(
+            out.get(summary_key) or "", tuple(_actions(out.get(actions_key))), out.get(rec_key),
+            after, current, owner=target.shown, not_fixed_by=pod.ref if not_fixed else "")
+        if value != out.get(rec_key) or not_fixed:
+            out[rec_key] = value
+            out[summary_key] = notes.value(Annotation.SUMMARY, summary)
+            out[actions_key] = bounded.json_list(
+                list(actions), notes.LIMITS[Annotation.ACTIONS], item_limit=notes.ITEM_LIMIT,
+                what="actions")
+        kind = out.get(f"{self.prefix}{Annotation.DIAGNOSIS}") or "unknown"
+        new = trial_for(value, kind, _release(out.get(f"{self.prefix}{Annotation.EVIDENCE}")),
+                        after, container=t.container, current=current, failed_pod=pod.ref,
+                        failed_uid=pod.uid, failed_at=t.finished_at or pod.created_at,
+                        ran_seconds=ran_seconds(t.started_at, t.finished_at))
+        if new is not None:
+            out.update(trial_annotations(new, self.prefix))
+        key = owner_key(namespace, pod.controller, pod.labels)
+
+        def written() -> None:
+            self._remember(key, new)
+            if judged is not None:
+                self._decided(namespace, target, judged)
+
+        return out, written
+
     # -- writing -------------------------------------------------------------------------------
+
+    def _write(self, target: Target, namespace: str,
+               annotations: Mapping[str, str | None]) -> None:
+        if target.job_kind is not None:
+            self.kube.patch_object(target.job_kind, namespace, target.name, target.uid,
+                                   annotations)
+        else:
+            self.kube.patch_workload(target.kind, namespace, target.name, target.uid,
+                                     annotations)
 
     def _remember(self, key: OwnerKey | None, trial: Trial | None) -> None:
         if key is None:
@@ -366,7 +479,7 @@ class Trials:
         else:
             self.index.pop(key)
 
-    def _decided(self, namespace: str, owner: owners.Owner, judged: Judged) -> None:
+    def _decided(self, namespace: str, owner: Target, judged: Judged) -> None:
         """Count a newly decided outcome once, and say it on the owner."""
         outcome = judged.counted
         if outcome is None:
@@ -381,7 +494,7 @@ class Trials:
         name = notes.event_name(owner.name, owner.uid, trial.failed_uid, trial.setting, outcome)
         try:
             self.kube.post_event(ObjectRef(namespace, owner.name, owner.uid, kind=owner.kind,
-                                           api_version=WORKLOADS[owner.kind].api_version),
+                                           api_version=owner.api_version),
                                  name=name, reason=EventReason.RECOMMENDATION_OUTCOME,
                                  message=message,
                                  event_type="Warning" if outcome is Outcome.NOT_FIXED
@@ -433,14 +546,19 @@ def _facts(body: Mapping[str, Any], prefix: str) -> Facts:
                   if isinstance(c, Mapping)}
     statuses = {str(s.get("name")): s for s in _list(status.get("containerStatuses"))
                 if isinstance(s, Mapping)}
-    applied = _map(meta.get("annotations")).get(f"{prefix}{Annotation.RECOMMENDATION_APPLIED}")
+    found = _map(meta.get("annotations"))
+    applied = found.get(f"{prefix}{Annotation.RECOMMENDATION_APPLIED}")
+    labels = {k: v for k, v in _map(meta.get("labels")).items() if isinstance(v, str)}
+    index = found.get(jk.COMPLETION_INDEX, labels.get(jk.COMPLETION_INDEX))
+    pod = replace(parse_pod(body, prefix), labels=labels,
+                  completion_index=int(index) if isinstance(index, str) and index.isascii()
+                  and index.isdigit() and len(index) <= 9 else None)
     return Facts(
         namespace=str(meta.get("namespace") or ""), name=str(meta.get("name") or ""),
         uid=str(meta.get("uid") or ""), created_at=_time(meta.get("creationTimestamp")),
-        labels={k: v for k, v in _map(meta.get("labels")).items() if isinstance(v, str)},
-        controller=controller_reference(meta.get("ownerReferences")),
+        labels=labels, controller=controller_reference(meta.get("ownerReferences")),
         containers=containers, statuses=statuses,
-        applied=applied if isinstance(applied, str) else "", seen=_seen(body))
+        applied=applied if isinstance(applied, str) else "", seen=_seen(body), pod=pod)
 
 
 def _attempt(facts: Facts, trial: Trial) -> Attempt:
@@ -467,6 +585,25 @@ def _seen(body: Mapping[str, Any]) -> Seen | None:
     if states and len(ended) == len(states) and all(e.get("exitCode") == 0 for e in ended):
         return Seen.COMPLETED
     return Seen.STARTED if any("running" in s for s in states) else None
+
+
+def _actions(text: str | None) -> list[str]:
+    """A written `actions` value's items (strings only; a cut one's note kept as an item)."""
+    try:
+        found = json.loads(text) if text else []
+    except ValueError:
+        return []
+    return [a for a in found if isinstance(a, str)] if isinstance(found, list) else []
+
+
+def _release(evidence: str | None) -> str | None:
+    """The release hint of a job's `evidence` (`torchVersionHint`), if any."""
+    try:
+        found = json.loads(evidence) if evidence else {}
+    except ValueError:
+        return None
+    hint = found.get("torchVersionHint") if isinstance(found, dict) else None
+    return hint if isinstance(hint, str) and len(hint) <= 16 else None
 
 
 def _annotations(obj: Mapping[str, Any]) -> dict[str, str]:

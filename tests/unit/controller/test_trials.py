@@ -240,3 +240,120 @@ def test_a_deployments_pods_share_one_key_across_its_replicasets() -> None:
                                  "name": "web-5d4f8", "uid": "rs-1", "controller": True}])
     assert owner_key("ml", ref, {"pod-template-hash": "5d4f8"}) == ("ml", "Deployment", "web")
     assert owner_key("ml", ref, {}) == ("ml", "uid", "rs-1")
+
+
+# -- a Deployment's next ReplicaSet ---------------------------------------------------------------
+
+def _rs(name: str, uid: str) -> dict[str, Any]:
+    hashed = name.rsplit("-", 1)[1]
+    return {"metadata": {"name": name, "uid": uid,
+                         "labels": {"app": "web", "pod-template-hash": hashed},
+                         "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment",
+                                              "name": "web", "uid": "dep-uid",
+                                              "controller": True}]},
+            "spec": {"selector": {"matchLabels": {"app": "web", "pod-template-hash": hashed}}}}
+
+
+def _web_pod(name: str, uid: str, rs: str, rs_uid: str, **fields: Any) -> dict[str, Any]:
+    body = pod(name, uid, **fields)
+    body["metadata"]["labels"] = {"app": "web", "pod-template-hash": rs.rsplit("-", 1)[1]}
+    body["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                                            "name": rs, "uid": rs_uid, "controller": True}]
+    return body
+
+
+def test_a_deployments_next_replicaset_with_the_setting_that_runs_past_fixes_it() -> None:
+    schedule = Scheduled()
+    restarted = {"running": {"startedAt": "2026-11-29T10:00:30Z"}}
+    first = _web_pod("web-aaaaa-1", "uid-a", "web-aaaaa", "rs-a", state=restarted)
+    first["status"]["containerStatuses"][0].update(restartCount=1, lastState=OOM)
+    kube = FakeKube(first, log=FRAG)
+    kube.workloads[("Deployment", "web")] = {
+        "metadata": {"name": "web", "uid": "dep-uid", "annotations": {}},
+        "spec": {"selector": {"matchLabels": {"app": "web"}}}}
+    kube.workloads[("ReplicaSet", "web-aaaaa")] = _rs("web-aaaaa", "rs-a")
+    kube.workloads[("ReplicaSet", "web-bbbbb")] = _rs("web-bbbbb", "rs-b")
+    services = make_services(kube, schedule=schedule)
+    services.handle_pod(first)
+    notes = kube.workloads[("Deployment", "web")]["metadata"]["annotations"]
+    assert notes[f"{PREFIX}recommended-alloc-conf"] == ES
+    assert parse_trial(notes, PREFIX) is not None
+    # GitOps rolled the setting out: a pod of the next ReplicaSet
+    nxt = _web_pod("web-bbbbb-1", "uid-b", "web-bbbbb", "rs-b", env=WITH,
+                   created="2026-11-29T10:05:00Z")
+    kube.others[nxt["metadata"]["name"]] = nxt
+    assert services.follows(nxt)
+    services.follow_pod(nxt)
+    schedule[-1][1]()
+    assert notes[f"{PREFIX}recommendation-outcome"] == "fixed"
+    assert parse_trial(notes, PREFIX).judged_pod == "ml/web-bbbbb-1"  # type: ignore[union-attr]
+
+
+# -- the pods a training operator re-creates -------------------------------------------------------
+
+def test_a_pytorchjobs_trial_starts_on_its_object_and_a_recreated_worker_fixes_it() -> None:
+    from gpu_auditor.controller.service import OperatorConfig, Services
+
+    from .controller_helpers import Inline
+    from .jobs_helpers import error_at, pytorch_pod, pytorchjob, serve
+
+    kube, schedule = FakeKube(None, log=FRAG), Scheduled()  # type: ignore[arg-type]
+    pytorchjob(kube)
+    root = pytorch_pod("worker", 2, error_at(0))
+    root["metadata"]["creationTimestamp"] = "2026-11-29T09:50:00Z"
+    serve(kube, root)
+    operator = Services(kube=kube, config=OperatorConfig(),  # type: ignore[arg-type]
+                        diagnoser=Inline(), schedule=schedule)
+    assert operator.jobs is not None
+    operator.jobs.executor = type("Now", (), {  # type: ignore[assignment]
+        "submit": lambda self, fn, *a: fn(*a), "shutdown": lambda self, **_: None})()
+    operator.handle_pod(root)
+    while schedule:
+        schedule.pop(0)[1]()
+    notes = kube.objects[("PyTorchJob", "pj")]["metadata"]["annotations"]
+    assert notes[f"{PREFIX}recommended-alloc-conf"] == ES
+    trial = parse_trial(notes, PREFIX)
+    assert trial is not None and trial.failed_pod == "ml/pj-worker-2" and trial.open
+    # the training operator re-creates the worker (same name, a new UID), with the setting
+    again = pytorch_pod("worker", 2, {})
+    again["metadata"].update(uid="uid-again", creationTimestamp="2026-11-29T10:01:00Z")
+    again["spec"]["containers"][0]["env"] = WITH
+    again["status"] = {"phase": "Succeeded", "containerStatuses": [
+        {"name": "main", "restartCount": 0, "state": DONE}]}
+    before = count("fixed")
+    assert operator.follows(again)
+    operator.follow_pod(again)
+    assert notes[f"{PREFIX}recommendation-outcome"] == "fixed"
+    assert count("fixed") == before + 1
+    assert ("PyTorchJob", "pj") in kube.event_objects
+
+
+def test_a_jobs_root_cause_that_ran_with_the_setting_is_not_fixed_on_the_jobs_object() -> None:
+    from gpu_auditor.base import jobkinds as jk
+    from gpu_auditor.base.trial import Trial, trial_annotations
+    from gpu_auditor.controller.jobowners import VerifiedJob
+    from gpu_auditor.controller.pod import parse_pod
+    from gpu_auditor.controller.trials import Trials
+
+    open_trial = Trial(setting=ES, value=ES, kind="fragmentation", container="main",
+                       failed_pod="ml/pj-worker-2", failed_uid="uid-1",
+                       failed_at=dt.datetime(2026, 11, 29, 10, tzinfo=dt.UTC))
+    job = VerifiedJob(jk.PYTORCHJOB, "pj", "pj-uid", {
+        k: v for k, v in trial_annotations(open_trial, PREFIX).items() if v is not None})
+    body = pod("pj-worker-2", "uid-2", env=WITH, created="2026-11-29T10:02:00Z", state=OOM,
+               phase="Failed")
+    parsed = parse_pod(body, PREFIX)
+    wanted = {f"{PREFIX}diagnosis": "fragmentation", f"{PREFIX}summary": "fragmentation: ...",
+              f"{PREFIX}recommended-alloc-conf": ES,
+              f"{PREFIX}actions": json.dumps([f"set PYTORCH_CUDA_ALLOC_CONF={ES}: lets ..."])}
+    trials = Trials(FakeKube(None), Scheduled(), prefix=PREFIX)  # type: ignore[arg-type]
+    out, written = trials.for_job("ml", job, parsed, parsed.terminations[0], wanted)
+    assert out[f"{PREFIX}recommended-alloc-conf"] is None
+    assert out[f"{PREFIX}summary"].endswith(f"({ES} was applied and did not help)")
+    assert json.loads(out[f"{PREFIX}actions"] or "") == [
+        f"PYTORCH_CUDA_ALLOC_CONF with {ES} was applied to ml/pj-worker-2 and did not help: it "
+        "is not recommended again for PyTorchJob pj"]
+    assert out[f"{PREFIX}recommendation-outcome"] == "not-fixed"
+    before = count("not-fixed")
+    written()
+    assert count("not-fixed") == before + 1
