@@ -118,7 +118,11 @@ class OomPath:
                       key=lambda t: t.restart_count)
 
     def _written(self, pod: Pod) -> DiagnosedKeys:
-        written = self.written.get(pod.uid)
+        return self.remembered(pod.uid)
+
+    def remembered(self, uid: str) -> DiagnosedKeys:
+        """The `diagnosed-key` this process last wrote on the pod of `uid`."""
+        written = self.written.get(uid)
         return written if isinstance(written, DiagnosedKeys) else DiagnosedKeys()
 
     def keys(self, pod: Pod) -> DiagnosedKeys:
