@@ -28,8 +28,11 @@ event loop on ``selectors`` (no thread per connection), and every dimension is b
   and no longer grows them), so a client that sends requests and never reads pins at most
   ~ (``SNDBUF`` + ``RCVBUF``) x 2 of the node's memory per slot instead of the megabytes TCP
   autotuning would give it;
-- **accepting**: a listen backlog of ``BACKLOG`` (a dropped SYN costs a client a 1 s
-  retransmit) and at most ``ACCEPTS_PER_TURN`` accepts before the open connections get a turn;
+- **accepting**: ``TCP_DEFER_ACCEPT`` (Linux): the kernel hands over a connection only once
+  it has sent something (a request, or its FIN), so clients that connect and say nothing never
+  reach the loop; one already closed is read at once and closed; a listen backlog of
+  ``BACKLOG`` (a dropped SYN costs a client a 1 s retransmit) and at most ``ACCEPTS_PER_TURN``
+  accepts before the open connections get a turn;
 - **threads**: the loop, ``render_threads`` render threads (unless ``inline`` says the body is
   cheap now: the pass's families are rendered already, and the loop answers at once), the
   sampler. ``/healthz`` is answered on the loop itself.
@@ -217,6 +220,11 @@ class MetricsServer:
             # inherited by accepted sockets, set before the handshake (window scaling)
             self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SNDBUF)
             self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF)
+            if hasattr(socket, "TCP_DEFER_ACCEPT"):  # Linux: a connection that sends nothing
+                # is not handed over (the kernel holds it): an idle crowd costs the loop
+                # nothing; the client's side is connected all the same (a TCP probe passes)
+                self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_DEFER_ACCEPT,
+                                        max(1, int(head_timeout)))
             self._socket.bind((address, port))
             self._socket.listen(BACKLOG)
             self._socket.setblocking(False)
@@ -239,6 +247,7 @@ class MetricsServer:
         self._selector: selectors.BaseSelector | None = None
         self._stopping = False
         self._done = threading.Event()
+        self.accepted = 0  # connections the kernel handed over
         self.refused = 0  # connections refused because every slot was busy
         self.evicted = 0  # connections closed to make room
 
@@ -333,6 +342,7 @@ class MetricsServer:
             except OSError as err:  # out of file descriptors, ...: keep serving the others
                 log.warning("accepting a connection failed: %s", err)
                 return
+            self.accepted += 1
             client = str(address[0])
             if self._per_client[client] >= self.max_per_client:
                 self._refuse(sock)  # its own connections stay; it only loses this one
