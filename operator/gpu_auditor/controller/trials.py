@@ -244,7 +244,16 @@ class Trials:
         if found is None:
             lock.release()
             return Prepared(diagnosis, None)
-        owner = workload_target(*found)
+        try:
+            return self._prepared(pod, t, container, diagnosis, workload_target(*found), key,
+                                  lock.release)
+        except BaseException:
+            lock.release()
+            raise
+
+    def _prepared(self, pod: Pod, t: Termination, container: Container, diagnosis: Diagnosis,
+                  owner: Target, key: OwnerKey | None, release: Callable[[], None]
+                  ) -> Prepared:
         trial = parse_trial(owner.annotations, self.prefix)
         current = container.alloc_conf.value
         attempt = Attempt(pod.ref, pod.uid, pod.created_at, current,
@@ -259,7 +268,7 @@ class Trials:
                              failed_pod=pod.ref, failed_uid=pod.uid,
                              failed_at=t.finished_at or pod.created_at,
                              ran_seconds=ran_seconds(t.started_at, t.finished_at))
-        return Prepared(diagnosis, owner, next_trial, judged, key, pod.ref, lock.release)
+        return Prepared(diagnosis, owner, next_trial, judged, key, pod.ref, release)
 
     def settle(self, prepared: Prepared, owner_annotations: Mapping[str, str | None],
                namespace: str) -> None:
@@ -418,9 +427,18 @@ class Trials:
         root-cause pod's OOM judged against the job's recorded trial (not-fixed when it ran
         with the setting), a setting that did not help left out and said so, the next trial
         started; and what to do once they are written (count, Event, remember)."""
-        out = dict(wanted)
         if pod is None or t is None:  # a root cause remembered after a restart: done before
-            return out, lambda: None
+            return dict(wanted), lambda: None
+        try:
+            return self._for_job(namespace, job, pod, t, wanted)
+        except Exception:  # the job's root cause is written all the same, without its trial
+            log.exception("%s %s/%s: trial not recorded", job.kind.kind, namespace, job.name)
+            return dict(wanted), lambda: None
+
+    def _for_job(self, namespace: str, job: jobowners.VerifiedJob, pod: Pod, t: Termination,
+                 wanted: Mapping[str, str | None]
+                 ) -> tuple[dict[str, str | None], Callable[[], None]]:
+        out = dict(wanted)
         target = job_target(job)
         container = next((c for c in pod.containers if c.name == t.container), None)
         conf = container.alloc_conf if container is not None else None
