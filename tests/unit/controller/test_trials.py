@@ -357,3 +357,39 @@ def test_a_jobs_root_cause_that_ran_with_the_setting_is_not_fixed_on_the_jobs_ob
     before = count("not-fixed")
     written()
     assert count("not-fixed") == before + 1
+
+
+def test_a_jobset_restart_with_the_setting_fixes_the_jobsets_trial() -> None:
+    from gpu_auditor.controller.service import OperatorConfig, Services
+
+    from .controller_helpers import Inline
+    from .jobs_helpers import error_at, jobset, jobset_pod, serve
+
+    kube, schedule = FakeKube(None, log=FRAG), Scheduled()  # type: ignore[arg-type]
+    jobset(kube, ranks=2)
+    root = jobset_pod(1, error_at(0))
+    root["metadata"]["creationTimestamp"] = "2026-11-29T09:50:00Z"
+    serve(kube, root)
+    operator = Services(kube=kube, config=OperatorConfig(),  # type: ignore[arg-type]
+                        diagnoser=Inline(), schedule=schedule)
+    assert operator.jobs is not None
+    operator.jobs.executor = type("Now", (), {  # type: ignore[assignment]
+        "submit": lambda self, fn, *a: fn(*a), "shutdown": lambda self, **_: None})()
+    operator.handle_pod(root)
+    while schedule:
+        schedule.pop(0)[1]()
+    notes = kube.objects[("JobSet", "train")]["metadata"]["annotations"]
+    assert notes[f"{PREFIX}recommended-alloc-conf"] == ES and parse_trial(notes, PREFIX)
+    # the JobSet restarts every pod (restart-attempt 1); rank 1's new pod runs with the setting
+    fresh = make_services(kube)
+    again = jobset_pod(1, {}, attempt=1)
+    again["metadata"].update(uid="uid-attempt-1", creationTimestamp="2026-11-29T10:02:00Z")
+    again["spec"]["containers"][0]["env"] = WITH
+    again["status"] = {"phase": "Succeeded", "containerStatuses": [
+        {"name": "main", "restartCount": 0, "state": DONE}]}
+    assert not fresh.follows(again)  # a fresh operator knows nothing yet...
+    assert not fresh.follows(root)  # ...until the root pod names its JobSet
+    assert fresh.follows(again)
+    fresh.follow_pod(again)
+    assert notes[f"{PREFIX}recommendation-outcome"] == "fixed"
+    assert ("JobSet", "train") in kube.event_objects
