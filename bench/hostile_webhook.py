@@ -189,7 +189,7 @@ def markdown(data: dict[str, Any]) -> str:
     ]
     aiohttp = any("aiohttp" in by for by in data["results"].values())
     if aiohttp:
-        lines[-2] = lines[-2].rstrip("|") + " aiohttp.web: p50 / p99 / max, errors | RSS |"
+        lines[-2] = lines[-2] + " aiohttp.web: p50 / p99 / max, errors | RSS MiB (VmHWM) |"
         lines[-1] = lines[-1] + "---|---|"
     for name, by in data["results"].items():
         def cell(r: dict[str, Any]) -> str:
