@@ -79,7 +79,7 @@ from devtools.localcluster import LocalCluster  # noqa: E402
 from devtools.localcluster.cluster import http_ok  # noqa: E402
 from devtools.localcluster.components import OperatorProcess, install_crds  # noqa: E402
 from devtools.localcluster.crds import JOBSET, crd_file  # noqa: E402
-from devtools.localcluster.process import free_port  # noqa: E402
+from devtools.localcluster.process import ClusterError, free_port  # noqa: E402
 
 NAMESPACE = "bench"
 KEY = "gpu-auditor.io/diagnosis"
@@ -626,10 +626,18 @@ def breakdown(requests: dict[str, list[dict[str, Any]]],
 
 def run_round(cluster: AuditedCluster, fleet: Fleet, variant: str, n: int, rep: int,
               burst_size: int, burst_timeout: float) -> dict[str, Any]:
-    op = Operator(cluster, variant, f"{variant}-{n}-{rep}")
-    lists_before = apiserver_requests(cluster).get("LIST pods", 0.0)
-    started = time.monotonic()
-    op.start()
+    for attempt in range(3):  # the machine is shared: a free port may be taken meanwhile
+        op = Operator(cluster, variant, f"{variant}-{n}-{rep}" + (f"-{attempt}" if attempt
+                                                                 else ""))
+        lists_before = apiserver_requests(cluster).get("LIST pods", 0.0)
+        started = time.monotonic()
+        try:
+            op.start()
+            break
+        except ClusterError as exc:
+            if "already in use" not in str(exc) or attempt == 2:
+                raise
+            print(f"# {variant}: a port was taken meanwhile; starting it again", flush=True)
     try:
         wait_listed(cluster, op, lists_before)
         listing_s = time.monotonic() - started - QUIET_S

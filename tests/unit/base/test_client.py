@@ -10,6 +10,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -334,3 +335,88 @@ def test_the_server_asking_to_come_back_is_retried_within_bounds(
         assert len(server.methods) == len(waits) + 1 and api.retries == len(waits)
     finally:
         server.close()
+
+
+# ---- kept connections ---------------------------------------------------------------------
+
+
+class _KeepAlive(BaseHTTPRequestHandler):
+    """HTTP/1.1 with keep-alive; counts connections; closes each after `serves` requests."""
+
+    protocol_version = "HTTP/1.1"
+    connections = 0
+    serves = 1000
+
+    def setup(self) -> None:
+        super().setup()
+        type(self).connections += 1
+        self.served = 0
+
+    def do_GET(self) -> None:
+        self.served += 1
+        body = b'{"kind": "Status"}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        if self.served >= self.serves:  # closes it after answering, unannounced
+            self.close_connection = True
+
+    do_PATCH = do_GET
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def keep_alive_server(serves: int = 1000) -> Any:
+    handler = type("Handler", (_KeepAlive,), {"connections": 0, "serves": serves})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server, handler
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_requests_one_after_another_share_one_connection() -> None:
+    with keep_alive_server() as (server, handler):
+        api = ApiClient(ClusterConfig(server=f"http://127.0.0.1:{server.server_port}"),
+                        user_agent="test", environ={})
+        for _ in range(20):
+            api.request("GET", "/api/v1/namespaces/default", timeout=5)
+        api.request("PATCH", "/api/v1/namespaces/default", body={"a": 1}, timeout=5)
+        assert handler.connections == 1
+        api.close()
+
+
+def test_a_kept_connection_the_server_closed_is_replaced_without_an_error() -> None:
+    with keep_alive_server(serves=1) as (server, handler):
+        api = ApiClient(ClusterConfig(server=f"http://127.0.0.1:{server.server_port}"),
+                        user_agent="test", environ={})
+        for _ in range(5):
+            time.sleep(0.05)  # the server's close has landed before the next request
+            api.request("GET", "/api/v1/namespaces/default", timeout=5)
+        assert handler.connections == 5
+
+
+def test_at_most_max_idle_connections_are_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(client_module, "MAX_IDLE", 2)
+    with keep_alive_server() as (server, _):
+        api = ApiClient(ClusterConfig(server=f"http://127.0.0.1:{server.server_port}"),
+                        user_agent="test", environ={})
+        barrier = threading.Barrier(4)
+
+        def one() -> None:
+            barrier.wait()
+            api.request("GET", "/api/v1/namespaces/default", timeout=5)
+
+        threads = [threading.Thread(target=one) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(api._idle) <= 2
