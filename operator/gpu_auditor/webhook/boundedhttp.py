@@ -135,9 +135,10 @@ class BoundedServer:
     async def serve(self, started: Callable[[], None] | None = None) -> None:
         limits = self.limits
         loop = asyncio.get_running_loop()
-        # asyncio's TLS reads into a 256 KiB buffer per connection, zeroed when made: 73 KiB of
-        # RSS per idle TLS connection, 256 KiB per handshaking one. A TLS record is 16 KiB at
-        # most; so is our read (the process is the webhook's: no other TLS of ours to slow).
+        # asyncio's TLS reads into a 256 KiB buffer per connection, zeroed when made: RSS for
+        # every idle or handshaking connection. A TLS record is 16 KiB at most; so is our read
+        # (the process is the webhook's: no other TLS of ours to slow). Pinned by
+        # test_boundedhttp's test_idle_tls_connections_cost_little.
         sslproto.SSLProtocol.max_size = TLS_READ
         self._stop = asyncio.Event()
         self._gate = FairGate(limits.workers)
