@@ -44,7 +44,7 @@ MAX_HEAD: Final = 16 << 10
 MAX_PARSE_COST: Final = 16 << 20
 """`parse_cost` of one body at most: the 743 KB update review costs 6.6 MB (a review of some
 1.8 MB passes), hostile 1 MiB ones up to 47 MB (refused with 413, unparsed). json.loads holds
-the GIL for the whole parse: this bounds that pause too (about 10 ms here)."""
+the GIL for the whole parse: this bounds that pause too."""
 WORK_RATE: Final = 32 << 20
 """`parse_cost` per second one client's bodies may take (some 3.5 MB of review JSON a second:
 dozens of large pods); past its burst a client's requests wait their turn, so one client's

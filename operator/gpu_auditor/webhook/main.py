@@ -111,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, stop)
     # The event loop's thread waits for the GIL while a worker answers: 5 ms at a time by
     # default, several times per request (accept, handshake, read, write). 1 ms keeps a cheap
-    # admission fast beside an expensive one (bench/results/hostile_servers-webhook.md).
+    # admission from waiting that long at each step beside an expensive one.
     sys.setswitchinterval(SWITCH_INTERVAL)
     log.info("serving admission webhooks on %s:%d", args.bind_address, server.server_port)
     with contextlib.suppress(KeyboardInterrupt):
