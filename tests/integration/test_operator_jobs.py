@@ -324,6 +324,10 @@ def test_a_pytorchjob_names_the_worker_whose_log_holds_a_cuda_oom_and_its_rank(
     events = cluster.wait(lambda: our_events(env, ns), 30, "the PyTorchJob's Event")
     assert [(e.involved_object.kind, e.reason) for e in events] == [
         ("PyTorchJob", "CUDAOutOfMemory")]
+    code, text, _ = explain(cluster, "-n", ns, "pytorchjob/pj")
+    assert f"  root cause: pod {ns}/{root}, rank 5 (worker 4), failed at " in text
+    assert "Apply it: set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in PyTorchJob pj's " \
+           "pod template (container main)" in text
     code, out, _ = explain(cluster, "-n", ns, "pytorchjob/pj", "--json")
     view = json.loads(out)
     assert (code, view["root_pod"], view["rank"]) == (0, f"{ns}/{root}", "5")
