@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -55,8 +56,10 @@ CUDA_OOM = (
 def env(kwok_cluster: LocalCluster) -> Iterator[dict[str, Any]]:
     try:
         crds = [crd_file(JOBSET), crd_file(PYTORCHJOB)]
-    except CrdUnavailable as exc:
-        pytest.fail(f"the controllers' CRDs: {exc}")
+    except CrdUnavailable as exc:  # Go and its module proxy, as for the control plane
+        if os.environ.get("GPU_AUDITOR_REQUIRE_CLUSTER") == "1":
+            pytest.fail(f"the controllers' CRDs: {exc}")
+        pytest.skip(f"the controllers' CRDs: {exc}")
     install_crds(kwok_cluster)
     for path, crd in zip(crds, (JOBSET, PYTORCHJOB), strict=True):
         kwok_cluster.apply_yaml(path.read_text())
