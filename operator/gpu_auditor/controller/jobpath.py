@@ -364,9 +364,11 @@ class JobPath:
         if not same:
             self.kube.patch_object(job.kind, group.key.namespace, job.name, job.uid, wanted)
             written()
+            counted = group.job_root == root.failure.key  # the same root, more consequences
             group.job_written, group.job_root = wanted, root.failure.key
-            metrics.JOB_DIAGNOSES.labels(job.kind.kind, wanted[
-                f"{self.prefix}{Annotation.DIAGNOSIS}"] or "unknown").inc()
+            if not counted:
+                metrics.JOB_DIAGNOSES.labels(job.kind.kind, wanted[
+                    f"{self.prefix}{Annotation.DIAGNOSIS}"] or "unknown").inc()
             log.warning("%s %s/%s: %s", job.kind.kind, group.key.namespace, job.name,
                         wanted[f"{self.prefix}{Annotation.SUMMARY}"])
         name, reason, message = jobnotes.job_event(root, verdict, prefix=self.prefix,

@@ -301,3 +301,18 @@ def test_memory_is_bounded_across_groups(monkeypatch: pytest.MonkeyPatch) -> Non
         operator.handle_pod(body)
     assert operator.jobs is not None
     assert operator.jobs.filed <= 20 and [k.name for k in operator.jobs.groups] == ["b", "c"]
+
+
+def test_a_root_cause_is_counted_once_however_often_its_job_is_written_again() -> None:
+    kube, schedule = FakeKube(None, log=NCCL), Scheduled()  # type: ignore[arg-type]
+    pods = sixteen(kube)
+    before = metric("gpu_auditor_job_diagnoses_total", job_kind="JobSet", kind="host-oom-killed")
+    operator = services(kube, schedule)
+    operator.handle_pod(pods[3])
+    settle(schedule)
+    for body in pods[4:]:  # their failures come in later: the job's summary is written again
+        operator.handle_pod(body)
+        settle(schedule)
+    assert len(kube.object_patches) > 1
+    assert metric("gpu_auditor_job_diagnoses_total", job_kind="JobSet",
+                  kind="host-oom-killed") == before + 1
