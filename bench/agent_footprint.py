@@ -1,7 +1,9 @@
-"""Where the agent's RSS goes, before and after issue 12's footprint work, in one run.
+"""Where the agent's RSS goes, this tree beside a base commit, in one run.
 
-*before* is the agent of a base commit (default: the merge before this work, ``b564767``),
-extracted with ``git archive`` into a temporary folder; *after* is this tree. Both run with the
+*before* is the agent of a base commit (default: ``385fa18``, the agent before issue 25: its
+own NVML binding, HTTP/2, HPACK and protobuf decoder; ``--base b564767`` is the one before
+issue 12's footprint work, on grpcio and prometheus_client), extracted with ``git archive``
+into a temporary folder; *after* is this tree (pynvml, h2, protobuf). Both run with the
 same Python (the dev venv, which has grpcio, protobuf and prometheus_client installed, so the
 *before* agent can import them) on the same fake node, in turn, and:
 
@@ -13,7 +15,8 @@ same Python (the dev venv, which has grpcio, protobuf and prometheus_client inst
    its pods and allocations from a stand-in kubelet — a real grpcio server answering
    ``v1.PodResourcesLister/List`` on a unix socket, in its own process — so the kubelet client
    runs every pass (``--interval 1``). Scrape latency (full HTTP GET /metrics on a new connection
-   each) and RSS/peak RSS after the scrapes. The fake NVML source does not load libnvidia-ml:
+   each, plain and then asking for gzip as Prometheus does) and RSS/peak RSS after the
+   scrapes. The fake NVML source does not load libnvidia-ml:
    NVML's own share is measured on a GPU by ``bench/gpu/agent_vs_nvitop.py``.
 
     .venv/bin/python bench/agent_footprint.py    # writes bench/results/agent_footprint.*
@@ -48,13 +51,15 @@ from agent_scrape import (  # noqa: E402
     write_fake_node,
 )
 
-BASE = "b564767"  # main before the footprint work: grpcio, protobuf, prometheus_client
+BASE = "385fa18"  # the agent before issue 25: nvml_lite, its own HTTP/2, HPACK, wire decoder
 
 # What the agent loads on a real node (NVML, the kubelet, HTTP), as each version spells it.
 REAL_NODE = {
-    "before": ["prometheus_client", "node_agent.cli", "node_agent.nvml_source", "pynvml",
-               "grpc", "node_agent.podresources.v1.api_pb2_grpc", "node_agent.http_server"],
-    "after": ["node_agent.cli", "node_agent.nvml_source", "pynvml",
+    "b564767": ["prometheus_client", "node_agent.cli", "node_agent.nvml_source", "pynvml",
+                "grpc", "node_agent.podresources.v1.api_pb2_grpc", "node_agent.http_server"],
+    "385fa18": ["node_agent.cli", "node_agent.nvml_source", "node_agent.nvml_lite",
+                "node_agent.podresources.client", "node_agent.http_server"],
+    "after": ["node_agent.cli", "node_agent.nvml_source", "pynvml", "h2.connection",
               "node_agent.podresources.client", "node_agent.http_server"],
 }
 
@@ -158,12 +163,17 @@ def served(tree: Path, nvml: Path, proc: Path, socket_path: Path, scrapes: int,
         time.sleep(2.5)  # two more passes, each asking the stand-in kubelet
         rss_ready = rss_kib(agent.pid)[0] / 1024
         times, body = scrape(port, scrapes, warmup)
+        gz_times, gz_body = scrape(port, scrapes, warmup, gzip=True)
         rss, hwm = rss_kib(agent.pid)
     finally:
         agent.terminate()
         agent.wait(timeout=10)
     p50, p99 = p50_p99(times)
+    gz_p50, gz_p99 = p50_p99(gz_times)
     return {
+        "gzip_p50_ms": gz_p50,
+        "gzip_p99_ms": gz_p99,
+        "gzip_body_bytes": len(gz_body),
         "rss_ready_mib": round(rss_ready, 1),
         "rss_mib": round(rss / 1024, 1),
         "peak_rss_mib": round(hwm / 1024, 1),
@@ -207,9 +217,10 @@ def main() -> int:
             if kubelet.stdout.readline().strip() != "READY":
                 raise RuntimeError("the stand-in kubelet did not start")
             for name, tree in trees.items():
+                modules = REAL_NODE[name if name == "after" else a.base]
                 result[name] = {
-                    "imports": py(tree, _STEPS, *REAL_NODE[name]),
-                    "python_heap": py(tree, _TOP, *REAL_NODE[name]),
+                    "imports": py(tree, _STEPS, *modules),
+                    "python_heap": py(tree, _TOP, *modules),
                     "served": served(tree, nvml, proc, sock, a.scrapes, a.warmup),
                 }
                 print(name, json.dumps(result[name]["served"]), flush=True)
@@ -229,21 +240,22 @@ def main() -> int:
 def markdown(r: dict[str, Any], command: str) -> str:
     b, a = r["before"], r["after"]
     lines = [
-        "# Agent footprint: before and after (issue 12)", "",
+        "# Agent footprint: this tree beside a base commit", "",
         f"Command: `{command}`; Python {r['python']}; {r['machine']}; load average at the end "
-        f"{r['load_average']} (a shared machine). *before*: the agent of `{r['base']}` (grpcio "
-        "stubs, prometheus_client); *after*: this tree (its own HTTP/2 gRPC client and text "
-        "exposition). Same interpreter, same fake node, same stand-in kubelet (a real grpcio "
-        "server answering List), measured one after the other in one run.", "",
+        f"{r['load_average']} (a shared machine). *before*: the agent of `{r['base']}`; *after*: "
+        "this tree (pynvml, h2, protobuf; gzip when asked). Same interpreter, same fake node, "
+        "same stand-in kubelet (a real grpcio server answering List), measured one after the "
+        "other in one run.", "",
         "## Served: 8 GPUs x 64 processes, pods from the stand-in kubelet every second", "",
         "| | RSS MiB (ready) | RSS MiB (after scrapes) | peak RSS MiB | scrape p50 ms | "
-        "scrape p99 ms | body bytes | kubelet_up |",
-        "|---|---|---|---|---|---|---|---|",
+        "scrape p99 ms | body bytes | asking gzip: p50 ms | p99 ms | body bytes | kubelet_up |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, x in (("before", b), ("after", a)):
         s = x["served"]
         lines.append(f"| {name} | {s['rss_ready_mib']} | {s['rss_mib']} | {s['peak_rss_mib']} | "
-                     f"{s['p50_ms']} | {s['p99_ms']} | {s['body_bytes']} | {s['kubelet_up']} |")
+                     f"{s['p50_ms']} | {s['p99_ms']} | {s['body_bytes']} | {s['gzip_p50_ms']} | "
+                     f"{s['gzip_p99_ms']} | {s['gzip_body_bytes']} | {s['kubelet_up']} |")
     lines += ["", "## Import by import (VmRSS of a fresh interpreter, MiB)", ""]
     for name, x in (("before", b), ("after", a)):
         lines.append(f"*{name}*:")
@@ -262,8 +274,8 @@ def markdown(r: dict[str, Any], command: str) -> str:
         h = x["python_heap"]
         top = ", ".join(f"{k} {v / 2**20:.1f}" for k, v in h["top"][:8])
         lines.append(f"| {name} | {h['total'] / 2**20:.1f} | {top} |")
-    lines += ["", "The fake NVML source does not load libnvidia-ml; pynvml's Python module is "
-              "imported in both columns. NVML's own share on a real GPU, and the comparison "
+    lines += ["", "The fake NVML source does not load libnvidia-ml (the import rows show each "
+              "binding's Python module). NVML's own share on a real GPU, and the comparison "
               "with nvitop-exporter: `bench/gpu/agent_vs_nvitop.py` "
               "(`bench/results/gpu-agent-vs-nvitop.md`).", ""]
     return "\n".join(lines)

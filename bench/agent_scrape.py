@@ -194,10 +194,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def get(port: int, path: str) -> bytes:
+def get(port: int, path: str, gzip: bool = False) -> bytes:
+    """The body as sent (still compressed when ``gzip`` asked for it and the server obliged)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     try:
-        conn.request("GET", path)
+        conn.request("GET", path, headers={"Accept-Encoding": "gzip"} if gzip else {})
         response = conn.getresponse()
         body = response.read()
         if response.status != 200:
@@ -229,16 +230,17 @@ def wait_ready(proc: subprocess.Popen[bytes], port: int, timeout: float) -> None
             time.sleep(0.05)
 
 
-def scrape(port: int, scrapes: int, warmup: int) -> tuple[list[float], bytes]:
+def scrape(port: int, scrapes: int, warmup: int, gzip: bool = False
+           ) -> tuple[list[float], bytes]:
     """``warmup`` untimed scrapes of /metrics, then ``scrapes`` timed ones 5 ms apart: the
-    sorted times in ms and the last body."""
+    sorted times in ms and the last body (``gzip``: asking for it, as Prometheus does)."""
     body = b""
     for _ in range(warmup):
-        body = get(port, "/metrics")
+        body = get(port, "/metrics", gzip)
     times = []
     for _ in range(scrapes):
         t0 = time.perf_counter()
-        body = get(port, "/metrics")
+        body = get(port, "/metrics", gzip)
         times.append((time.perf_counter() - t0) * 1000)
         time.sleep(0.005)
     return sorted(times), body
@@ -268,10 +270,18 @@ def measure(argv: list[str], port: int, scrapes: int, warmup: int, *, cwd: Path 
         "rss_mib": round(rss / 1024, 1),
         "peak_rss_mib": round(hwm / 1024, 1),
         "body_bytes": len(body),
-        "series": sum(1 for line in body.splitlines()
-                      if line.startswith(b"gpu_auditor_process_gpu_memory_bytes{")),
+        "series": series_count(body),
         "samples": sum(1 for line in body.splitlines() if line and not line.startswith(b"#")),
     }
+
+
+def series_count(body: bytes) -> int:
+    """Per-process series (``--process-labels``), else per-container ones (the naive exporter
+    names its per-container family as the agent's per-process one was named before 0.2)."""
+    lines = body.splitlines()
+    process = sum(1 for line in lines if line.startswith(b"gpu_auditor_process_gpu_memory_bytes{"))
+    return process or sum(1 for line in lines
+                          if line.startswith(b"gpu_auditor_container_gpu_memory_bytes{"))
 
 
 def import_rss(modules: list[str], then: str = "pass") -> float:
@@ -626,9 +636,10 @@ def markdown(result: dict[str, Any]) -> str:
             "the shared base's client (`gpu_auditor.base.client`, standard library); `kubernetes` "
             "is not imported "
             "(tests/unit/node_agent/test_cli.py checks that). NVML is the fake source in "
-            "every row: a real node adds pynvml (~2 MiB imported) and libnvidia-ml once "
-            "initialised; the kubelet client (last row) is the agent's own HTTP/2 gRPC client "
-            "(node_agent/podresources; before issue 12 it was grpcio, ~20 MiB).", "",
+            "every row: a real node adds pynvml and libnvidia-ml once initialised (the import "
+            "figures below; NVML's own share: bench/gpu/agent_vs_nvitop.py); the kubelet client "
+            "(last row) is node_agent/podresources on h2 and protobuf (docs/dependencies.md).",
+            "",
             "| GPUs x procs/GPU | pods from | report written | RSS MiB | peak RSS MiB | "
             "p50 ms | p99 ms |",
             "|---|---|---|---|---|---|---|",

@@ -157,6 +157,9 @@ def main() -> int:
         for _ in range(args.repeat):
             for name, (venv, imports, work) in CANDIDATES.items():
                 python = args.venvs / venv / "bin" / "python"
+                if not python.exists():
+                    rows[name].append({"error": f"not installed: {python}"})
+                    continue
                 env = {"PATH": os.environ.get("PATH", ""), "HOME": str(folder),
                        "KUBECONFIG": kubeconfigs(folder, cluster, str(python))}
                 if name.startswith("ours"):
@@ -169,28 +172,31 @@ def main() -> int:
     for name, results in rows.items():
         ok = [r for r in results if "error" not in r]
         if not ok:
-            summary[name] = {"error": results[0]["error"]}
+            summary[name] = {"error": results[0]["error"] if results else "not run"}
             continue
 
         def median(key: str, part: str, found: list[dict[str, Any]] = ok) -> float:
             values = sorted(r[key][part] / 1024 for r in found)
             return round(values[len(values) // 2], 1)
 
+        times = sorted(r["import_s"] for r in ok)
         summary[name] = {
             "rss_after_import_mib": median("import", "VmRSS"),
             "rss_after_request_mib": median("request", "VmRSS"),
             "hwm_after_request_mib": median("request", "VmHWM"),
+            "import_ms": round(times[len(times) // 2] * 1000, 1),
             "runs": len(ok),
         }
     bare = summary["bare interpreter"].get("rss_after_request_mib", 0.0)
-    print(f"{'candidate':50} {'import':>8} {'+request':>9} {'peak':>7} {'over bare':>10}")
+    print(f"{'candidate':50} {'import':>8} {'+request':>9} {'peak':>7} {'over bare':>10} "
+          f"{'import ms':>10}")
     for name, row in summary.items():
         if "error" in row:
             print(f"{name:50} failed: {row['error']}")
             continue
         print(f"{name:50} {row['rss_after_import_mib']:8.1f} {row['rss_after_request_mib']:9.1f}"
               f" {row['hwm_after_request_mib']:7.1f} "
-              f"{row['rss_after_request_mib'] - bare:+10.1f}")
+              f"{row['rss_after_request_mib'] - bare:+10.1f} {row['import_ms']:10.1f}")
     if args.out:
         args.out.write_text(json.dumps({
             "command": " ".join(sys.argv), "when": time.strftime("%Y-%m-%d %H:%M:%S"),

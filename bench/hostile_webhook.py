@@ -132,12 +132,18 @@ def worktree(ref: str, path: Path) -> Path:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     tls = make_tls(Path(args.workdir) / "tls")
-    trees = {"before": worktree(args.before_ref, Path(args.before_tree)), "after": ROOT}
+    trees: dict[str, tuple[Path, tuple[str, ...] | None]] = {
+        "before": (worktree(args.before_ref, Path(args.before_tree)), None),
+        "after": (ROOT, None)}
+    if args.aiohttp:
+        trees["aiohttp"] = (ROOT, (str(ROOT / "bench" / "webhook_aiohttp.py"),))
     attacks = ["none", *(args.attacks or sorted(ATTACKS))]
     results: dict[str, dict[str, Any]] = {name: {} for name in attacks}
     for name in attacks:
-        for label, tree in trees.items():
+        for label, (tree, program) in trees.items():
             server = Server(tree, tls.cert_file, tls.key_file)
+            if program is not None:
+                server.program = program
             server.start()
             try:
                 target = Target("127.0.0.1", server.port, tls.ca_pem)
@@ -152,7 +158,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "command": " ".join([".venv/bin/python", "bench/hostile_webhook.py", *sys.argv[1:]]),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "load_before": os.getloadavg()},
-        "before_ref": args.before_ref, "seconds": args.seconds,
+        "before_ref": args.before_ref, "seconds": args.seconds, "aiohttp": args.aiohttp,
         "chart_limit_mib": CHART_LIMIT_MIB, "attacks": {
             name: ("no attack" if name == "none" else ATTACKS[name].what) for name in attacks},
         "results": results, "parse": parse_figures(),
@@ -173,11 +179,18 @@ def markdown(data: dict[str, Any]) -> str:
         "fresh process per attack, TLS on loopback; the attack from 127.0.0.2 in its own "
         "process; the good client (a fresh TLS connection per admission, 20 a second, "
         f"{data['seconds']:g} s) from 127.0.0.1. The chart's memory limit: "
-        f"{data['chart_limit_mib']} MiB.", "",
+        f"{data['chart_limit_mib']} MiB."
+        + (" aiohttp.web: the same `answer` served by aiohttp (the operator extra's HTTP "
+           "server) as bench/webhook_aiohttp.py configures it (3 MiB bodies, the answer in a "
+           "thread)." if data.get("aiohttp") else ""), "",
         "| attack | good client p50 / p99 / max ms, errors: before | after | server peak RSS "
         "MiB (VmHWM): before | after | threads: before | after |",
         "|---|---|---|---|---|---|---|",
     ]
+    aiohttp = any("aiohttp" in by for by in data["results"].values())
+    if aiohttp:
+        lines[-2] = lines[-2] + " aiohttp.web: p50 / p99 / max, errors | RSS MiB (VmHWM) |"
+        lines[-1] = lines[-1] + "---|---|"
     for name, by in data["results"].items():
         def cell(r: dict[str, Any]) -> str:
             p50, p99 = r["p50_ms"], r["p99_ms"]
@@ -187,9 +200,13 @@ def markdown(data: dict[str, Any]) -> str:
         b, a = by.get("before"), by.get("after")
         if not b or not a:
             continue
-        lines.append(f"| {name}: {data['attacks'][name]} | {cell(b)} | {cell(a)} | "
-                     f"{b['rss_peak_mib']} ({b['hwm_mib']}) | {a['rss_peak_mib']} "
-                     f"({a['hwm_mib']}) | {b['threads_peak']} | {a['threads_peak']} |")
+        row = (f"| {name}: {data['attacks'][name]} | {cell(b)} | {cell(a)} | "
+               f"{b['rss_peak_mib']} ({b['hwm_mib']}) | {a['rss_peak_mib']} "
+               f"({a['hwm_mib']}) | {b['threads_peak']} | {a['threads_peak']} |")
+        if aiohttp and "aiohttp" in by:
+            h = by["aiohttp"]
+            row += f" {cell(h)} | {h['rss_peak_mib']} ({h['hwm_mib']}) |"
+        lines.append(row)
     review = data["large_pod_review_bytes"]
     lines += ["", f"A large pod's AdmissionReview (30 containers, 42 env entries each, 10 mounts, "
               f"managed fields): {review['CREATE']:,} bytes; an update's (the object twice): "
@@ -211,6 +228,8 @@ def main() -> int:
     parser.add_argument("--before-ref", default=BEFORE_REF)
     parser.add_argument("--before-tree", default="/tmp/webhook-before")
     parser.add_argument("--workdir", default="/tmp/hostile-webhook")
+    parser.add_argument("--aiohttp", action="store_true",
+                        help="also aiohttp.web serving the same answer (bench/webhook_aiohttp.py)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     data = run(args)

@@ -39,6 +39,14 @@ Two builds of the operator side by side (issue 12: before and after `kubernetes`
 operator's install): `--variants ours before`, with `--ours-python`/`--ours-tree` and
 `--before-python`/`--before-tree` naming the interpreter (its virtual environment decides what
 is installed) and the source tree each runs; `--out-name` keeps the default results file.
+
+Grouped (issue 27, `--grouped`): the running pods are distributed jobs' pods, laid out as the
+Kubeflow Trainer lays out a TrainJob's JobSet: per 16 pods a JobSet (the real CRD, from its Go
+module: `devtools.localcluster.crds`) owning one Indexed Job of 16 completions, each pod owned by
+the Job with the labels JobSet and the Job controller set (no controller runs: the objects are
+created as they would make them). A burst fails one pod of each of `--burst` JobSets, so each
+OOMKill is also a group's root cause that the operator verifies (a GET of the Job and of the
+JobSet) and writes on the JobSet with one Event there, after the pod's own annotation.
 """
 
 from __future__ import annotations
@@ -70,7 +78,8 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 from devtools.localcluster import LocalCluster  # noqa: E402
 from devtools.localcluster.cluster import http_ok  # noqa: E402
 from devtools.localcluster.components import OperatorProcess, install_crds  # noqa: E402
-from devtools.localcluster.process import free_port  # noqa: E402
+from devtools.localcluster.crds import JOBSET, crd_file  # noqa: E402
+from devtools.localcluster.process import ClusterError, free_port  # noqa: E402
 
 NAMESPACE = "bench"
 KEY = "gpu-auditor.io/diagnosis"
@@ -134,18 +143,28 @@ def parallel(fn: Callable[[str], object], items: Iterable[str]) -> None:
             pass
 
 
+GROUP_SIZE = 16
+"""Pods per distributed job in the grouped fleet (`--grouped`)."""
+
+
 class Fleet:
     """N running pods spread over kwok nodes; burst pods are taken once and replaced after."""
 
-    def __init__(self, cluster: LocalCluster, nodes: int) -> None:
+    def __init__(self, cluster: LocalCluster, nodes: int, *, grouped: bool = False) -> None:
         self.cluster = cluster
         api = cluster.api_client()
         api.user_agent = USER_AGENT  # told apart from the operators' requests in the audit log
         self.core = client.CoreV1Api(api)
+        self.batch = client.BatchV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
         self.nodes = [f"kwok-{i:03d}" for i in range(nodes)]
         self.fresh: list[str] = []
         self.created = 0
         self.deleted = 0
+        self.grouped = grouped
+        self.jobs: dict[int, tuple[str, str, str]] = {}
+        """Group -> (JobSet UID, Job name, Job UID), in the grouped fleet."""
+        self.burst_groups: set[int] = set()
 
     @property
     def running_target(self) -> int:
@@ -153,6 +172,9 @@ class Fleet:
 
     def setup(self) -> None:
         self.core.create_namespace({"metadata": {"name": NAMESPACE}})
+        if self.grouped:
+            self.cluster.apply_yaml(crd_file(JOBSET).read_text())
+            self.cluster.wait_for_crd(JOBSET.name)
         for node in self.nodes:
             self.cluster.create_node(node, gpus=8, wait_ready=False)
         self.cluster.wait(self._nodes_ready, 120, "kwok nodes Ready")
@@ -170,10 +192,16 @@ class Fleet:
         self.created += count
 
         def create(name: str) -> None:
-            node = self.nodes[int(name[2:]) % len(self.nodes)]
-            self.core.create_namespaced_pod(NAMESPACE, pod_body(name, node),
-                                            _preload_content=False)
+            number = int(name[2:])
+            node = self.nodes[number % len(self.nodes)]
+            body = pod_body(name, node)
+            if self.grouped:
+                body = self.member(body, number // GROUP_SIZE, number % GROUP_SIZE)
+            self.core.create_namespaced_pod(NAMESPACE, body, _preload_content=False)
 
+        if self.grouped:
+            groups = sorted({int(n[2:]) // GROUP_SIZE for n in names} - set(self.jobs))
+            parallel(lambda g: self.make_job(int(g)), [str(g) for g in groups])
         parallel(create, names)
         self.fresh.extend(names)
         self.cluster.wait(lambda: not self._not_running(), 600, f"{count} pods Running",
@@ -189,8 +217,91 @@ class Fleet:
         data = self.core.list_namespaced_pod(NAMESPACE, _preload_content=False).data
         return len(json.loads(data)["items"])
 
+    def make_job(self, group: int) -> None:
+        """A TrainJob-like JobSet `js-<group>` and its one Indexed Job of GROUP_SIZE pods, as
+        the JobSet controller creates the Job (controller reference, labels)."""
+        name = f"js-{group:04d}"
+        jobset = self.custom.create_namespaced_custom_object(
+            "jobset.x-k8s.io", "v1alpha2", NAMESPACE, "jobsets",
+            {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+             "metadata": {"name": name}, "spec": {"replicatedJobs": []}})
+        uid = jobset["metadata"]["uid"]
+        labels = self.jobset_labels(name, uid)
+        job = f"{name}-node-0"
+        created = self.batch.create_namespaced_job(NAMESPACE, {
+            "metadata": {"name": job, "labels": labels, "annotations": labels,
+                         "ownerReferences": [{"apiVersion": "jobset.x-k8s.io/v1alpha2",
+                                              "kind": "JobSet", "name": name, "uid": uid,
+                                              "controller": True, "blockOwnerDeletion": True}]},
+            "spec": {"completions": GROUP_SIZE, "parallelism": GROUP_SIZE,
+                     "completionMode": "Indexed", "backoffLimit": 0,
+                     "template": {"metadata": {"labels": labels},
+                                  "spec": {"restartPolicy": "Never", "containers": [
+                                      {"name": "main", "image": "trainer:latest"}]}}},
+        }, _preload_content=False)
+        self.jobs[group] = (uid, job, json.loads(created.data)["metadata"]["uid"])
+
+    @staticmethod
+    def jobset_labels(name: str, uid: str) -> dict[str, str]:
+        return {"jobset.sigs.k8s.io/jobset-name": name, "jobset.sigs.k8s.io/jobset-uid": uid,
+                "jobset.sigs.k8s.io/replicatedjob-name": "node",
+                "jobset.sigs.k8s.io/replicatedjob-replicas": "1",
+                "jobset.sigs.k8s.io/job-index": "0", "jobset.sigs.k8s.io/job-global-index": "0",
+                "jobset.sigs.k8s.io/restart-attempt": "0"}
+
+    def member(self, body: dict[str, Any], group: int, index: int) -> dict[str, Any]:
+        """`body` as the Job controller makes the pod of completion index `index`."""
+        jobset_uid, job, job_uid = self.jobs[group]
+        meta = body["metadata"]
+        meta["labels"] = {**meta["labels"], **self.jobset_labels(f"js-{group:04d}", jobset_uid),
+                          "batch.kubernetes.io/controller-uid": job_uid,
+                          "controller-uid": job_uid, "batch.kubernetes.io/job-name": job,
+                          "job-name": job,
+                          "batch.kubernetes.io/job-completion-index": str(index),
+                          # kwok completes a Job's pod at once (its pod-complete stage) unless
+                          # it carries the failure stage's label; "false" keeps it running
+                          CHAOS: "false"}
+        meta["annotations"] = {"batch.kubernetes.io/job-completion-index": str(index)}
+        meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": job,
+                                    "uid": job_uid, "controller": True,
+                                    "blockOwnerDeletion": True}]
+        return body
+
+    def wait_jobs_annotated(self, names: list[str], terminated: dict[str, float],
+                            timeout: float = 90.0) -> dict[str, float]:
+        """Burst pod -> when this process first saw its JobSet name it as the root cause
+        (`root-cause-pod`), polling the JobSets every 0.2 s (the operator decides a group 2 s
+        after its last failure, off the burst's path)."""
+        wanted = {f"js-{int(n[2:]) // GROUP_SIZE:04d}": n for n in names}
+        seen: dict[str, float] = {}
+        deadline = time.monotonic() + timeout
+        while len(seen) < len(wanted) and time.monotonic() < deadline:
+            listed = json.loads(self.custom.list_namespaced_custom_object(
+                "jobset.x-k8s.io", "v1alpha2", NAMESPACE, "jobsets",
+                _preload_content=False).data)["items"]
+            now = time.monotonic()
+            for item in listed:
+                name = item["metadata"]["name"]
+                notes = item["metadata"].get("annotations") or {}
+                if name in wanted and wanted[name] not in seen and notes.get(
+                        "gpu-auditor.io/root-cause-pod") == f"{NAMESPACE}/{wanted[name]}":
+                    seen[wanted[name]] = now
+            time.sleep(0.2)
+        return seen
+
     def take(self, count: int) -> list[str]:
-        taken, self.fresh = self.fresh[:count], self.fresh[count:]
+        if not self.grouped:
+            taken, self.fresh = self.fresh[:count], self.fresh[count:]
+            return taken
+        taken = []  # one pod of each of `count` jobs no burst has failed yet
+        for name in self.fresh:
+            group = int(name[2:]) // GROUP_SIZE
+            if group not in self.burst_groups and len(taken) < count:
+                taken.append(name)
+                self.burst_groups.add(group)
+        self.fresh = [n for n in self.fresh if n not in set(taken)]
+        if len(taken) < count:
+            raise RuntimeError(f"only {len(taken)} jobs left that no burst has failed")
         return taken
 
     def replace(self, names: list[str]) -> None:
@@ -331,7 +442,8 @@ def parse_metrics(text: str) -> Samples:
 
 
 def apiserver_requests(cluster: LocalCluster) -> dict[str, float]:
-    """apiserver_request_total for pods and events, by `VERB resource[/subresource]`."""
+    """apiserver_request_total for pods and events (and the grouped fleet's jobs and jobsets),
+    by `VERB resource[/subresource]`."""
     response = cluster.api_client().call_api("GET", f"{cluster.server}/metrics")
     response.read()
     lines = [line for line in response.data.decode().splitlines()
@@ -339,7 +451,7 @@ def apiserver_requests(cluster: LocalCluster) -> dict[str, float]:
     totals: dict[str, float] = {}
     for (_, labels), value in parse_metrics("\n".join(lines) + "\n").items():
         found = dict(labels)
-        if found.get("resource") not in ("pods", "events"):
+        if found.get("resource") not in ("pods", "events", "jobs", "jobsets"):
             continue
         key = f"{found['verb']} {found['resource']}"
         if found.get("subresource"):
@@ -514,10 +626,18 @@ def breakdown(requests: dict[str, list[dict[str, Any]]],
 
 def run_round(cluster: AuditedCluster, fleet: Fleet, variant: str, n: int, rep: int,
               burst_size: int, burst_timeout: float) -> dict[str, Any]:
-    op = Operator(cluster, variant, f"{variant}-{n}-{rep}")
-    lists_before = apiserver_requests(cluster).get("LIST pods", 0.0)
-    started = time.monotonic()
-    op.start()
+    for attempt in range(3):  # the machine is shared: a free port may be taken meanwhile
+        op = Operator(cluster, variant, f"{variant}-{n}-{rep}" + (f"-{attempt}" if attempt
+                                                                 else ""))
+        lists_before = apiserver_requests(cluster).get("LIST pods", 0.0)
+        started = time.monotonic()
+        try:
+            op.start()
+            break
+        except ClusterError as exc:
+            if "already in use" not in str(exc) or attempt == 2:
+                raise
+            print(f"# {variant}: a port was taken meanwhile; starting it again", flush=True)
     try:
         wait_listed(cluster, op, lists_before)
         listing_s = time.monotonic() - started - QUIET_S
@@ -533,6 +653,8 @@ def run_round(cluster: AuditedCluster, fleet: Fleet, variant: str, n: int, rep: 
         fail_pods(fleet.core, names, f"{variant}-{n}-{rep}")
         watch.done.wait(burst_timeout)
         watch.close()
+        jobs_seen = fleet.wait_jobs_annotated(names, watch.terminated) if (
+            fleet.grouped and variant == "ours") else {}
         time.sleep(1.0)  # let the last requests land in the counters
         peak = sampler.stop()
         ours_after, api_after = op.metrics(), apiserver_requests(cluster)
@@ -553,6 +675,8 @@ def run_round(cluster: AuditedCluster, fleet: Fleet, variant: str, n: int, rep: 
         "terminated_seen": len(watch.terminated), "annotated_seen": len(watch.annotated),
         "listing_s": round(listing_s, 2), "listing_cpu_s": round(cpu_listing, 2),
         "latencies_ms": sorted(round(s * 1000, 1) for s in latencies),
+        "job_latencies_ms": sorted(round((jobs_seen[p] - watch.terminated[p]) * 1000, 1)
+                                   for p in names if p in jobs_seen and p in watch.terminated),
         "rss_after_listing_mib": round(after_listing["VmRSS"] / MIB, 1),
         "rss_peak_burst_mib": round(peak / MIB, 1),
         "rss_hwm_mib": round(end["VmHWM"] / MIB, 1),
@@ -604,6 +728,11 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "latency_p99_s": round(percentile(lat, 99), 3) if lat else None,
                 "latency_max_s": round(max(lat), 3) if lat else None,
                 "latency_mean_s": round(statistics.fmean(lat), 3) if lat else None,
+                "job_annotated": sum(len(r.get("job_latencies_ms", [])) for r in mine),
+                "job_latency_p50_s": _pct([v / 1000 for r in mine
+                                           for v in r.get("job_latencies_ms", [])], 50),
+                "job_latency_p99_s": _pct([v / 1000 for r in mine
+                                           for v in r.get("job_latencies_ms", [])], 99),
                 "rss_after_listing_mib": statistics.median(r["rss_after_listing_mib"]
                                                            for r in mine),
                 "rss_peak_burst_mib": statistics.median(r["rss_peak_burst_mib"] for r in mine),
@@ -637,6 +766,10 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 })
             out.append(line)
     return out
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    return round(percentile(values, q), 3) if values else None
 
 
 def _ratio(a: float | None, b: float | None) -> str:
@@ -673,7 +806,7 @@ def details(summary: list[dict[str, Any]]) -> str:
     head = ("| N | operator | rounds x burst | annotated | max (s) | mean (s) "
             "| burst peak RSS range (MiB) | VmHWM (MiB) | start -> listed (s) "
             "| API server requests per diagnosis | operator's histogram p50 / p99 (s) "
-            "| load avg 1 min |\n" + "|---" * 12 + "|\n")
+            "| job object annotated p50 / p99 (s) | load avg 1 min |\n" + "|---" * 13 + "|\n")
     lines = []
     for s in summary:
         hist = "-"
@@ -681,11 +814,15 @@ def details(summary: list[dict[str, Any]]) -> str:
             hist = f"{s['histogram_p50_s']:.2f} / {s['histogram_p99_s']:.2f}"
         low, high = s["rss_peak_burst_range_mib"]
         requests = ", ".join(f"{k} {v:.0f}" for k, v in s["apiserver_requests"].items() if v)
+        job = "-"
+        if s.get("job_latency_p50_s") is not None:
+            job = (f"{s['job_latency_p50_s']:.2f} / {s['job_latency_p99_s']:.2f} "
+                   f"({s['job_annotated']} jobs)")
         lines.append(
             f"| {s['n']:,} | {s['variant']} | {s['rounds']} x {s['bursts'] // s['rounds']} "
             f"| {s['annotated']} | {s['latency_max_s']} | {s['latency_mean_s']} "
             f"| {low:.0f}-{high:.0f} | {s['rss_hwm_mib']:.0f} | {s['listing_s']:.1f} "
-            f"| {s['apiserver_requests_per_diagnosis']} ({requests}) | {hist} "
+            f"| {s['apiserver_requests_per_diagnosis']} ({requests}) | {hist} | {job} "
             f"| {s['loadavg_1m'][0]:.1f}-{s['loadavg_1m'][1]:.1f} |")
     return head + "\n".join(lines) + "\n"
 
@@ -721,6 +858,15 @@ def markdown(meta: dict[str, Any], summary: list[dict[str, Any]],
         "seeing the `gpu-auditor.io/diagnosis` annotation, pooled over the rounds. RSS: medians "
         "over the rounds. API req/diag: ours' `gpu_auditor_operator_api_requests_total` over the "
         "burst / `gpu_auditor_diagnoses_total` (kopf's own LIST/WATCH not included).\n\n"
+        + ("Grouped fleet (`--grouped`): every 16 running pods are one distributed job's (a "
+           "JobSet, the real CRD, owning an Indexed Job of 16 completions; the pods with the "
+           "labels and owner references JobSet and the Job controller set), and each burst "
+           "pod is a different job's first failure: ours writes the pod's annotation, then "
+           "decides the job 2 s later, verifies the chain (GET Job, GET JobSet), annotates the "
+           "JobSet and posts one Event on it. The round waits for every JobSet's annotation "
+           "(its latency from the termination seen: 'job object annotated') before it stops "
+           "the operator, so the requests per diagnosis count the job's too.\n\n"
+           if meta.get("grouped") else "")
         + table(summary) + "\n" + details(summary)
         + "\nWhere the time goes (API server audit log; last round of each):\n\n" + steps(rows)
     )
@@ -744,6 +890,9 @@ def main() -> int:
     p.add_argument("--burst-timeout", type=float, default=180.0)
     p.add_argument("--quick", action="store_true",
                    help="N=200, burst 50, 1 round, 5 nodes; prints only")
+    p.add_argument("--grouped", action="store_true",
+                   help="the pods are distributed jobs' (a JobSet and an Indexed Job per 16 "
+                        "pods); each burst pod is a different job's root cause")
     p.add_argument("--no-save", action="store_true", help="print only, do not write results")
     p.add_argument("--keep", action="store_true", help="keep the cluster's logs")
     args = p.parse_args()
@@ -763,7 +912,7 @@ def main() -> int:
     with cluster:
         cluster.start_kwok()
         install_crds(cluster)
-        fleet = Fleet(cluster, args.nodes)
+        fleet = Fleet(cluster, args.nodes, grouped=args.grouped)
         fleet.setup()
         for n in args.sizes:
             grown = n - fleet.running_target
@@ -780,6 +929,7 @@ def main() -> int:
         "command": " ".join([".venv/bin/python bench/operator_scale.py", *sys.argv[1:]]),
         "wall_s": round(time.monotonic() - wall, 1), "setup": setup, "burst": args.burst,
         "repeat": args.repeat, "nodes": args.nodes, "cpus": os.cpu_count(),
+        "grouped": args.grouped,
         "python": platform.python_version(), "kopf": importlib.metadata.version("kopf"),
         "kubernetes": importlib.metadata.version("kubernetes"),
         "loadavg_1m_at_end": round(os.getloadavg()[0], 2),

@@ -18,8 +18,8 @@ log = logging.getLogger(__name__)
 def heap_trimmer() -> Callable[[Snapshot], None] | None:
     """glibc's ``malloc_trim(0)`` as a snapshot listener, where a C library allocates in this
     process (NVML through ctypes): it hands freed heap pages back to the kernel after each pass
-    instead of keeping them in RSS. None where ctypes is not loaded already (the fake node:
-    importing it would cost more than it saves) or the C library is not glibc."""
+    instead of keeping them in RSS. None where ctypes is not loaded already (the fake node loads
+    no C library whose heap would need it) or the C library is not glibc."""
     if "ctypes" not in sys.modules:
         return None
     import ctypes

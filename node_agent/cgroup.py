@@ -46,6 +46,9 @@ _CONTAINER_SEGMENT = re.compile(
     r"(?:\.scope)?"
 )
 _HIERARCHY = re.compile(r"[0-9]{1,10}")
+# Lines the kernel writes: one per hierarchy (cgroup v1 has about a dozen, v2 one). A file with
+# more was not written by the kernel: unknown, without reading the rest line by line.
+MAX_LINES = 64
 
 
 def parse_cgroup_path(path: str) -> CgroupIdentity | None:
@@ -89,9 +92,12 @@ def parse_cgroup_file(text: str) -> Placement:
     does not manage show other paths, so other lines do not make a pod process unknown). Lines
     naming two different pods make it unknown.
     """
+    lines = text.split("\n", MAX_LINES)
+    if len(lines) > MAX_LINES and lines.pop().strip("\n"):
+        return NoPod.UNKNOWN
     pods: list[CgroupIdentity] = []
     unknown = host = False
-    for line in text.split("\n"):
+    for line in lines:
         if not line:
             continue
         parts = line.split(":", 2)

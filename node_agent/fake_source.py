@@ -58,7 +58,7 @@ def load_yaml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: reading it needs PyYAML, in the agent extra: "
                           "pip install 'gpu-auditor[agent]'") from err
 
-    loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: 4x faster, capped
+    loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present; capped
     try:
         data = yaml.load(text, Loader=loader)  # CSafeLoader or SafeLoader: safe
     except yaml.YAMLError as err:

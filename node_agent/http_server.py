@@ -15,15 +15,24 @@ event loop on ``selectors`` (no thread per connection), and every dimension is b
 - **work per byte**: the head is found and split by C code (``bytes.find``, ``split``,
   ``lstrip``) from where the last search ended; nothing a client sends is looked at one byte at
   a time in Python;
-- **connections**: at most ``max_connections`` in all and ``max_per_client`` from one address.
-  A new connection over either bound closes one that is waiting for a request head, or one
-  whose response has made no progress for ``stall_timeout`` s, of the client holding the most
-  (so a crowd from one address cannot push another client out); it is refused only when every
-  slot is busy writing to a client that reads;
+- **connections**: at most ``max_per_client`` from one address (a new one past that is refused
+  at once with a reset, its others kept: a crowd reconnecting costs an accept and a close, not
+  an eviction) and ``max_connections`` in all: a new connection then closes one that is waiting
+  for a request head, or one whose response has made no progress for ``stall_timeout`` s, of
+  the address holding the most (so a crowd cannot push another client out); it is refused only
+  when every slot is busy writing to a client that reads. At most half the slots may wait on a
+  client that does not take its response (the kernel's buffers full): past that, the one
+  waiting longest is closed, so clients that never read, from however many addresses, leave
+  the other half to those that do;
 - **kernel memory**: accepted sockets get ``SNDBUF`` and ``RCVBUF`` (the kernel doubles them,
   and no longer grows them), so a client that sends requests and never reads pins at most
   ~ (``SNDBUF`` + ``RCVBUF``) x 2 of the node's memory per slot instead of the megabytes TCP
   autotuning would give it;
+- **accepting**: ``TCP_DEFER_ACCEPT`` (Linux): the kernel hands over a connection only once
+  it has sent something (a request, or its FIN), so clients that connect and say nothing never
+  reach the loop; one already closed is read at once and closed; a listen backlog of
+  ``BACKLOG`` (a dropped SYN costs a client a 1 s retransmit) and at most ``ACCEPTS_PER_TURN``
+  accepts before the open connections get a turn;
 - **threads**: the loop, ``render_threads`` render threads (unless ``inline`` says the body is
   cheap now: the pass's families are rendered already, and the loop answers at once), the
   sampler. ``/healthz`` is answered on the loop itself.
@@ -37,6 +46,7 @@ import logging
 import queue
 import selectors
 import socket
+import struct
 import threading
 import time
 from collections import Counter, deque
@@ -52,12 +62,14 @@ MAX_HEADERS = 64
 CHUNK = 64 * 1024
 SNDBUF = 64 * 1024
 RCVBUF = 16 * 1024
-ACCEPTS_PER_TURN = 64
+ACCEPTS_PER_TURN = 256
+BACKLOG = 1024  # a connect storm (a crowd evicted, reconnecting) must not drop a SYN: 1 s
 TEXT = "text/plain; charset=utf-8"
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
             431: "Request Header Fields Too Large", 500: "Internal Server Error",
             503: "Service Unavailable"}
 _BLANK = b"\r\n"
+_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST, keeps no TIME_WAIT
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,13 +101,17 @@ class Request:
     gzip: bool = False  # Accept-Encoding allows gzip
 
 
+MAX_CODINGS = 16  # Accept-Encoding items read (a scraper sends two or three)
+
+
 def accepts_gzip(value: str) -> bool:
-    """Whether an Accept-Encoding value allows gzip (``gzip`` or ``*`` with a q above 0)."""
+    """Whether an Accept-Encoding value allows gzip (``gzip`` or ``*`` with a q above 0); only
+    the first ``MAX_CODINGS`` items count."""
     allowed: dict[str, bool] = {}
-    for item in value.lower().split(","):
+    for item in value.lower().split(",", MAX_CODINGS)[:MAX_CODINGS]:
         coding, _, params = item.partition(";")
         q = 1.0
-        for param in params.split(";"):
+        for param in params.split(";", 4)[:4]:
             name, _, number = param.strip().partition("=")
             if name == "q":
                 try:
@@ -158,8 +174,8 @@ class _Conn:
     """One client connection and where it stands: waiting for a request head
     (``waiting_since`` set), rendering (a worker has it), or writing a response (``out``)."""
 
-    __slots__ = ("buffer", "client", "closed", "deadline", "keep", "out", "progress", "scanned",
-                 "sock", "waiting_since")
+    __slots__ = ("blocked_since", "buffer", "client", "closed", "deadline", "keep", "out",
+                 "progress", "scanned", "sock", "waiting_since")
 
     def __init__(self, sock: socket.socket, client: str) -> None:
         self.sock = sock
@@ -169,6 +185,7 @@ class _Conn:
         self.waiting_since: float | None = None
         self.deadline = 0.0  # of the request head, or of the response being written
         self.progress = 0.0  # when the response being written last moved
+        self.blocked_since: float | None = None  # the kernel took no more of the response
         self.out: deque[memoryview] = deque()
         self.keep = False
         self.closed = False
@@ -203,8 +220,13 @@ class MetricsServer:
             # inherited by accepted sockets, set before the handshake (window scaling)
             self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SNDBUF)
             self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF)
+            if hasattr(socket, "TCP_DEFER_ACCEPT"):  # Linux: a connection that sends nothing
+                # is not handed over (the kernel holds it): an idle crowd costs the loop
+                # nothing; the client's side is connected all the same (a TCP probe passes)
+                self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_DEFER_ACCEPT,
+                                        max(1, int(head_timeout)))
             self._socket.bind((address, port))
-            self._socket.listen(128)
+            self._socket.listen(BACKLOG)
             self._socket.setblocking(False)
         except OSError:
             self._socket.close()
@@ -218,11 +240,14 @@ class MetricsServer:
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         self._connections: set[_Conn] = set()
+        self._blocked: set[_Conn] = set()  # waiting on a client to take its response
+        self.max_blocked = max(1, max_connections // 2)
         self._per_client: Counter[str] = Counter()
         self._pending: deque[_Conn] = deque()  # bytes of a next request already read
         self._selector: selectors.BaseSelector | None = None
         self._stopping = False
         self._done = threading.Event()
+        self.accepted = 0  # connections the kernel handed over
         self.refused = 0  # connections refused because every slot was busy
         self.evicted = 0  # connections closed to make room
 
@@ -317,15 +342,21 @@ class MetricsServer:
             except OSError as err:  # out of file descriptors, ...: keep serving the others
                 log.warning("accepting a connection failed: %s", err)
                 return
+            self.accepted += 1
+            client = str(address[0])
+            if self._per_client[client] >= self.max_per_client:
+                self._refuse(sock)  # its own connections stay; it only loses this one
+                continue
             sock.setblocking(False)
-            conn = _Conn(sock, str(address[0]))
+            conn = _Conn(sock, client)
             if not self._admit(conn):
-                self.refused += 1
-                sock.close()
+                self._refuse(sock)
                 continue
             assert self._selector is not None
             self._selector.register(sock, _READ, conn)
-            self._wait_for_head(conn, self.head_timeout)
+            conn.waiting_since = time.monotonic()
+            conn.deadline = conn.waiting_since + self.head_timeout
+            self._on_read(conn)  # what came with the handshake (a request, or already EOF)
 
     def _victim(self, among: list[_Conn]) -> _Conn | None:
         """Of these connections, one that may be closed to make room: waiting for a request
@@ -340,17 +371,21 @@ class MetricsServer:
             return min(stalled, key=lambda c: (-self._per_client[c.client], c.progress))
         return None
 
+    def _refuse(self, sock: socket.socket) -> None:
+        """Close a connection we will not serve at once, with a reset: no TIME_WAIT left
+        behind for each of a crowd's reconnections."""
+        self.refused += 1
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+        sock.close()
+
     def _admit(self, conn: _Conn) -> bool:
-        if self._per_client[conn.client] >= self.max_per_client:
-            victim = self._victim([c for c in self._connections if c.client == conn.client])
-            if victim is None:
-                return False
-            self._close(victim)
-            self.evicted += 1
         if len(self._connections) >= self.max_connections:
             victim = self._victim(list(self._connections))
             if victim is None:
                 return False
+            with contextlib.suppress(OSError):  # it owes nobody a response: reset it
+                victim.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
             self._close(victim)
             self.evicted += 1
         self._connections.add(conn)
@@ -366,6 +401,7 @@ class MetricsServer:
             self._per_client[conn.client] -= 1
             if self._per_client[conn.client] <= 0:
                 del self._per_client[conn.client]
+        self._blocked.discard(conn)
         conn.out.clear()
         conn.buffer = bytearray()
         if self._selector is not None:
@@ -487,6 +523,20 @@ class MetricsServer:
         conn.progress = time.monotonic()
         self._on_write(conn)
 
+    def _block(self, conn: _Conn) -> None:
+        """The kernel takes no more of this response: wait for the client, unless half the
+        slots wait already; then the one waiting longest gives its slot up."""
+        if conn.blocked_since is None:
+            conn.blocked_since = time.monotonic()
+            self._blocked.add(conn)
+        if len(self._blocked) > self.max_blocked:
+            oldest = min(self._blocked, key=lambda c: c.blocked_since or 0.0)
+            self._close(oldest)
+            self.evicted += 1
+            if oldest is conn:
+                return
+        self._resume(conn, _WRITE)
+
     def _on_write(self, conn: _Conn) -> None:
         """Send what the kernel takes, at most CHUNK at a time from the shared body (a client
         that does not read holds no copy of it)."""
@@ -495,7 +545,7 @@ class MetricsServer:
             try:
                 sent = conn.sock.send(piece[:CHUNK])
             except (BlockingIOError, InterruptedError):
-                self._resume(conn, _WRITE)
+                self._block(conn)
                 return
             except OSError:
                 self._close(conn)
@@ -505,6 +555,8 @@ class MetricsServer:
                 conn.out.popleft()
             else:
                 conn.out[0] = piece[sent:]
+        self._blocked.discard(conn)
+        conn.blocked_since = None
         if not conn.keep:
             self._close(conn)  # every byte is with the kernel: it sends them, then the FIN
             return

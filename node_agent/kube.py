@@ -3,8 +3,9 @@
 Six kinds of request: list this node's pods, read its Node, list its ResourceSlices (DRA), and
 get, create or replace its cluster-scoped GPUNodeReport (docs/install.md lists each with its
 grant). The client is built
-only when the agent talks to the API server and imported lazily all the same (~2 MiB): an agent
-without `--report` and without an API server (the fake node, benchmarks) does not load it.
+only when the agent talks to the API server and imported lazily all the same (it brings `ssl`;
+its cost: docs/dependencies.md): an agent without `--report` and without an API server (the
+fake node, benchmarks) does not load it.
 """
 
 from __future__ import annotations

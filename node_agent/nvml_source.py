@@ -72,6 +72,7 @@ class NvmlSource:
         self._logged: set[str] = set()
         # the process listings in use: pynvml's unversioned (_v3) calls until one is missing
         self._queries = {q: getattr(self._nvml, q) for q in _PROCESS_QUERIES}
+        self._switched: set[str] = set()
 
     def _log_once(self, key: str, message: str, *args: object) -> None:
         if key not in self._logged:
@@ -201,7 +202,8 @@ class NvmlSource:
         try:
             return list(self._queries[name](handle))
         except Exception as err:
-            if _name(err) == _MISMATCH and self._queries[name] is getattr(nvml, name):
+            if _name(err) == _MISMATCH and name not in self._switched:
+                self._switched.add(name)
                 older = getattr(nvml, f"{name}_v2", None)  # a driver before _v3 (R510)
                 if older is not None:
                     self._log_once(f"v2:{name}", "%s: this NVML library has no _v3 call; "

@@ -37,10 +37,12 @@ def parse_start_time(stat: str | bytes) -> int:
     """Field 22 (``starttime``, clock ticks since boot) of ``/proc/<pid>/stat``.
 
     ``comm`` (field 2) is in parentheses and may itself hold spaces and parentheses, so the
-    fields are counted from the last ``)``. Raises ValueError or IndexError on garbage.
+    fields are counted from the last ``)``. Raises ValueError on garbage.
     """
     data = stat.encode() if isinstance(stat, str) else stat
     rest = data[data.rindex(b")") + 2 :].split()
+    if len(rest) < 20:
+        raise ValueError(f"{len(rest) + 2} fields in stat, not the 22 or more of the kernel's")
     field = rest[19]  # rest[0] is field 3 (state)
     if not (field.isdigit() and len(field) <= _START_TIME_MAX_DIGITS):
         raise ValueError(f"start time is not a number: {field[:32]!r}")

@@ -160,9 +160,12 @@ GROUPS: dict[str, dict[str, Any]] = {
     "controller": {
         "tree": Path("operator/gpu_auditor/controller"),
         "staged": "src/gpu_auditor/controller",
-        "modules": ("annotations", "pod", "service", "sharing"),
+        "modules": ("annotations", "outcome", "pod", "service", "sharing"),
         "tests": {
             "annotations": ["controller/test_annotations.py"],
+            # a recommendation's trial judged (issue 28): its own table, then the operator's
+            # shell that writes what it decides
+            "outcome": ["controller/test_outcome.py", "controller/test_trials.py"],
             "pod": [
                 "controller/test_pod.py",
                 "controller/test_annotations.py",

@@ -7,7 +7,8 @@ passed as ``--proc-root``, *if* NVML still lists the GPU processes (with host pi
 in another PID namespace. Current drivers are said to list only processes visible in the
 caller's namespace. This script finds out on a real GPU:
 
-1. starts ``--holders`` torch processes holding ``--gib`` GiB each (``scenarios/_holder.py``);
+1. starts ``--holders`` torch processes holding ``--gib`` GiB each
+   (``evaluation/gpu/scenarios/_holder.py``);
 2. runs a child that lists NVML's processes (raw ``nvmlDeviceGetComputeRunningProcesses``) and
    runs the agent's own collection path (``NvmlSource`` + ``ProcReader(--proc-root)`` +
    ``Sampler``; as root also ``python -m node_agent --once --process-labels``), in each of:
@@ -49,7 +50,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
-HOLDER = HERE / "scenarios" / "_holder.py"
+HOLDER = REPO / "evaluation" / "gpu" / "scenarios" / "_holder.py"
 NOBODY = 65534
 sys.path.insert(0, str(REPO))
 

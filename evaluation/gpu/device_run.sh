@@ -6,6 +6,7 @@
 #   agent   bench/gpu/agent_vs_nvitop.py             -> $OUT/gpu-agent-vs-nvitop.{json,md}
 #   pytest  pytest -m gpu tests/gpu                  -> $OUT/gpu-pytest.log
 #   seeds   frag_varlen.py --seed N for N in $SEEDS   -> $OUT/gpu-varlen-seeds.log
+#   loop    evaluation/gpu/loop_proof.py (issue 28)  -> $OUT/loop-proof/{loop-proof.json,logs/}
 # Wheels under .whl/ (nvitop, nvitop-exporter; grpcio/protobuf if newer ones are needed) are installed to /tmp/site first when present.
 set -u
 OUT=${OUT:-/tmp/gpu-out}
@@ -77,6 +78,11 @@ for phase in "$@"; do
       PYTHONPATH=operator:.${PYTHONPATH:+:$PYTHONPATH} timeout -k 5 120 python3 -m pytest -m gpu \
         tests/gpu/test_procroot_tmp.py -v -s -rA -p no:cacheprovider 2>&1 | tee "$OUT/gpu-procroot.log"
       rm -f tests/gpu/test_procroot_tmp.py ;;
+    loop)  # issue 28: a fragmentation job's OOM, diagnosis, the webhook's setting on its retry
+      for pid in $(nvidia-smi --query-compute-apps=pid --format=csv,noheader); do
+        echo "killing leftover GPU process $pid"; kill -9 "$pid"; done; sleep 1
+      PYTHONPATH=operator${PYTHONPATH:+:$PYTHONPATH} timeout -k 5 170 python3 \
+        evaluation/gpu/loop_proof.py --out "$OUT/loop-proof"; echo "loop_proof rc=$?" ;;
     hostpid) timeout -k 5 120 python3 bench/gpu/hostpid_check.py --out "$OUT/hostpid-check.json" 2>&1 | tail -20 ;;
     *) echo "unknown phase $phase" ;;
   esac

@@ -14,11 +14,15 @@ Everything a server sends is bounded before it is believed:
   floods end the call once that much has come;
 - frames by HTTP/2's default 16 KiB (h2 refuses larger ones), a header block by h2's 64
   CONTINUATION frames and ``MAX_HEADER_LIST`` decoded bytes, the number of header blocks by
-  ``MAX_HEADER_BLOCKS`` (a server answering with HEADERS that never end the stream);
+  ``MAX_HEADER_BLOCKS`` (a server answering with HEADERS that never end the stream), frames
+  that carry no answer (SETTINGS, PING, WINDOW_UPDATE, ...) by ``MAX_CONTROL``: h2's work is
+  per frame, so a flood of 9-byte frames costs far more per byte than the answer does
+  (bench/results/fuzz_agent_parsers.md);
 - the answer by ``max_message``; one gRPC message, uncompressed, whose length prefix matches;
 - ``grpc-status`` must be one to three ASCII digits (``int()`` would take ``²`` or 4,300 digits).
 
-Any violation is a GrpcError; nothing else escapes but OSError from connecting.
+Any violation, and a connection lost mid-call, is a GrpcError; nothing else escapes but
+OSError from connecting.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ STREAM = 1
 SLACK = 256 * 1024  # bytes read beyond the answer's cap: frame heads, headers, trailers
 MAX_HEADER_LIST = 16 * 1024  # decoded bytes of one header block (gRPC's are a few hundred)
 MAX_HEADER_BLOCKS = 4  # 1xx responses, the response, the trailers
+MAX_CONTROL = 256  # SETTINGS, PING, WINDOW_UPDATE, PRIORITY, unknown frames (a kubelet: ~4)
 READ = 64 * 1024
 
 # https://grpc.github.io/grpc/core/md_doc_statuscodes.html
@@ -84,6 +89,7 @@ class _Call:
         self.blocks: list[dict[bytes, bytes]] = []
         self.body = bytearray()
         self.ended = False
+        self.control = 0
 
     def _remaining(self) -> float:
         left = self.deadline - time.monotonic()
@@ -100,6 +106,8 @@ class _Call:
             self.sock.sendall(data)
         except TimeoutError as err:
             raise GrpcError("DEADLINE_EXCEEDED", "sending timed out") from err
+        except OSError as err:  # the server closed or reset the connection
+            raise GrpcError("UNAVAILABLE", f"sending failed: {err.strerror or err}") from err
 
     def read(self) -> None:
         self.sock.settimeout(self._remaining())
@@ -108,6 +116,8 @@ class _Call:
         except TimeoutError as err:
             raise GrpcError("DEADLINE_EXCEEDED", "no complete answer within the deadline") \
                 from err
+        except OSError as err:
+            raise GrpcError("UNAVAILABLE", f"reading failed: {err.strerror or err}") from err
         if not chunk:
             raise GrpcError("UNAVAILABLE", "the server closed the connection")
         self.budget -= len(chunk)
@@ -129,6 +139,15 @@ class _Call:
             if event.last_stream_id is None or event.last_stream_id < STREAM:
                 raise GrpcError("UNAVAILABLE", "the server refused the stream (GOAWAY "
                                 f"{event.error_code})")
+            return
+        if isinstance(event, (h2.events.RemoteSettingsChanged, h2.events.SettingsAcknowledged,
+                              h2.events.PingReceived, h2.events.PingAckReceived,
+                              h2.events.WindowUpdated, h2.events.PriorityUpdated,
+                              h2.events.UnknownFrameReceived)):
+            self.control += 1
+            if self.control > MAX_CONTROL:
+                raise GrpcError("RESOURCE_EXHAUSTED", f"more than {MAX_CONTROL} HTTP/2 frames "
+                                "without the answer")
             return
         if getattr(event, "stream_id", STREAM) not in (STREAM, 0):
             return

@@ -80,6 +80,7 @@ TOPICS = {  # test files named after what they span, not after one module
     "in a torch venv by `make real-torch`",
     "node_agent/test_gpu_pod_test_plumbing.py": "the GPU test's own plumbing, on a CPU",
     "node_agent/test_series_demo_fake.py": "evaluation/gpu/series_demo.py on a CPU",
+    "admission/test_loop_proof_fake.py": "evaluation/gpu/loop_proof.py on a CPU",
     "probe/test_packaging.py": "how the probe ships (its own wheel, the .pth line)",
     "devtools/dashboard_lint/test_rule_edges.py": "every rule's edge through lint: rules.py and "
     "targets.py together",

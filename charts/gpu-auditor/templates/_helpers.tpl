@@ -98,14 +98,43 @@ app.kubernetes.io/component: operator
 {{- end }}
 
 {{/*
-The image reference: repository@digest, else repository:tag (tag defaults to appVersion).
+The namespace of every namespaced object: namespaceOverride, else the release's (as
+prometheus-community charts do, for a chart installed as a dependency of another).
+*/}}
+{{- define "gpu-auditor.namespace" -}}
+{{- default .Release.Namespace .Values.namespaceOverride }}
+{{- end }}
+
+{{/*
+An image reference from an image value (registry, repository, tag, digest; a dict with "image",
+"global" and "appVersion"): registry/repository@digest, else registry/repository:tag (the tag
+defaults to appVersion). global.imageRegistry wins over the image's registry (a mirror of every
+image of the chart). A repository that names its own registry host (its first part holds a dot
+or a colon, or is localhost: registry.example.com/gpu-auditor) is used as it is, as before the
+registry field existed.
+*/}}
+{{- define "gpu-auditor.imageReference" -}}
+{{- $image := .image }}
+{{- $registry := default $image.registry .global.imageRegistry }}
+{{- $parts := splitList "/" $image.repository }}
+{{- $host := first $parts }}
+{{- $ownHost := and (gt (len $parts) 1) (or (contains "." $host) (contains ":" $host) (eq $host "localhost")) }}
+{{- $name := $image.repository }}
+{{- if and $registry (not $ownHost) }}
+{{- $name = printf "%s/%s" (trimSuffix "/" $registry) $image.repository }}
+{{- end }}
+{{- if $image.digest }}
+{{- printf "%s@%s" $name $image.digest }}
+{{- else }}
+{{- printf "%s:%s" $name (default .appVersion $image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/*
+The chart's own image (agent, operator, webhook, the probe's init container, the test pod).
 */}}
 {{- define "gpu-auditor.image" -}}
-{{- if .Values.image.digest }}
-{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
-{{- else }}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
-{{- end }}
+{{- include "gpu-auditor.imageReference" (dict "image" .Values.image "global" .Values.global "appVersion" .Chart.AppVersion) }}
 {{- end }}
 
 {{/*
@@ -122,27 +151,22 @@ root-owned pod-resources socket), then agent.securityContext merged over it.
 {{- end }}
 
 {{/*
-The kube-rbac-proxy image of a component's metricsProxy values: repository@digest, else
-repository:tag.
+The kube-rbac-proxy image of a component's metricsProxy values (a dict with "proxy" and
+"global"), as gpu-auditor.imageReference.
 */}}
 {{- define "gpu-auditor.metricsProxy.image" -}}
-{{- $image := .image }}
-{{- if $image.digest }}
-{{- printf "%s@%s" $image.repository $image.digest }}
-{{- else }}
-{{- printf "%s:%s" $image.repository $image.tag }}
-{{- end }}
+{{- include "gpu-auditor.imageReference" (dict "image" .proxy.image "global" .global "appVersion" "") }}
 {{- end }}
 
 {{/*
 The kube-rbac-proxy container in front of a component's /metrics. Arguments (a dict): proxy (the
 component's metricsProxy values), port (the metrics port it serves over TLS), ignorePaths (a path
-passed on without a token, for the kubelet's probes; "" for none).
+passed on without a token, for the kubelet's probes; "" for none), global (.Values.global).
 */}}
 {{- define "gpu-auditor.metricsProxy.container" -}}
 {{- $proxy := .proxy -}}
 - name: kube-rbac-proxy
-  image: {{ include "gpu-auditor.metricsProxy.image" $proxy }}
+  image: {{ include "gpu-auditor.metricsProxy.image" (dict "proxy" $proxy "global" .global) }}
   imagePullPolicy: {{ $proxy.image.pullPolicy }}
   args:
     - --secure-listen-address=0.0.0.0:{{ .port }}

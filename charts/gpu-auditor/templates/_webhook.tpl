@@ -20,7 +20,7 @@ app.kubernetes.io/component: webhook
 {{/* The names the serving certificate is valid for: the Service's, as the API server calls it. */}}
 {{- define "gpu-auditor.webhook.dnsNames" -}}
 {{- $svc := include "gpu-auditor.webhook.fullname" . }}
-{{- $ns := .Release.Namespace }}
+{{- $ns := (include "gpu-auditor.namespace" .) }}
 {{- list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) | toJson }}
 {{- end }}
 
@@ -32,7 +32,7 @@ never stand in the way of its own pods) and webhook.excludeNamespaces. A matchEx
 - key: kubernetes.io/metadata.name
   operator: NotIn
   values:
-    {{- toYaml (concat (list "kube-system" .Release.Namespace) .Values.webhook.excludeNamespaces | uniq) | nindent 4 }}
+    {{- toYaml (concat (list "kube-system" (include "gpu-auditor.namespace" .)) .Values.webhook.excludeNamespaces | uniq) | nindent 4 }}
 {{- end }}
 
 {{/* What each webhook entry shares: never a refusal of its own, no side effects, v1 reviews. */}}
@@ -49,7 +49,7 @@ timeoutSeconds: {{ .Values.webhook.timeoutSeconds }}
 {{- $root := index . 0 -}}
 service:
   name: {{ include "gpu-auditor.webhook.fullname" $root }}
-  namespace: {{ $root.Release.Namespace }}
+  namespace: {{ include "gpu-auditor.namespace" $root }}
   path: {{ index . 1 }}
   port: {{ $root.Values.webhook.service.port }}
 {{- with index . 2 }}

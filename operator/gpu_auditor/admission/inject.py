@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from gpu_auditor.base.containerenv import container_env
+
 from .findings import shown
 
 PROBE_LABEL: Final = "gpu-auditor.io/probe"
@@ -122,9 +124,9 @@ def _container_patch(index: int, container: Mapping[str, Any]) -> tuple[list[dic
     if not all(isinstance(e, Mapping) and isinstance(e.get("name"), str) for e in entries):
         return [], "its env has an entry without a name"
     named = {e["name"]: (i, e) for i, e in enumerate(entries)}  # the last wins, as in kubelet
-    switch = named.get(SWITCH)
-    opted_in = switch is not None and switch[1].get("value") == "1"
-    if switch is not None and not opted_in:
+    switch = container_env(container, (SWITCH,)).get(SWITCH)  # as the kubelet will set it
+    opted_in = switch is not None and switch.declared and switch.value == "1"
+    if switch is not None and switch.declared and not opted_in:
         return [], f"it sets {SWITCH} itself"
     if _list(container.get("envFrom")) and not opted_in:
         return [], (f"it takes variables from envFrom, which may set {SWITCH} (an env entry "

@@ -44,12 +44,16 @@ class SharingStrategy(StrEnum):
 
 
 class EventReason(StrEnum):
-    """`reason` of the Warning Events the operator posts on a pod (a code, never prose)."""
+    """`reason` of the Events the operator posts on a pod or its owner (a code, never prose)."""
 
     CUDA_OUT_OF_MEMORY = "CUDAOutOfMemory"
     OOM_KILLED = "OOMKilled"
     UNINTENDED_GPU_SHARING = "UnintendedGPUSharing"
     UNREQUESTED_GPU_USE = "UnrequestedGPUUse"
+    RECOMMENDATION_APPLIED = "RecommendationApplied"
+    """Normal, on a pod the admission webhook put its owner's recommended setting into."""
+    RECOMMENDATION_OUTCOME = "RecommendationOutcome"
+    """On the owner, when a trial is decided: Normal for fixed, Warning for not-fixed."""
 
 
 PROBLEM_FINDINGS: Final[dict[FindingKind, EventReason]] = {
@@ -81,6 +85,13 @@ class Annotation(StrEnum):
     """On a distributed job's object: the rank of the root-cause pod in the job."""
     CONSEQUENCE = "consequence"
     """On a pod whose failure followed the root cause's: how it read and when, in words."""
+    RECOMMENDATION_TRIAL = "recommendation-trial"
+    """On an owner that carries `recommended-alloc-conf`: the trial of that setting on its next
+    pods (compact JSON, `base.trial`)."""
+    RECOMMENDATION_OUTCOME = "recommendation-outcome"
+    """On that owner, and on the pod that decided it: `fixed`, `not-fixed` or `not-applied`."""
+    RECOMMENDATION_APPLIED = "recommendation-applied"
+    """On a pod the admission webhook put the owner's recommended setting into: what and why."""
 
 
 DEFAULT_ANNOTATION_PREFIX: Final = "gpu-auditor.io/"

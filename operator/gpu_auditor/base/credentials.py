@@ -3,13 +3,17 @@ or what an `exec` credential plugin prints.
 
 - A token file (a pod's projected service account token, a kubeconfig's `tokenFile`) is re-read
   every `token_refresh` seconds and at once after a 401.
-- An exec plugin (`client.authentication.k8s.io/v1` or `v1beta1`) is run as kubectl runs it:
-  the kubeconfig's `env` added to ours, `KUBERNETES_EXEC_INFO` holding the ExecCredential
-  request (`spec.interactive`, and `spec.cluster` with `provideClusterInfo`), standard input
-  passed on only when the plugin may be interactive and there is a terminal, its standard error
-  passed through. Its answer (a token, or a client certificate and key) is kept until
-  `EXPIRY_MARGIN` seconds before its `expirationTimestamp` (without one: until a 401), then the
-  plugin is run again.
+- An exec plugin (`client.authentication.k8s.io/v1` or `v1beta1`) is run as kubectl runs it
+  (client-go's plugin/pkg/client/auth/exec): its command found on OUR `PATH` (the kubeconfig's
+  `env` is the plugin's environment, it never chooses the binary), and never in the current
+  directory (`.` or an empty or relative entry of `PATH`: Go's `exec.ErrDot`); the kubeconfig's
+  `env` added to ours, `KUBERNETES_EXEC_INFO` holding the ExecCredential request
+  (`spec.interactive`, and `spec.cluster` with `provideClusterInfo`), standard input passed on
+  only when the plugin may be interactive and there is a terminal, its standard error passed
+  through. Its output is read up to `EXEC_OUTPUT_LIMIT` and the plugin killed past it (300 MB
+  of output cost 598 MB before). Its answer (a token, or a client certificate and key) is kept
+  until `EXPIRY_MARGIN` seconds before its `expirationTimestamp` (without one: until a 401),
+  then the plugin is run again.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import datetime as dt
 import json
 import logging
 import os
+import selectors
 import subprocess
 import sys
 import threading
@@ -34,6 +39,8 @@ log = logging.getLogger(__name__)
 EXEC_TIMEOUT = 120.0
 """Seconds an exec plugin may run (a cloud CLI fetching a token; kubectl waits forever)."""
 EXEC_OUTPUT_LIMIT = 1 << 20
+"""Bytes of a plugin's output read at most (an ExecCredential with a certificate and its key is
+some 5 KB)."""
 EXPIRY_MARGIN = 10.0
 """Seconds before its expiry that an exec credential is fetched again (requests in flight)."""
 
@@ -50,6 +57,60 @@ class Credential:
 
 
 Runner = Callable[..., "subprocess.CompletedProcess[bytes]"]
+"""subprocess.run's shape (tests hand in a fake); `run_bounded` by default."""
+
+
+def run_bounded(argv: list[str], *, env: Mapping[str, str], stdin: Any, timeout: float,
+                limit: int = EXEC_OUTPUT_LIMIT, **_: Any) -> subprocess.CompletedProcess[bytes]:
+    """subprocess.run for a plugin: its standard output read as it comes, at most ``limit`` + 1
+    bytes kept (the plugin is killed once it passes ``limit``: the caller refuses such an
+    answer), the whole run within ``timeout`` (subprocess.TimeoutExpired past it), standard
+    error passed through."""
+    deadline = time.monotonic() + timeout
+    process = subprocess.Popen(argv, env=dict(env), stdin=stdin, stdout=subprocess.PIPE)
+    assert process.stdout is not None
+    chunks: list[bytes] = []
+    size = 0
+    with process, selectors.DefaultSelector() as selector:
+        selector.register(process.stdout, selectors.EVENT_READ)
+        while size <= limit:
+            left = deadline - time.monotonic()
+            if left <= 0 or not selector.select(left):
+                process.kill()
+                raise subprocess.TimeoutExpired(argv, timeout)
+            chunk = os.read(process.stdout.fileno(), 65536)
+            if not chunk:
+                break
+            chunks.append(chunk[: limit + 1 - size])
+            size += len(chunk)
+        if size > limit:
+            process.kill()
+        try:
+            code = process.wait(max(deadline - time.monotonic(), 0.001))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise
+    return subprocess.CompletedProcess(argv, code, b"".join(chunks), None)
+
+
+def find_command(command: str, environ: Mapping[str, str]) -> str:
+    """The plugin's binary as Go's exec.Command finds it: a command with a slash as it is (a
+    relative one was made relative to its kubeconfig), else the first match on ``environ``'s
+    PATH (the caller's, not the kubeconfig's `env`); a match through `.`, an empty entry or
+    any relative entry is refused (exec.ErrDot), as kubectl refuses it. FileNotFoundError when
+    there is none."""
+    if os.sep in command or (os.altsep and os.altsep in command):
+        return command
+    for entry in environ.get("PATH", os.defpath).split(os.pathsep):
+        candidate = os.path.join(entry or ".", command)
+        if not (os.path.isfile(candidate) and os.access(candidate, os.X_OK)):
+            continue
+        if not os.path.isabs(candidate):
+            raise APICredentialsError(
+                f"exec plugin {command}: found as {candidate}, in the current directory "
+                "through PATH; not run (kubectl refuses it too): give its absolute path")
+        return candidate
+    raise FileNotFoundError(command)
 
 
 class Credentials:
@@ -58,7 +119,7 @@ class Credentials:
     def __init__(self, cfg: ClusterConfig, *, token_refresh: float = 60.0,
                  clock: Callable[[], float] = time.monotonic,
                  now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
-                 run: Runner = subprocess.run, stdin_is_terminal: Callable[[], bool] | None = None,
+                 run: Runner = run_bounded, stdin_is_terminal: Callable[[], bool] | None = None,
                  environ: Mapping[str, str] | None = None) -> None:
         self.config = cfg
         self._token_refresh = token_refresh
@@ -138,20 +199,26 @@ class Credentials:
         spec: dict[str, Any] = {"interactive": interactive}
         if plugin.cluster is not None:
             spec["cluster"] = dict(plugin.cluster)
-        env = dict(os.environ if self._environ is None else self._environ)
+        ours = os.environ if self._environ is None else self._environ
+        env = dict(ours)
         env.update(plugin.env)
         env["KUBERNETES_EXEC_INFO"] = json.dumps(
             {"apiVersion": plugin.api_version, "kind": "ExecCredential", "spec": spec})
         self.exec_runs += 1
         try:
-            done = self._run([plugin.command, *plugin.args], env=env,
+            command = find_command(plugin.command, ours)  # our PATH, not the plugin's env
+            done = self._run([command, *plugin.args], env=env,
                              stdin=None if interactive else subprocess.DEVNULL,
-                             stdout=subprocess.PIPE, timeout=EXEC_TIMEOUT, check=False)
+                             stdout=subprocess.PIPE, timeout=EXEC_TIMEOUT, check=False,
+                             limit=EXEC_OUTPUT_LIMIT)
         except FileNotFoundError as err:
             hint = f" ({plugin.install_hint.strip()})" if plugin.install_hint else ""
             raise APICredentialsError(f"exec plugin {plugin.command} not found{hint}") from err
         except (OSError, subprocess.SubprocessError) as err:
             raise APICredentialsError(f"exec plugin {plugin.command}: {err}") from err
+        if len(done.stdout or b"") > EXEC_OUTPUT_LIMIT:  # stopped there (killed)
+            raise APICredentialsError(f"exec plugin {plugin.command}: more than "
+                                      f"{EXEC_OUTPUT_LIMIT} bytes of output")
         if done.returncode != 0:
             raise APICredentialsError(f"exec plugin {plugin.command} exited with status "
                                       f"{done.returncode}")

@@ -11,8 +11,11 @@ diagnosis, its figures, the GPU's other tenants by pod, the actions in order and
 as a line to paste.
 
 Exit status: 0 after an explanation (with or without a diagnosis on the pod; `--exit-code`:
-1 when the pod carries a diagnosis); 2 for bad usage, a bad kubeconfig, or a pod that cannot be
-read (not found, forbidden, API server unreachable), said in one line on stderr.
+1 when the pod carries a diagnosis); 2 for bad usage, a bad kubeconfig, a pod that cannot be
+read (not found, forbidden, API server unreachable, an answer that is not JSON or is nested too
+deeply), said in one line on stderr, and for a pod whose `actions` or `evidence` annotation is
+not of its shape (not JSON, nested too deeply, the wrong type): the explanation is printed
+without it first.
 """
 
 from __future__ import annotations
@@ -22,13 +25,14 @@ import json
 import os
 from typing import TextIO
 
-from gpu_auditor.base import names
+from gpu_auditor.base import jobkinds, names
 from gpu_auditor.base.client import ApiClient
 from gpu_auditor.base.contract import DEFAULT_ANNOTATION_PREFIX
 from gpu_auditor.base.errors import APIError, APIForbiddenError, APINotFoundError, ConfigError
 from gpu_auditor.base.kubeconfig import ClusterConfig, load_config, load_kubeconfig
-from gpu_auditor.commands import explaintext, podreads
+from gpu_auditor.commands import explaintext, jobreads, jobviewtext, podreads
 from gpu_auditor.commands.explanation import explain
+from gpu_auditor.commands.jobview import job_view
 
 EXIT_OK = 0
 EXIT_DIAGNOSED = 1
@@ -40,7 +44,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p = sub.add_parser("explain", help="print a pod's diagnosis, read from the cluster",
                        description="Print a pod's gpu-auditor diagnosis for a person: cause, "
                        "figures, the GPU's other tenants, actions, the setting to apply.")
-    p.add_argument("pod", help="POD, or NAMESPACE/POD")
+    p.add_argument("pod", help="POD, or NAMESPACE/POD; or KIND/NAME of a distributed job "
+                   "(jobset/NAME, pytorchjob/NAME, lws/NAME, rayjob/NAME, job/NAME, ...): "
+                   "its root cause")
     p.add_argument("-n", "--namespace", help="the pod's namespace (default: the context's)")
     p.add_argument("--kubeconfig", help="kubeconfig file(s) (default: $KUBECONFIG, then "
                    "~/.kube/config)")
@@ -70,6 +76,9 @@ def _target(args: argparse.Namespace, cfg: ClusterConfig) -> tuple[str, str]:
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    job = jobreads.target(args.pod)
+    if job is not None:
+        return run_job(args, job, out, err)
     try:
         cfg = _config(args)
         namespace, name = _target(args, cfg)
@@ -96,5 +105,42 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(json.dumps(explaintext.to_json(explanation), indent=2), file=out)
     else:
         print(explaintext.render(explanation), file=out)
+    if explanation.malformed:  # printed without it; a script must not read "diagnosed" or "ok"
+        print(f"gpu-auditor explain: pod {explanation.ref}: {'; '.join(explanation.malformed)} "
+              "(printed without it)", file=err)
+        return EXIT_USAGE
     diagnosed = explanation.diagnosis is not None or explanation.sharing is not None
     return EXIT_DIAGNOSED if args.exit_code and diagnosed else EXIT_OK
+
+
+def run_job(args: argparse.Namespace, job: tuple[tuple[jobkinds.JobKind, ...], str],
+            out: TextIO, err: TextIO) -> int:
+    """`explain KIND/NAME`: a distributed job's view (its root cause, rank, consequences);
+    `-n` gives the namespace. Exit 1 with `--exit-code` when the job names a root cause."""
+    kinds, name = job
+    try:
+        cfg = _config(args)
+        namespace = names.namespace(args.namespace or cfg.namespace or "default")
+        api = ApiClient(cfg, user_agent=USER_AGENT)
+        reads = jobreads.read_all(api, kinds, namespace, name)
+    except (ConfigError, names.InvalidName) as exc:
+        print(f"gpu-auditor explain: {exc}", file=err)
+        return EXIT_USAGE
+    except ModuleNotFoundError as exc:
+        if exc.name != "yaml":
+            raise
+        print("gpu-auditor explain: reading a kubeconfig needs PyYAML: "
+              "pip install 'gpu-auditor[kubectl]'", file=err)
+        return EXIT_USAGE
+    except APIError as exc:
+        what = ("not found" if isinstance(exc, APINotFoundError) else
+                "forbidden to your account" if isinstance(exc, APIForbiddenError) else str(exc))
+        print(f"gpu-auditor explain: {args.pod}: {what}", file=err)
+        return EXIT_USAGE
+    view = job_view(reads.kind, reads.obj, pods=reads.pods, events=reads.events,
+                    prefix=args.annotation_prefix, notes=reads.notes)
+    if args.json:
+        print(json.dumps(jobviewtext.to_json(view), indent=2), file=out)
+    else:
+        print(jobviewtext.render(view), file=out)
+    return EXIT_DIAGNOSED if args.exit_code and view.root_pod else EXIT_OK

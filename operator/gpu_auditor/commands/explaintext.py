@@ -11,7 +11,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from gpu_auditor.commands.explanation import Diagnosis, Explanation, Figures, GpuTenants
+from gpu_auditor.commands.explanation import Context, Explanation, GpuTenants
+from gpu_auditor.diagnosis.model import Diagnosis, Figures, OtherProcess
 from gpu_auditor.diagnosis.sizes import format_size
 
 HOST_OOM = "host-oom-killed"
@@ -37,27 +38,31 @@ def _figures(f: Figures) -> list[str]:
     lines = [f"{name:<22} {format_size(v):>12}" + (f"  {why}" if why else "")
              for name, v, why in named if v is not None]
     for p in f.other_processes:
-        who = f"pod {p.pod}" if p.pod else "not in any pod the node report lists"
+        who = f"pod {_ref(p)}" if p.pod else "not in any pod the node report lists"
         lines.append(f"{'other process':<22} {format_size(p.bytes):>12}  pid {p.pid}: {who}")
     return lines
 
 
-def _diagnosis(d: Diagnosis) -> list[str]:
+def _ref(p: OtherProcess) -> str:
+    return f"{p.namespace}/{p.pod}" if p.namespace and p.pod else ""
+
+
+def _diagnosis(d: Diagnosis, c: Context) -> list[str]:
     about = ", ".join(x for x in (d.framework, d.torch_version_hint and
                                   f"torch {d.torch_version_hint}") if x)
     lines = [f"Diagnosis: {d.kind}" + (f" ({about})" if about else "")]
     where = []
-    if d.container:
-        where.append(f"container {d.container}")
-    if d.restart_count is not None:
-        where.append(f"restart {d.restart_count}")
-    if d.termination_reason or d.exit_code is not None:
-        code = f" exit code {d.exit_code}" if d.exit_code is not None else ""
-        where.append(f"terminated: {d.termination_reason or '?'}{code and ',' + code}")
-    if d.source:
-        where.append(f"read from the {d.source}")
-    if d.diagnosed_at:
-        where.append(f"at {d.diagnosed_at}")
+    if c.container:
+        where.append(f"container {c.container}")
+    if c.restart_count is not None:
+        where.append(f"restart {c.restart_count}")
+    if c.termination_reason or c.exit_code is not None:
+        code = f" exit code {c.exit_code}" if c.exit_code is not None else ""
+        where.append(f"terminated: {c.termination_reason or '?'}{code and ',' + code}")
+    if c.source:
+        where.append(f"read from the {c.source}")
+    if c.diagnosed_at:
+        where.append(f"at {c.diagnosed_at}")
     if where:
         lines.append(INDENT + ", ".join(where))
     if d.summary:
@@ -101,7 +106,7 @@ def render(e: Explanation) -> str:
     if e.diagnosis_failed:
         lines += ["", f"The operator could not diagnose a failure: {e.diagnosis_failed}"]
     if d is not None:
-        lines += ["", *_diagnosis(d)]
+        lines += ["", *_diagnosis(d, e.context or Context())]
         figures = _figures(d.figures)
         if figures:
             lines += ["", "Figures:", *(INDENT + f for f in figures)]
@@ -115,12 +120,12 @@ def render(e: Explanation) -> str:
             lines += _gpu(g)
     elif e.report and (d is None or d.kind != HOST_OOM):
         lines += ["", f"Tenants of its GPU: {e.report}"]
-    if d is not None and d.actions:
+    if d is not None and d.recommendation.actions:
         lines += ["", "What to do, in order:"]
-        lines += [f"{INDENT}{n}. {a}" for n, a in enumerate(d.actions, 1)]
-    if d is not None and d.current_alloc_conf_problems:
+        lines += [f"{INDENT}{n}. {a}" for n, a in enumerate(d.recommendation.actions, 1)]
+    if d is not None and d.alloc_conf_problems:
         lines += ["", "Problems of the job's current allocator setting:"]
-        lines += [f"{INDENT}- {p}" for p in d.current_alloc_conf_problems]
+        lines += [f"{INDENT}- {p}" for p in d.alloc_conf_problems]
     if e.setting is not None:
         s = e.setting
         if s.set_env_command:
@@ -152,8 +157,36 @@ def _plain(value: Any) -> Any:
 
 def to_json(e: Explanation) -> dict[str, Any]:
     """The explanation as one JSON object (snake_case, like `diagnose --json`), sizes in
-    bytes."""
+    bytes. Its `diagnosis` keeps the keys it has had since 0.2 (the core's diagnosis and the
+    operator's context in one object)."""
     out: dict[str, Any] = _plain(e)
     for gpu, typed in zip(out["gpus"], e.gpus, strict=True):
         gpu["unattributed_bytes"] = typed.unattributed_bytes
+    out.pop("context")
+    out["diagnosis"] = _diagnosis_json(e.diagnosis, e.context or Context()) \
+        if e.diagnosis is not None else None
     return out
+
+
+def _diagnosis_json(d: Diagnosis, c: Context) -> dict[str, Any]:
+    f = d.figures
+    return {
+        "kind": d.kind, "summary": d.summary, "diagnosed_at": c.diagnosed_at,
+        "recommended_alloc_conf": d.recommendation.alloc_conf or "",
+        "actions": list(d.recommendation.actions), "container": c.container,
+        "restart_count": c.restart_count, "exit_code": c.exit_code,
+        "termination_reason": c.termination_reason, "source": c.source,
+        "framework": d.framework or "", "torch_version_hint": d.torch_version_hint or "",
+        "oom_count": d.oom_count or None, "contributing": list(d.contributing),
+        "other_pods_on_gpu": list(c.other_pods_on_gpu),
+        "current_alloc_conf_problems": list(d.alloc_conf_problems),
+        "figures": {
+            "requested_bytes": f.requested_bytes, "total_bytes": f.total_bytes,
+            "free_bytes": f.free_bytes, "process_bytes": f.process_bytes,
+            "allocated_bytes": f.allocated_bytes,
+            "reserved_unallocated_bytes": f.reserved_unallocated_bytes,
+            "allowed_bytes": f.allowed_bytes,
+            "other_processes": [{"pid": p.pid, "bytes": p.bytes, "pod": _ref(p)}
+                                for p in f.other_processes],
+        },
+    }

@@ -15,6 +15,7 @@ offered as a ready-to-paste snippet only when it passes the same validation as
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from gpu_auditor.base.contract import (
 from gpu_auditor.base.nodereport import NodeReport
 from gpu_auditor.base.podspec import ALLOC_CONF_VARIABLES
 from gpu_auditor.diagnosis import ALLOC_CONF_ENV, validate_alloc_conf
+from gpu_auditor.diagnosis.model import Diagnosis, Figures, OtherProcess, json_size
 
 TEXT_LIMIT = 2048
 """Characters of one string shown (a summary, an action, an Event message)."""
@@ -44,18 +46,13 @@ a bare pod's env too; other kinds (PyTorchJob, RayCluster...) are edited in thei
 
 def text(value: object, limit: int = TEXT_LIMIT) -> str:
     """A printable one-line string of at most `limit` characters: control characters (escape
-    sequences, newlines) become spaces."""
-    if value is None:
+    sequences, newlines) become spaces. Only a string or a number is text: a list or an object
+    (deep, or huge: anyone's JSON) is "", never turned into its repr."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
         return ""
     raw = value if isinstance(value, str) else str(value)
     clean = "".join(c if c.isprintable() else " " for c in raw[: limit + 1])
     return clean if len(clean) <= limit else clean[: limit - 1] + "…"
-
-
-def _size(value: object) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
-        return None
-    return value
 
 
 def _map(value: object) -> Mapping[str, Any]:
@@ -67,48 +64,18 @@ def _list(value: object) -> list[Any]:
 
 
 @dataclass(frozen=True)
-class OtherProcess:
-    """A process the OOM message names on the same GPU, and the pod the node report puts it
-    in (when it does)."""
+class Context:
+    """Where and when the operator read the failure it diagnosed: what its `evidence` says
+    beside the core's `Diagnosis` (diagnosis/model.py, the one definition of a diagnosis, its
+    figures and the other processes), which explain rebuilds from the pod's annotations."""
 
-    pid: int
-    bytes: int | None
-    pod: str = ""
-
-
-@dataclass(frozen=True)
-class Figures:
-    requested_bytes: int | None = None
-    total_bytes: int | None = None
-    free_bytes: int | None = None
-    process_bytes: int | None = None
-    allocated_bytes: int | None = None
-    reserved_unallocated_bytes: int | None = None
-    allowed_bytes: int | None = None
-    other_processes: tuple[OtherProcess, ...] = ()
-
-
-@dataclass(frozen=True)
-class Diagnosis:
-    """What the operator wrote on the pod."""
-
-    kind: str
-    summary: str = ""
     diagnosed_at: str = ""
-    recommended_alloc_conf: str = ""
-    actions: tuple[str, ...] = ()
     container: str = ""
     restart_count: int | None = None
     exit_code: int | None = None
     termination_reason: str = ""
     source: str = ""
-    framework: str = ""
-    torch_version_hint: str = ""
-    oom_count: int | None = None
-    contributing: tuple[str, ...] = ()
     other_pods_on_gpu: tuple[str, ...] = ()
-    current_alloc_conf_problems: tuple[str, ...] = ()
-    figures: Figures = Figures()
 
 
 @dataclass(frozen=True)
@@ -187,6 +154,9 @@ class Explanation:
     """The owner chain, nearest first, as `Kind/name`."""
     phase: str
     diagnosis: Diagnosis | None
+    """The operator's diagnosis, in the core's own type (rebuilt from the annotations)."""
+    context: Context | None
+    """Where and when it was read (set with `diagnosis`)."""
     diagnosis_failed: str
     sharing: Sharing | None
     gpus: tuple[GpuTenants, ...]
@@ -197,6 +167,10 @@ class Explanation:
     setting_withheld: str
     notes: tuple[str, ...] = field(default=())
     """What could not be read, said once each."""
+    malformed: tuple[str, ...] = field(default=())
+    """The operator's annotations that are not of their shape (not JSON, nested too deeply, a
+    list where an object belongs): the explanation is printed without them, and explain exits
+    2 (docs/explain.md)."""
 
     @property
     def ref(self) -> str:
@@ -206,75 +180,75 @@ class Explanation:
 # -- reading the annotations -------------------------------------------------------------------
 
 
-def _json(raw: str | None, what: str, notes: list[str]) -> Any:
+def _json(raw: str | None, what: str, notes: list[str], malformed: list[str]) -> Any:
     if raw is None:
         return None
     try:
         return json.loads(raw)
     except ValueError:
-        notes.append(f"the {what} annotation is not valid JSON; not shown")
-        return None
+        why = "not valid JSON"
+    except RecursionError:  # nested past the parser's depth: 100,000 `[` is 100 KB
+        why = "nested too deeply to read"
+    notes.append(f"the {what} annotation is {why}; not shown")
+    malformed.append(f"the {what} annotation is {why}")
+    return None
 
 
-def _figures(raw: Mapping[str, Any]) -> Figures:
-    others = []
-    for item in _list(raw.get("otherProcesses")):
-        item = _map(item)
-        pid = _size(item.get("pid"))
-        if pid is None:
-            continue
-        pod = ""
-        if names.is_label(item.get("namespace")) and names.is_subdomain(item.get("pod")):
-            pod = f"{item['namespace']}/{item['pod']}"
-        others.append(OtherProcess(pid=pid, bytes=_size(item.get("bytes")), pod=pod))
-    return Figures(
-        requested_bytes=_size(raw.get("requestedBytes")),
-        total_bytes=_size(raw.get("totalBytes")),
-        free_bytes=_size(raw.get("freeBytes")),
-        process_bytes=_size(raw.get("processBytes")),
-        allocated_bytes=_size(raw.get("allocatedBytes")),
-        reserved_unallocated_bytes=_size(raw.get("reservedUnallocatedBytes")),
-        allowed_bytes=_size(raw.get("allowedBytes")),
-        other_processes=tuple(others),
-    )
+def _strings(value: object, limit: int = TEXT_LIMIT) -> list[str]:
+    return [text(v, limit) for v in _list(value) if isinstance(v, str)]
 
 
-def _strings(value: object) -> tuple[str, ...]:
-    return tuple(text(v) for v in _list(value) if isinstance(v, str))
+def _named(p: OtherProcess) -> OtherProcess:
+    """An other process, its pod named only when both names are Kubernetes names."""
+    if names.is_label(p.namespace) and names.is_subdomain(p.pod):
+        return p
+    return OtherProcess(p.pid, p.bytes)
 
 
-def read_diagnosis(ours: Mapping[str, str], notes: list[str]) -> Diagnosis | None:
-    """The diagnosis annotations (without their prefix) as a typed value; None without one."""
+def read_diagnosis(ours: Mapping[str, str], notes: list[str],
+                   malformed: list[str] | None = None) -> tuple[Diagnosis, Context] | None:
+    """The diagnosis annotations (without their prefix) as the core's `Diagnosis` and the
+    operator's `Context`; None without one. An annotation not of its shape is left out, said in
+    `notes` and listed in `malformed`."""
     kind = ours.get(Annotation.DIAGNOSIS)
     if kind is None:
         return None
-    actions = _json(ours.get(Annotation.ACTIONS), "actions", notes)
-    evidence = _json(ours.get(Annotation.EVIDENCE), "evidence", notes)
+    bad: list[str] = [] if malformed is None else malformed
+    actions = _json(ours.get(Annotation.ACTIONS), "actions", notes, bad)
+    evidence = _json(ours.get(Annotation.EVIDENCE), "evidence", notes, bad)
     if actions is not None and not isinstance(actions, list):
         notes.append("the actions annotation is not a JSON list; not shown")
+        bad.append("the actions annotation is not a JSON list")
     if evidence is not None and not isinstance(evidence, Mapping):
         notes.append("the evidence annotation is not a JSON object; not shown")
+        bad.append("the evidence annotation is not a JSON object")
     ev = _map(evidence)
-    return Diagnosis(
-        kind=text(kind, 64),
-        summary=text(ours.get(Annotation.SUMMARY)),
+    diagnosis = Diagnosis.from_json_dict({
+        "detected": True, "kind": text(kind, 64), "summary": text(ours.get(Annotation.SUMMARY)),
+        "framework": text(ev.get("framework"), 64) or None,
+        "torch_version_hint": text(ev.get("torchVersionHint"), 32) or None,
+        "contributing": _strings(ev.get("contributing")), "oom_count": ev.get("oomCount"),
+        "figures": ev.get("figures"),
+        "recommendation": {
+            "alloc_conf": text(ours.get(Annotation.RECOMMENDED_ALLOC_CONF), 1024) or None,
+            "actions": _strings(actions)},
+        "alloc_conf_problems": _strings(ev.get("currentAllocConfProblems")),
+    })
+    figures = diagnosis.figures
+    diagnosis = dataclasses.replace(diagnosis, figures=dataclasses.replace(
+        figures, other_processes=tuple(_named(p) for p in figures.other_processes)))
+    exit_code = ev.get("exitCode")
+    context = Context(
         diagnosed_at=text(ours.get(Annotation.DIAGNOSED_AT), 64),
-        recommended_alloc_conf=text(ours.get(Annotation.RECOMMENDED_ALLOC_CONF), 1024),
-        actions=_strings(actions),
-        container=text(ev.get("container"), 63) if isinstance(ev.get("container"), str) else "",
-        restart_count=_size(ev.get("restartCount")),
-        exit_code=ev.get("exitCode") if isinstance(ev.get("exitCode"), int)
-        and not isinstance(ev.get("exitCode"), bool) else None,
+        container=text(ev.get("container"), 63),
+        restart_count=json_size(ev.get("restartCount")),
+        exit_code=exit_code if isinstance(exit_code, int) and not isinstance(exit_code, bool)
+        and -2**31 <= exit_code < 2**32 else None,
         termination_reason=text(ev.get("terminationReason"), 128),
         source=text(ev.get("source"), 128),
-        framework=text(ev.get("framework"), 64),
-        torch_version_hint=text(ev.get("torchVersionHint"), 32),
-        oom_count=_size(ev.get("oomCount")),
-        contributing=_strings(ev.get("contributing")),
-        other_pods_on_gpu=_strings(ev.get("otherPodsOnGPU")),
-        current_alloc_conf_problems=_strings(ev.get("currentAllocConfProblems")),
-        figures=_figures(_map(ev.get("figures"))),
+        other_pods_on_gpu=tuple(_strings(ev.get("otherPodsOnGPU"))),
     )
+    return diagnosis, context
 
 
 def _split(value: str | None) -> tuple[str, ...]:
@@ -303,7 +277,7 @@ def gpu_tenants(report: NodeReport, uid: str, sharing: Sharing | None,
                 others: Sequence[OtherProcess]) -> tuple[GpuTenants, ...]:
     """The GPUs the pod is on (by UID in the report), or the report names in its finding, or
     that hold a process the OOM message names, each with every pod on it."""
-    pids = {p.pid for p in others}
+    pids = {p.pid for p in others if p.pid is not None}
     wanted = {g.uuid for g in report.gpus
               if any(e.uid == uid or pids & set(e.pids) for e in g.pods)}
     if sharing is not None:
@@ -327,10 +301,13 @@ def name_processes(figures: Figures, report: NodeReport | None) -> Figures:
     under (host pids: the agent reads them from the node, as the message does)."""
     if report is None or not figures.other_processes:
         return figures
-    by_pid = {pid: e.ref for _, e in report.pod_entries() for pid in e.pids if e.ref}
-    named = tuple(OtherProcess(p.pid, p.bytes, p.pod or by_pid.get(p.pid, ""))
-                  for p in figures.other_processes)
-    return Figures(**{**figures.__dict__, "other_processes": named})
+    by_pid = {pid: e for _, e in report.pod_entries() for pid in e.pids if e.ref}
+    named = []
+    for p in figures.other_processes:
+        entry = by_pid.get(p.pid) if p.pid is not None and not p.pod else None
+        named.append(p if entry is None else OtherProcess(p.pid, p.bytes, entry.namespace,
+                                                          entry.pod))
+    return dataclasses.replace(figures, other_processes=tuple(named))
 
 
 # -- Events and the setting ----------------------------------------------------------------------
@@ -348,8 +325,8 @@ def read_events(items: object, uid: str) -> tuple[Event, ...]:
             continue
         when = raw.get("lastTimestamp") or raw.get("eventTime") or raw.get("firstTimestamp")
         events.append(Event(type=text(raw.get("type"), 32), reason=text(raw.get("reason"), 64),
-                            message=text(raw.get("message")), count=_size(raw.get("count")) or 1,
-                            last_seen=text(when, 64)))
+                            message=text(raw.get("message")),
+                            count=json_size(raw.get("count")) or 1, last_seen=text(when, 64)))
     events.sort(key=lambda e: e.last_seen)
     return tuple(events[-LIST_LIMIT:])
 
@@ -372,16 +349,17 @@ def _shell_quote(value: str) -> str:
 
 
 def setting(pod: Mapping[str, Any], namespace: str, diagnosis: Diagnosis | None,
-            owners: Sequence[str]) -> tuple[Setting | None, str]:
+            context: Context | None, owners: Sequence[str]) -> tuple[Setting | None, str]:
     """The setting as a `kubectl set env` line and an env snippet for the owning workload, or
     why none is offered."""
-    if diagnosis is None or not diagnosis.recommended_alloc_conf:
+    if diagnosis is None or not diagnosis.recommendation.alloc_conf:
         return None, ""
-    value = diagnosis.recommended_alloc_conf
+    value = diagnosis.recommendation.alloc_conf
     problems = validate_alloc_conf(value, torch_version=diagnosis.torch_version_hint or None)
     if problems:
         return None, f"the recommended value {value!r} does not validate: {problems[0]}"
-    container = diagnosis.container if names.is_label(diagnosis.container) else ""
+    named = context.container if context is not None else ""
+    container = named if names.is_label(named) else ""
     variable = _container_variable(pod, container)
     workload = owners[-1] if owners else ""  # the outermost: a Deployment, not its ReplicaSet
     kind = workload.split("/", 1)[0]
@@ -414,22 +392,25 @@ def explain(pod: Mapping[str, Any], *, events: object, owners: Sequence[str],
     namespace, name = text(meta.get("namespace"), 63), text(meta.get("name"), 253)
     uid = text(meta.get("uid"), 64)
     said = list(notes)
+    malformed: list[str] = []
     ours = our_annotations(pod, prefix)
-    diagnosis = read_diagnosis(ours, said)
+    read = read_diagnosis(ours, said, malformed)
+    diagnosis, context = read if read is not None else (None, None)
     sharing = read_sharing(ours)
     if diagnosis is not None:
-        diagnosis = Diagnosis(**{**diagnosis.__dict__,
-                                 "figures": name_processes(diagnosis.figures, report)})
+        diagnosis = dataclasses.replace(diagnosis,
+                                        figures=name_processes(diagnosis.figures, report))
     gpus = (gpu_tenants(report, uid, sharing,
                         diagnosis.figures.other_processes if diagnosis else ())
             if report is not None else ())
-    chosen, withheld = setting(pod, namespace, diagnosis, owners)
+    chosen, withheld = setting(pod, namespace, diagnosis, context, owners)
     return Explanation(
         namespace=namespace, pod=name, uid=uid, node=text(spec.get("nodeName"), 253),
         owners=tuple(text(o, 320) for o in owners),
         phase=text(_map(pod.get("status")).get("phase"), 32),
-        diagnosis=diagnosis,
+        diagnosis=diagnosis, context=context,
         diagnosis_failed=text(ours.get(Annotation.DIAGNOSIS_FAILED)),
         sharing=sharing, gpus=gpus, report=text(report_note), events=read_events(events, uid),
         setting=chosen, setting_withheld=text(withheld), notes=tuple(text(n) for n in said),
+        malformed=tuple(malformed),
     )

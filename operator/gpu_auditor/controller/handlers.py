@@ -80,6 +80,19 @@ def pod_event(body: kopf.Body, type: str | None, memo: Any, **_: Any) -> None:
     _services(memo).handle_pod(body)
 
 
+def follows_trial(body: Mapping[str, Any], memo: Any, **_: Any) -> bool:
+    """Cheap filter in the event loop: only a next pod of an owner with a recommendation's
+    trial, or a pod the webhook put a setting into, reaches a thread."""
+    return _services(memo).follows(body)
+
+
+@kopf.on.event("v1", "pods", when=follows_trial)
+def pod_trial_event(body: kopf.Body, type: str | None, memo: Any, **_: Any) -> None:
+    if type == "DELETED":
+        return
+    _services(memo).follow_pod(body)
+
+
 @kopf.on.event(GROUP, VERSION, PLURAL)
 def node_report_event(body: kopf.Body, type: str | None, memo: Any, **_: Any) -> None:
     if type == "DELETED":
@@ -94,5 +107,5 @@ def node_report_event(body: kopf.Body, type: str | None, memo: Any, **_: Any) ->
     _services(memo).handle_report(report)
 
 
-__all__ = ["configure", "has_failed_container", "login", "node_report_event", "pod_event",
-           "stop_workers"]
+__all__ = ["configure", "follows_trial", "has_failed_container", "login", "node_report_event",
+           "pod_event", "pod_trial_event", "stop_workers"]

@@ -80,8 +80,8 @@ def _how(failure: Failure) -> str:
 
 
 def summary(root: RootCause, verdict: Verdict, prefix: str) -> str:
-    """`rank 3 (pod ml/w-3) failed first, of capacity: <its summary>; 15 pods failed after
-    it (12 nccl-timeout, 3 SIGTERM (exit code 143))`, cut to the summary's limit."""
+    """`rank 3 (pod ml/w-3) failed first: <its summary>; 15 pods failed after it (12
+    nccl-timeout, 3 SIGTERM (exit code 143))`, cut to the summary's limit."""
     pod_summary = _field(root, prefix, Annotation.SUMMARY) or root.failure.how
     after = _tally(verdict.consequences)
     tail = ""
@@ -92,8 +92,7 @@ def summary(root: RootCause, verdict: Verdict, prefix: str) -> str:
         tail += f"; {len(verdict.oom_too)} more ran out of memory on their own"
     if verdict.others:
         tail += f"; {len(verdict.others)} failed of something else"
-    head = (f"{rank_words(root.rank, root.position)} (pod {root.failure.ref}) failed first, of "
-            f"{root.failure.how}: ")
+    head = f"{rank_words(root.rank, root.position)} (pod {root.failure.ref}) failed first: "
     room = LIMITS[Annotation.SUMMARY] - bounded.size(head) - bounded.size(tail)
     return bounded.clip(head + bounded.clip(pod_summary, max(room, 64)) + tail,
                         LIMITS[Annotation.SUMMARY])
@@ -155,13 +154,14 @@ def _evidence(root: RootCause, prefix: str) -> dict[str, Any]:
 
 
 def consequence_text(failure: Failure, root: RootCause, verdict: Verdict) -> str:
-    """`nccl-timeout, 4 s after ml/w-3 (rank 3) failed of capacity`."""
+    """`nccl-timeout, 4 s after ml/w-3 failed (capacity, rank 3)`."""
     after = verdict.after_root(failure)
     when = "at about the same time as" if after is None or abs(after.total_seconds()) < 1 else (
         f"{after.total_seconds():.0f} s after" if after.total_seconds() > 0
         else f"{-after.total_seconds():.0f} s before")
-    text = (f"{_how(failure)}, {when} {root.failure.ref} "
-            f"({rank_words(root.rank, root.position)}) failed of {root.failure.how}")
+    rank = f"rank {root.rank}" if root.rank is not None else root.position
+    text = (f"{_how(failure)}, {when} {root.failure.ref} failed ({root.failure.how}"
+            f"{', ' + rank if rank else ''})")
     return bounded.clip(text, JOB_LIMITS[Annotation.CONSEQUENCE])
 
 

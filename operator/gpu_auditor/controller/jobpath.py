@@ -16,12 +16,15 @@ read per group (the earliest failures come first), the rest are filed unread and
 the root cause as such. The chain is verified once per root cause; a pod's pointer, an Event
 and the job's annotations are written once each (the job's again only when they change).
 
-What is kept in memory is bounded (`MAX_GROUPS` groups, `MAX_FAILURES` failures each); it is
-rebuilt after a restart from what was written: the job's object names its root cause, which
-the group's next failure reads back (`remembered`).
+What is kept in memory is bounded (`MAX_GROUPS` groups, `MAX_FAILURES` failures each,
+`MAX_FILED` in all: the least recently seen group is forgotten first; a consequence is kept as
+its pod's name, UID and recorded keys, only an OOM pod whole); it is rebuilt after a restart from
+what was written: the job's object names its root cause, which the group's next failure reads
+back (`remembered`).
 
-A chain that does not verify (`OwnerRefused`) leaves the group's pods as they would be alone:
-each OOM pod's own Event and owner annotations, no pointers.
+A chain that does not verify (`OwnerRefused`), or a job's object the operator may not read or
+write (403) or that is gone (404), leaves the group's pods as they would be alone: each OOM
+pod's own Event and owner annotations, no pointers.
 """
 
 from __future__ import annotations
@@ -31,13 +34,14 @@ import datetime as dt
 import json
 import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Collection
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpu_auditor.base.contract import Annotation, EventReason
-from gpu_auditor.base.errors import APIError, APINotFoundError
+from gpu_auditor.base.errors import APIError, APIForbiddenError, APINotFoundError
 from gpu_auditor.controller import annotations as notes
 from gpu_auditor.controller import jobnotes, jobowners, metrics
 from gpu_auditor.controller.diagnosispool import DiagnosisFailed
@@ -45,10 +49,9 @@ from gpu_auditor.controller.jobmember import GroupKey, JobMember, member_of
 from gpu_auditor.controller.jobnotes import RootCause
 from gpu_auditor.controller.jobowners import VerifiedJob
 from gpu_auditor.controller.kube import KubeApi, ObjectRef
-from gpu_auditor.controller.lru import Lru
 from gpu_auditor.controller.oom import Diagnosed, OomPath, container_of
 from gpu_auditor.controller.owners import OwnerRefused
-from gpu_auditor.controller.pod import DiagnosedKeys, Pod, Termination
+from gpu_auditor.controller.pod import DiagnosedKeys, Pod, Termination, diagnosed_keys
 from gpu_auditor.controller.retry import Attempts, Schedule
 from gpu_auditor.controller.rootcause import Failure, Read, Verdict, verdicts
 from gpu_auditor.diagnosis import DiagnosisKind
@@ -60,6 +63,8 @@ SETTLE = 2.0
 late (its event queued behind others) may still be the first."""
 MAX_GROUPS = 2_000
 MAX_FAILURES = 10_000
+MAX_FILED = 50_000
+"""Failures kept in memory across all groups (as many as pods the OOM path remembers)."""
 DEFAULT_LOG_READS = 16
 SIGNAL_EXIT_CODES = {130: "SIGINT", 137: "SIGKILL", 143: "SIGTERM"}
 """Exit codes of a process stopped by a signal from outside (128 + signal); OOMKilled aside."""
@@ -71,8 +76,12 @@ class Member:
 
     failure: Failure
     pod: Pod | None
+    """The pod as parsed, kept for an OOM pod (a root cause's chain is verified from it) and
+    the group's first failure (a restart's look back); None for the others."""
     claim: JobMember
     termination: Termination | None
+    keys: DiagnosedKeys = field(default_factory=DiagnosedKeys)
+    """What the pod's `diagnosed-key` recorded when it was read (its pointer adds to it)."""
     written: notes.Written | None = None
     """The pod's own diagnosis as written (an OOM)."""
     event_settled: bool = False
@@ -116,7 +125,10 @@ class JobPath:
         self.log_reads = log_reads
         self.settle = settle
         self.clock = clock
-        self.groups = Lru(MAX_GROUPS)
+        self.groups: OrderedDict[GroupKey, Group] = OrderedDict()
+        """The groups, the least recently seen first (bounded: `_forget`)."""
+        self.filed = 0
+        """Failures kept in all groups."""
         self._lock = threading.Lock()
         self.executor: Executor = ThreadPoolExecutor(max_workers=workers,
                                                      thread_name_prefix="jobs")
@@ -135,7 +147,7 @@ class JobPath:
         if member is None:
             return False
         group = self._group(member.group(pod.namespace))
-        if len(group.members) >= MAX_FAILURES:
+        if group is None:
             return False  # beyond the bound: the pod-level diagnosis, as for any pod
         for t in self.oom.pending(pod):
             key = (pod.uid, t.key)
@@ -153,13 +165,29 @@ class JobPath:
                 self.attempts.done(key)
         return True
 
-    def _group(self, key: GroupKey) -> Group:
+    def _group(self, key: GroupKey) -> Group | None:
+        """The group of `key` (made when new), or None when it is full."""
         with self._lock:
             group = self.groups.get(key)
-            if not isinstance(group, Group):
+            if group is None:
                 group = Group(key)
-                self.groups.add(key, group)
-            return group
+                self.groups[key] = group
+            self.groups.move_to_end(key)
+            return group if len(group.members) < MAX_FAILURES else None
+
+    def _filed(self, group: Group, member: Member) -> None:
+        """Keep `member` in `group`, forgetting the least recently seen groups past the
+        bounds."""
+        with group.lock:
+            if member.failure.key in group.members:
+                return
+            group.members[member.failure.key] = member
+        with self._lock:
+            self.filed += 1
+            while self.groups and (len(self.groups) > MAX_GROUPS or self.filed > MAX_FILED):
+                _, old = self.groups.popitem(last=False)
+                with old.lock:
+                    self.filed -= len(old.members)
 
     def _file(self, group: Group, pod: Pod, member: JobMember, t: Termination) -> None:
         keys = self.oom.keys(pod)
@@ -178,7 +206,9 @@ class JobPath:
             self.attempts.done((pod.uid, t.key))
         failure = _failure(pod, member, t, found)
         with group.lock:
-            group.members[failure.key] = Member(failure, pod, member, t, written)
+            first = not group.members
+        kept = pod if written is not None or first else None
+        self._filed(group, Member(failure, kept, member, t, keys, written))
         self._soon(group)
 
     def read(self, group: Group, pod: Pod, t: Termination) -> Diagnosed | None:
@@ -294,9 +324,9 @@ class JobPath:
             metrics.OWNER_WRITES_REFUSED.labels(exc.reason).inc()
             log.warning("job of %s not annotated: %s", pod.ref, exc)
             return exc
-        except APINotFoundError as exc:
+        except (APINotFoundError, APIForbiddenError) as exc:  # gone, or not ours to read
             log.warning("job of %s not annotated: %s", pod.ref, exc)
-            return OwnerRefused("uid-mismatch", str(exc))
+            return OwnerRefused(exc.reason, str(exc))
 
     def _write_incident(self, group: Group, verdict: Verdict, *, latest: bool) -> None:
         assert verdict.root is not None
@@ -305,7 +335,13 @@ class JobPath:
             return
         root, job = found
         if latest and not verdict.root.remembered:
-            self._write_job(group, root, verdict, job)
+            try:
+                self._write_job(group, root, verdict, job)
+            except (APINotFoundError, APIForbiddenError) as exc:  # gone, or not ours to write
+                log.warning("%s %s/%s not annotated: %s", job.kind.kind, group.key.namespace,
+                            job.name, exc)
+                group.verified[verdict.root.key] = OwnerRefused(exc.reason, str(exc))
+                return
         for failure in verdict.consequences:
             member = group.members.get(failure.key)
             if member is not None and member.pointer != root.failure.ref and \
@@ -315,15 +351,24 @@ class JobPath:
     def _write_job(self, group: Group, root: RootCause, verdict: Verdict, job: VerifiedJob
                    ) -> None:
         wanted = jobnotes.job_annotations(root, verdict, prefix=self.prefix, now=self.clock())
+        written: Callable[[], None] = lambda: None  # noqa: E731
+        if self.oom.trials is not None:  # the recommendation's trial on the job (trials.py)
+            member = group.members.get(root.failure.key)
+            wanted, written = self.oom.trials.for_job(
+                group.key.namespace, job, member.pod if member else None,
+                member.termination if member else None, wanted)
         at = f"{self.prefix}{Annotation.DIAGNOSED_AT}"
         same = group.job_written is not None and {
             k: v for k, v in group.job_written.items() if k != at} == {
             k: v for k, v in wanted.items() if k != at}
         if not same:
             self.kube.patch_object(job.kind, group.key.namespace, job.name, job.uid, wanted)
+            written()
+            counted = group.job_root == root.failure.key  # the same root, more consequences
             group.job_written, group.job_root = wanted, root.failure.key
-            metrics.JOB_DIAGNOSES.labels(job.kind.kind, wanted[
-                f"{self.prefix}{Annotation.DIAGNOSIS}"] or "unknown").inc()
+            if not counted:
+                metrics.JOB_DIAGNOSES.labels(job.kind.kind, wanted[
+                    f"{self.prefix}{Annotation.DIAGNOSIS}"] or "unknown").inc()
             log.warning("%s %s/%s: %s", job.kind.kind, group.key.namespace, job.name,
                         wanted[f"{self.prefix}{Annotation.SUMMARY}"])
         name, reason, message = jobnotes.job_event(root, verdict, prefix=self.prefix,
@@ -335,18 +380,19 @@ class JobPath:
             group.events.add(name)
 
     def _point(self, member: Member, root: RootCause, verdict: Verdict) -> None:
-        pod, t = member.pod, member.termination
-        if pod is None or t is None:
+        t, f = member.termination, member.failure
+        if t is None:
             return
-        patch = jobnotes.pointer_annotations(member.failure, t, root, verdict,
-                                             prefix=self.prefix,
-                                             previous_keys=self.oom.keys(pod), now=self.clock())
+        keys = member.keys.merged(self.oom.remembered(f.pod_uid))
+        patch = jobnotes.pointer_annotations(f, t, root, verdict, prefix=self.prefix,
+                                             previous_keys=keys, now=self.clock())
         try:
-            self.kube.patch_pod_annotations(pod.namespace, pod.name, patch, uid=pod.uid)
+            self.kube.patch_pod_annotations(f.namespace, f.pod, patch, uid=f.pod_uid)
         except APINotFoundError:
             member.pointer = root.failure.ref  # gone: nothing to point
             return
-        self.oom.wrote(pod, patch)
+        self.oom.written.add(f.pod_uid, diagnosed_keys(
+            patch[f"{self.prefix}{Annotation.DIAGNOSED_KEY}"]))
         member.pointer = root.failure.ref
 
     def _retract(self, group: Group) -> None:
@@ -360,11 +406,12 @@ class JobPath:
             self.kube.patch_object(job.kind, group.key.namespace, job.name, job.uid,
                                    jobnotes.cleared(self.prefix))
         old_ref = group.job_written.get(f"{self.prefix}{Annotation.ROOT_CAUSE_POD}")
-        for member in list(group.members.values()):
-            if member.pointer is not None and member.pointer == old_ref and member.pod:
-                self.kube.patch_pod_annotations(member.pod.namespace, member.pod.name,
+        for member in _members(group):
+            f = member.failure
+            if member.pointer is not None and member.pointer == old_ref:
+                self.kube.patch_pod_annotations(f.namespace, f.pod,
                                                 jobnotes.pointer_cleared(self.prefix),
-                                                uid=member.pod.uid)
+                                                uid=f.pod_uid)
                 member.pointer = None
             if member.written is not None:
                 member.event_settled = False
@@ -379,7 +426,7 @@ class JobPath:
             if verdict.root is not None and isinstance(group.verified.get(verdict.root.key),
                                                        VerifiedJob):
                 covered |= {verdict.root.key, *(f.key for f in verdict.oom_too)}
-        for member in list(group.members.values()):
+        for member in _members(group):
             if member.written is None or member.event_settled or member.pod is None:
                 continue
             if member.failure.key not in covered:
@@ -434,6 +481,12 @@ def remembered_root(job: VerifiedJob, prefix: str, namespace: str) -> RootCause 
         (Annotation.DIAGNOSIS, kind),
         (Annotation.SUMMARY, notes_.get(f"{prefix}{Annotation.SUMMARY}")))},
         reason, rank if isinstance(rank, int) else None, failure.position)
+
+
+def _members(group: Group) -> list[Member]:
+    """The group's members now (handler threads add to it meanwhile)."""
+    with group.lock:
+        return list(group.members.values())
 
 
 def _failure(pod: Pod, member: JobMember, t: Termination, found: Diagnosed) -> Failure:

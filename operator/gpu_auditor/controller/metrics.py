@@ -78,3 +78,11 @@ PROBE_RECORDS = Counter(
     "(it describes another failure than the OOM message).",
     ["result"], namespace=NS, subsystem=OPERATOR,
 )
+RECOMMENDATION_OUTCOMES = Counter(
+    "recommendation_outcomes",
+    "Trials of recommended allocator settings decided on their owners' next pods, by the "
+    "diagnosis kind they answered, the keys recommended and the outcome: fixed (a pod with the "
+    "setting completed or ran past the failed attempt), not-fixed (it ran out of memory again), "
+    "not-applied (a next pod ran without it). Each trial counts each outcome once.",
+    ["kind", "setting", "outcome"], namespace=NS,
+)

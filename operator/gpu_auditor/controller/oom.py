@@ -52,6 +52,7 @@ from gpu_auditor.controller.pod import (
 from gpu_auditor.controller.probe import ProbeUse, probe_use, record_in_message
 from gpu_auditor.controller.reports import NodeReports
 from gpu_auditor.controller.retry import Attempts
+from gpu_auditor.controller.trials import Trials
 from gpu_auditor.diagnosis import Diagnosis, NodeEvidence, diagnose_host_oom
 from gpu_auditor.diagnosis.consequence import FailureReading
 
@@ -103,6 +104,8 @@ class OomPath:
         them): what the annotation holds, so at most one entry per container."""
         self.jobs: Grouped | None = None
         """The path of distributed jobs, when it is on (`service.Services`)."""
+        self.trials: Trials | None = None
+        """The recommendations' trials on the owners (`service.Services`)."""
 
     def pending(self, pod: Pod) -> list[Termination]:
         """Failed terminations of this pod not yet diagnosed (no API call), the oldest first:
@@ -115,7 +118,11 @@ class OomPath:
                       key=lambda t: t.restart_count)
 
     def _written(self, pod: Pod) -> DiagnosedKeys:
-        written = self.written.get(pod.uid)
+        return self.remembered(pod.uid)
+
+    def remembered(self, uid: str) -> DiagnosedKeys:
+        """The `diagnosed-key` this process last wrote on the pod of `uid`."""
+        written = self.written.get(uid)
         return written if isinstance(written, DiagnosedKeys) else DiagnosedKeys()
 
     def keys(self, pod: Pod) -> DiagnosedKeys:
@@ -235,25 +242,37 @@ class OomPath:
                ) -> notes.Written:
         """Write the diagnosis onto the pod (the annotation first: what the user reads), then
         the pod's Event and its owner's annotations; `alone=False` (a pod of a distributed
-        job) writes the pod's annotations only, the job path deciding the rest."""
-        now = dt.datetime.now(dt.UTC)
-        result = notes.diagnosis_annotations(
-            diagnosis, t, pod, prefix=self.prefix, previous_keys=keys, source=found.source,
-            now=now, node=found.node, alloc_conf=container.alloc_conf, samples=found.samples,
-            probe=found.probe)
-        self.kube.patch_pod_annotations(pod.namespace, pod.name, result.annotations,
-                                        uid=pod.uid)
-        self.wrote(pod, result.annotations)
-        metrics.DIAGNOSES.labels(pod.namespace, diagnosis.kind).inc()
-        _count_probe(pod, t, diagnosis, found.probe)
-        if t.finished_at is not None:
-            metrics.DIAGNOSIS_LATENCY.observe(max((now - t.finished_at).total_seconds(), 0.0))
-        log.warning("%s [%s]: %s", pod.ref, t.container, diagnosis.summary)
-        if alone:
-            self.post_event(pod, t, result)
-            if self.annotate_owners:
-                self.annotate_owner(pod, result.owner_annotations)
-        return result
+        job) writes the pod's annotations only, the job path deciding the rest. A
+        recommendation's trial on the owner (`trials`) is read before the pod is written, so
+        the pod's diagnosis says when a setting did not help."""
+        trial = self.trials.prepare(pod, t, container, diagnosis) \
+            if alone and self.annotate_owners and self.trials is not None else None
+        try:
+            diagnosis = trial.diagnosis if trial is not None else diagnosis
+            now = dt.datetime.now(dt.UTC)
+            result = notes.diagnosis_annotations(
+                diagnosis, t, pod, prefix=self.prefix, previous_keys=keys, source=found.source,
+                now=now, node=found.node, alloc_conf=container.alloc_conf,
+                samples=found.samples, probe=found.probe)
+            self.kube.patch_pod_annotations(pod.namespace, pod.name, result.annotations,
+                                            uid=pod.uid)
+            self.wrote(pod, result.annotations)
+            metrics.DIAGNOSES.labels(pod.namespace, diagnosis.kind).inc()
+            _count_probe(pod, t, diagnosis, found.probe)
+            if t.finished_at is not None:
+                metrics.DIAGNOSIS_LATENCY.observe(
+                    max((now - t.finished_at).total_seconds(), 0.0))
+            log.warning("%s [%s]: %s", pod.ref, t.container, diagnosis.summary)
+            if alone:
+                self.post_event(pod, t, result)
+                if trial is not None and self.trials is not None:
+                    self.trials.settle(trial, result.owner_annotations, pod.namespace)
+                elif self.annotate_owners:
+                    self.annotate_owner(pod, result.owner_annotations)
+            return result
+        finally:
+            if trial is not None:
+                trial.release()
 
     def post_event(self, pod: Pod, t: Termination, result: notes.Written) -> None:
         """The pod's Event for a written diagnosis; one that fails is tried again on its own

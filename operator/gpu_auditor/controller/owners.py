@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gpu_auditor.base import names
+from gpu_auditor.base.selectors import selector_matches
 from gpu_auditor.controller.kube import WORKLOADS
 from gpu_auditor.controller.pod import OwnerReference, controller_reference
 
@@ -69,13 +70,21 @@ def verified_owner(kube: Workloads, namespace: str, ref: OwnerReference | None,
     """The workload to annotate for a pod with this controller reference and these labels,
     every link verified (references and selectors); None when the pod has no such owner.
     Raises OwnerRefused, or the API's errors."""
+    found = verified_owner_read(kube, namespace, ref, labels)
+    return found[0] if found is not None else None
+
+
+def verified_owner_read(kube: Workloads, namespace: str, ref: OwnerReference | None,
+                        labels: Mapping[str, str]) -> tuple[Owner, dict[str, Any]] | None:
+    """`verified_owner` and the owner as read (its annotations hold a recommendation's
+    trial, `base.trial`)."""
     owner = controller_ref(ref, POD_OWNERS)
     if owner is None:
         return None
     replica_set = _verified(kube, namespace, owner)
     _selects(owner, replica_set, labels, "the pod")
     if owner.kind != "ReplicaSet":
-        return owner
+        return owner, replica_set
     metadata = replica_set.get("metadata")  # the ReplicaSet as read: parsed here, its edge
     metadata = metadata if isinstance(metadata, Mapping) else {}
     deployment = controller_ref(controller_reference(metadata.get("ownerReferences")),
@@ -87,7 +96,7 @@ def verified_owner(kube: Workloads, namespace: str, ref: OwnerReference | None,
     rs_labels = metadata.get("labels")
     _selects(deployment, found, rs_labels if isinstance(rs_labels, Mapping) else {},
              f"ReplicaSet {owner.name}")
-    return deployment
+    return deployment, found
 
 
 def verified(kube: Workloads, namespace: str, owner: Owner, labels: Mapping[str, Any],
@@ -128,36 +137,5 @@ def _job_uid(labels: Mapping[str, Any]) -> object:
     return next((labels[label] for label in JOB_UID_LABELS if label in labels), None)
 
 
-def selector_matches(selector: object, labels: Mapping[str, Any]) -> bool:
-    """Whether a label selector, as the API serves it, selects `labels` (Kubernetes' own rule:
-    every `matchLabels` pair and every `matchExpressions` requirement). False for a selector
-    that is missing, empty (the API server gives no controller an empty one) or malformed."""
-    if not isinstance(selector, Mapping):
-        return False
-    match_labels = selector.get("matchLabels") or {}
-    expressions = selector.get("matchExpressions") or []
-    if not isinstance(match_labels, Mapping) or not isinstance(expressions, list):
-        return False
-    if not match_labels and not expressions:
-        return False
-    if any(labels.get(key) != value for key, value in match_labels.items()):
-        return False
-    return all(_requirement_matches(e, labels) for e in expressions)
-
-
-def _requirement_matches(requirement: object, labels: Mapping[str, Any]) -> bool:
-    """One `matchExpressions` item: In, NotIn (also true without the label), Exists,
-    DoesNotExist; any other operator or shape matches nothing."""
-    if not isinstance(requirement, Mapping):
-        return False
-    key, operator = requirement.get("key"), requirement.get("operator")
-    values = requirement.get("values") or []
-    if not isinstance(key, str) or not isinstance(values, list):
-        return False
-    if operator == "In":
-        return key in labels and labels[key] in values
-    if operator == "NotIn":
-        return key not in labels or labels[key] not in values
-    if operator == "Exists":
-        return key in labels
-    return operator == "DoesNotExist" and key not in labels
+__all__ = ["JOB_UID_LABELS", "POD_OWNERS", "Owner", "OwnerRefused", "Workloads", "controller_ref",
+           "selector_matches", "verified", "verified_owner", "verified_owner_read"]

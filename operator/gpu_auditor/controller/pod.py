@@ -254,6 +254,9 @@ class Pod:
     completion_index: int | None = None
     """An Indexed Job's pod: its index (the annotation, else the label, as the Job controller
     writes both); only of a pod with a failed termination, like `labels`."""
+    created_at: dt.datetime | None = None
+    """`metadata.creationTimestamp`: a recommendation's trial judges only pods created after
+    the failure it answers (`outcome.is_next_pod`)."""
     ref: str = field(init=False)
     """`namespace/name`."""
 
@@ -288,6 +291,7 @@ def parse_pod(body: Mapping[str, Any], prefix: str) -> Pod:
         terminations=failed,
         completion_index=_index(raw_notes.get(COMPLETION_INDEX, labels.get(COMPLETION_INDEX)))
         if failed else None,
+        created_at=_time(meta.get("creationTimestamp")) if failed else None,
     )
 
 

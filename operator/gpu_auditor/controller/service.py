@@ -3,6 +3,7 @@ share, and their retries. The kopf handlers hand each event here.
 
     pod event     ─► parse_pod ─► OomPath.handle          (oom.py)
                                   └► JobPath.take         (jobpath.py: a distributed job's pod)
+    pod event     ─► Trials.follows ─► Trials.follow     (trials.py: a recommendation's trial)
     report event  ─► parse_report ─► SharingPath.handle   (sharing.py)
     both          ─► NodeReports (reports.py), Attempts + RetryTimer (retry.py, retrytimer.py)
 """
@@ -25,6 +26,7 @@ from gpu_auditor.controller.reports import NodeReports
 from gpu_auditor.controller.retry import Attempts, Schedule
 from gpu_auditor.controller.retrytimer import RetryTimer
 from gpu_auditor.controller.sharing import SharingPath
+from gpu_auditor.controller.trials import Trials
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,7 @@ class Services:
     oom: OomPath = field(init=False)
     sharing: SharingPath = field(init=False)
     jobs: JobPath | None = field(init=False, default=None)
+    trials: Trials = field(init=False)
 
     def __post_init__(self) -> None:
         cfg = self.config
@@ -66,6 +69,9 @@ class Services:
                            annotate_owners=cfg.annotate_owners)
         self.sharing = SharingPath(self.kube, self.reports, Attempts(self.schedule),
                                    prefix=cfg.annotation_prefix, namespaces=cfg.namespaces)
+        self.trials = Trials(self.kube, self.schedule, prefix=cfg.annotation_prefix,
+                             switches=frozenset(cfg.job_kinds))
+        self.oom.trials = self.trials
         if cfg.job_kinds:
             self.jobs = JobPath(self.kube, self.oom, self.oom.attempts, self.schedule,
                                 switches=cfg.job_kinds, prefix=cfg.annotation_prefix,
@@ -81,6 +87,13 @@ class Services:
 
     def handle_pod(self, body: Mapping[str, Any]) -> None:
         self.oom.handle(self.parse(body))
+
+    def follows(self, body: Mapping[str, Any]) -> bool:
+        """A pod whose state may decide a recommendation's trial (kopf's cheap filter)."""
+        return self.trials.follows(body)
+
+    def follow_pod(self, body: Mapping[str, Any]) -> None:
+        self.trials.follow(body)
 
     def handle_report(self, report: NodeReport) -> None:
         self.sharing.handle(report)

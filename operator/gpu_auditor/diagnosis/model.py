@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final
@@ -23,6 +24,9 @@ class DiagnosisKind(StrEnum):
 
 KINDS: Final = tuple(DiagnosisKind)
 """Every diagnosis kind, for membership tests (`kind in KINDS`)."""
+
+MAX_JSON_ITEMS: Final = 64
+"""Items of one list a `from_json_dict` keeps (the JSON may be anyone's: an annotation, a file)."""
 
 ALLOC_CONF_ENV: Final = "PYTORCH_CUDA_ALLOC_CONF"
 """The variable to set: read by every release (2.10+ also read ``PYTORCH_ALLOC_CONF``, and the
@@ -76,6 +80,17 @@ class OtherProcess:
             out["pod"] = self.pod
         return out
 
+    @classmethod
+    def from_json_dict(cls, data: object) -> OtherProcess:
+        """The inverse of `to_json_dict` (and of the operator's evidence, the same keys); any
+        JSON is read, a value not of the shape is absent; ValueError without a size."""
+        item = data if isinstance(data, Mapping) else {}
+        size = json_size(item.get("bytes"))
+        if size is None:
+            raise ValueError("an other process without its bytes")
+        return cls(pid=json_size(item.get("pid")), bytes=size,
+                   namespace=_json_str(item.get("namespace")), pod=_json_str(item.get("pod")))
+
 
 @dataclass(frozen=True)
 class Figures:
@@ -114,6 +129,33 @@ class Figures:
             "allowed_bytes": self.allowed_bytes,
             "other_processes": [p.to_json_dict() for p in self.other_processes],
         }
+
+    @classmethod
+    def from_json_dict(cls, data: object) -> Figures:
+        """The inverse of `to_json_dict`, and the reader of the operator's evidence, which
+        writes the same figures in camelCase (`requestedBytes`, `otherProcesses`: the
+        Kubernetes API's case): either key is read. Any JSON is read: a size that is not a whole
+        number of bytes in 0..2**63 is None, an other process without one is left out, at most
+        MAX_JSON_ITEMS of them are kept."""
+        raw = data if isinstance(data, Mapping) else {}
+
+        def size(snake: str) -> int | None:
+            return json_size(raw.get(snake, raw.get(_camel(snake))))
+
+        others = []
+        listed = raw.get("other_processes", raw.get("otherProcesses"))
+        for item in listed[:MAX_JSON_ITEMS] if isinstance(listed, list) else ():
+            try:
+                others.append(OtherProcess.from_json_dict(item))
+            except ValueError:
+                continue
+        return cls(
+            requested_bytes=size("requested_bytes"), total_bytes=size("total_bytes"),
+            free_bytes=size("free_bytes"), process_bytes=size("process_bytes"),
+            allocated_bytes=size("allocated_bytes"),
+            reserved_unallocated_bytes=size("reserved_unallocated_bytes"),
+            allowed_bytes=size("allowed_bytes"), other_processes=tuple(others),
+            private_pool_bytes=size("private_pool_bytes"), gpu_index=size("gpu_index"))
 
 
 @dataclass(frozen=True)
@@ -165,6 +207,14 @@ class Recommendation:
     def to_json_dict(self) -> dict[str, Any]:
         return {"env": self.env, "alloc_conf": self.alloc_conf, "actions": list(self.actions)}
 
+    @classmethod
+    def from_json_dict(cls, data: object) -> Recommendation:
+        """The inverse of `to_json_dict`; any JSON is read (a value not of the shape is
+        absent, at most MAX_JSON_ITEMS actions)."""
+        raw = data if isinstance(data, Mapping) else {}
+        return cls(env=_json_str(raw.get("env")), alloc_conf=_json_str(raw.get("alloc_conf")),
+                   actions=_json_strings(raw.get("actions")))
+
 
 @dataclass(frozen=True)
 class Diagnosis:
@@ -204,3 +254,45 @@ class Diagnosis:
         for key, value in self.extra:
             out[key] = value
         return out
+
+    @classmethod
+    def from_json_dict(cls, data: object) -> Diagnosis:
+        """The inverse of `to_json_dict` (`gpu-auditor diagnose --json`, and what `explain`
+        rebuilds from a pod's annotations). Any JSON is read: a value not of the shape is
+        absent (a kind that is not a string is `unknown`), lists keep MAX_JSON_ITEMS strings;
+        `growth` and the extra keys are not read back."""
+        raw = data if isinstance(data, Mapping) else {}
+        return cls(
+            detected=raw.get("detected") is True,
+            framework=_json_str(raw.get("framework")),
+            kind=_json_str(raw.get("kind")) or DiagnosisKind.UNKNOWN,
+            contributing=_json_strings(raw.get("contributing")),
+            figures=Figures.from_json_dict(raw.get("figures")),
+            torch_version_hint=_json_str(raw.get("torch_version_hint")),
+            recommendation=Recommendation.from_json_dict(raw.get("recommendation")),
+            summary=_json_str(raw.get("summary")) or "",
+            oom_count=json_size(raw.get("oom_count")) or 0,
+            message=_json_str(raw.get("message")),
+            alloc_conf_problems=_json_strings(raw.get("alloc_conf_problems")),
+        )
+
+
+def json_size(value: object) -> int | None:
+    """A count or size read from JSON: a whole number in 0..2**63 (not a bool), else None."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+        return None
+    return value
+
+
+def _json_str(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _json_strings(value: object) -> tuple[str, ...]:
+    items = value[:MAX_JSON_ITEMS] if isinstance(value, list) else []
+    return tuple(v for v in items if isinstance(v, str))
+
+
+def _camel(snake: str) -> str:
+    first, *rest = snake.split("_")
+    return first + "".join(word.capitalize() for word in rest)

@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Final
 
-from .limits import FairGate, Limits, Pool, parse_cost
+from .limits import FairGate, Limits, Pool, Rate, parse_cost
 from .tls import Certificate
 
 log = logging.getLogger("gpu_auditor.webhook")
@@ -135,13 +135,15 @@ class BoundedServer:
     async def serve(self, started: Callable[[], None] | None = None) -> None:
         limits = self.limits
         loop = asyncio.get_running_loop()
-        # asyncio's TLS reads into a 256 KiB buffer per connection, zeroed when made: 73 KiB of
-        # RSS per idle TLS connection, 256 KiB per handshaking one. A TLS record is 16 KiB at
-        # most; so is our read (the process is the webhook's: no other TLS of ours to slow).
+        # asyncio's TLS reads into a 256 KiB buffer per connection, zeroed when made: RSS for
+        # every idle or handshaking connection. A TLS record is 16 KiB at most; so is our read
+        # (the process is the webhook's: no other TLS of ours to slow). Pinned by
+        # test_boundedhttp's test_idle_tls_connections_cost_little.
         sslproto.SSLProtocol.max_size = TLS_READ
         self._stop = asyncio.Event()
         self._gate = FairGate(limits.workers)
         self._buffers = Pool(limits.buffer_budget, limits.client_buffer)
+        self._work = Rate(limits.work_rate, limits.work_burst)
         for listener, sock in zip(self.listeners, self._sockets, strict=True):
             loop.add_reader(sock.fileno(), self._accept, sock, listener)
         if started is not None:
@@ -340,11 +342,18 @@ class BoundedServer:
 
     async def _answer(self, client: str, listener: Listener, method: str, path: str,
                       body: bytes) -> Response:
-        """The handler's response from a worker thread, in the client's turn (`FairGate`). A
-        body that `parse_cost` says would take more than MAX_PARSE_COST to parse is refused
-        unparsed: with WORKERS answering at once, parsing holds at most WORKERS times it."""
-        if listener.parse_bodies and body and parse_cost(body) > self.limits.max_parse_cost:
+        """The handler's response from a worker thread, in the client's turn (`FairGate`) and
+        within its work rate (`Rate`). A body that `parse_cost` says would take more than
+        MAX_PARSE_COST to parse is refused unparsed: with WORKERS answering at once, parsing
+        holds at most WORKERS times it."""
+        cost = parse_cost(body) if listener.parse_bodies and body else 0
+        if cost > self.limits.max_parse_cost:
             raise Closed("too-large", Response(413, b'{"error": "body too complex"}'))
+        wait = self._work.delay(client, cost)
+        if wait > self.limits.deadline:  # its own earlier requests hold it past the deadline
+            raise Closed("limit", Response(503, b'{"error": "busy"}'))
+        if wait:
+            await asyncio.sleep(wait)
         await self._gate.acquire(client)
         try:
             loop = asyncio.get_running_loop()

@@ -19,7 +19,9 @@ The figures behind each bound (bench/results/hostile_servers-webhook.md):
   first byte (in all, not per read: a byte every 5 s no longer holds anything); IDLE_TIMEOUT
   between two requests; the response is written within DEADLINE or the connection is closed.
 - Work: WORKERS threads answer requests, taken from the clients in turn (`FairGate`), so one
-  client's queue never stands in front of another's.
+  client's queue never stands in front of another's; and each client's bodies may cost
+  WORK_RATE of `parse_cost` a second past a burst (`Rate`): the GIL makes every answer share
+  one CPU, and a client's costly bodies would otherwise take as much of it as they like.
 
 A single address is one client: the API server (each of its replicas), a scraper, a pod that
 reaches the port. The bounds keep the process inside the chart's 128 MiB and other clients'
@@ -31,16 +33,23 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import Hashable
+import time
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Final
 
 MAX_BODY: Final = 3 << 20
 MAX_HEAD: Final = 16 << 10
 """Bytes of a request line and its headers (the API server sends some 300)."""
-MAX_PARSE_COST: Final = 24 << 20
-"""`parse_cost` of one body at most: the 743 KB update review costs 6.6 MB, hostile 1 MiB ones
-up to 47 MB (refused with 413, unparsed)."""
+MAX_PARSE_COST: Final = 16 << 20
+"""`parse_cost` of one body at most: the 743 KB update review costs 6.6 MB (a review of some
+1.8 MB passes), hostile 1 MiB ones up to 47 MB (refused with 413, unparsed). json.loads holds
+the GIL for the whole parse: this bounds that pause too."""
+WORK_RATE: Final = 32 << 20
+"""`parse_cost` per second one client's bodies may take (some 3.5 MB of review JSON a second:
+dozens of large pods); past its burst a client's requests wait their turn, so one client's
+costly admissions take a bounded share of the one CPU the GIL gives Python."""
+WORK_BURST: Final = 64 << 20
 BUFFER_BUDGET: Final = 16 << 20
 CLIENT_BUFFER: Final = 6 << 20
 MAX_CONNECTIONS: Final = 512
@@ -63,6 +72,8 @@ class Limits:
     max_body: int = MAX_BODY
     max_head: int = MAX_HEAD
     max_parse_cost: int = MAX_PARSE_COST
+    work_rate: int = WORK_RATE
+    work_burst: int = WORK_BURST
     buffer_budget: int = BUFFER_BUDGET
     client_buffer: int = CLIENT_BUFFER
     max_connections: int = MAX_CONNECTIONS
@@ -177,3 +188,31 @@ class FairGate:
             queue.remove(future)
             if not queue:
                 del self._waiting[client]
+
+
+class Rate:
+    """Work per client and second: a bucket of ``burst`` refilled at ``per_second``. `delay`
+    takes ``amount`` at once, going into debt, and says how long to wait for it to be paid:
+    a client's concurrent requests queue behind each other, another client's do not."""
+
+    MAX_CLIENTS: Final = 4096
+
+    def __init__(self, per_second: float, burst: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.per_second, self.burst, self._clock = per_second, burst, clock
+        self._buckets: dict[Hashable, tuple[float, float]] = {}  # client -> (level, at)
+
+    def delay(self, client: Hashable, amount: float) -> float:
+        now = self._clock()
+        level, at = self._buckets.get(client, (self.burst, now))
+        level = min(self.burst, level + (now - at) * self.per_second) - amount
+        if len(self._buckets) >= self.MAX_CLIENTS and client not in self._buckets:
+            self._forget_full(now)
+        self._buckets[client] = (level, now)
+        return max(0.0, -level / self.per_second)
+
+    def _forget_full(self, now: float) -> None:
+        """Drop the clients whose bucket has refilled (they would start full anyway)."""
+        for client, (level, at) in list(self._buckets.items()):
+            if level + (now - at) * self.per_second >= self.burst:
+                del self._buckets[client]

@@ -22,6 +22,11 @@ except ImportError as missing:  # the light install: the CLI and the core only
 
 import contextlib
 
+from gpu_auditor.base.contract import DEFAULT_ANNOTATION_PREFIX
+from gpu_auditor.base.errors import ConfigError
+from gpu_auditor.base.names import is_subdomain
+
+from .applying import Applier
 from .server import Settings, WebhookServer
 from .tls import Certificate
 
@@ -48,6 +53,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--probe-image", help="image holding /opt/gpu-auditor/probe; without "
                         "it, the inject webhooks change nothing")
     parser.add_argument("--probe-image-pull-policy", choices=PULL_POLICIES)
+    parser.add_argument("--apply-recommendations", action="store_true",
+                        help="put owners' recommended allocator settings into their next pods "
+                             "(the /apply paths; reads the pods' owners with the service "
+                             "account's credentials, or --kubeconfig)")
+    parser.add_argument("--kubeconfig", default=None,
+                        help="kubeconfig for the owner reads of --apply-recommendations "
+                             "(default $KUBECONFIG, else the service account)")
+    parser.add_argument("--annotation-prefix", default=DEFAULT_ANNOTATION_PREFIX,
+                        help="the operator's annotation prefix (default %(default)s)")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
     for flag in ("bind_address", "metrics_bind_address"):
@@ -61,12 +75,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--port must be in 1..65535 and --metrics-port in 0..65535")
     if args.probe_image is not None and not 0 < len(args.probe_image) <= 512:
         parser.error("--probe-image must be an image reference")
+    prefix = args.annotation_prefix
+    if not prefix.endswith("/") or not is_subdomain(prefix[:-1]) or len(prefix) > 64:
+        parser.error("--annotation-prefix must look like 'example.com/' (at most 64 "
+                     "characters)")
     return args
 
 
 def build(args: argparse.Namespace) -> WebhookServer:
     certificate = None if args.insecure_http else Certificate(args.cert_file, args.key_file)
-    settings = Settings(args.probe_image, args.probe_image_pull_policy)
+    applier = None
+    if args.apply_recommendations:  # the API client is imported only then (docs/webhook.md)
+        from .ownerreads import owner_reader
+
+        applier = Applier(owner_reader(args.kubeconfig), args.annotation_prefix)
+    settings = Settings(args.probe_image, args.probe_image_pull_policy, applier)
     metrics = (args.metrics_bind_address, args.metrics_port) if args.metrics_port else None
     return WebhookServer((args.bind_address, args.port), certificate, settings,
                          metrics_address=metrics)
@@ -78,7 +101,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         server = build(args)
-    except (OSError, ValueError) as exc:  # a missing or bad key pair, a port in use
+    except (OSError, ValueError, ConfigError) as exc:  # a bad key pair, a port in use, no
+        # credentials for --apply-recommendations
         print(f"gpu-auditor-webhook: cannot start: {exc}", file=sys.stderr)
         return 2
     def stop(*_: Any) -> None:
@@ -87,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, stop)
     # The event loop's thread waits for the GIL while a worker answers: 5 ms at a time by
     # default, several times per request (accept, handshake, read, write). 1 ms keeps a cheap
-    # admission fast beside an expensive one (bench/results/hostile_servers-webhook.md).
+    # admission from waiting that long at each step beside an expensive one.
     sys.setswitchinterval(SWITCH_INTERVAL)
     log.info("serving admission webhooks on %s:%d", args.bind_address, server.server_port)
     with contextlib.suppress(KeyboardInterrupt):

@@ -21,11 +21,14 @@ RESULTS: Final[dict[str, tuple[str, ...]]] = {
     "validate-deny": ("clean", "warned", "denied", *_ALWAYS),
     "inject-pod": ("injected", "skipped", *_ALWAYS),
     "inject-namespace": ("injected", "skipped", *_ALWAYS),
+    "apply-pod": ("applied", "skipped", *_ALWAYS),
+    "apply-namespace": ("applied", "skipped", *_ALWAYS),
 }
 """The `webhook` label (which registration the API server called: its path) and the `result`
 label values of each: clean (no finding), warned, denied (deny mode), injected (the probe),
-skipped (no injection: not opted in, or nothing to change), bad-request (not an
-AdmissionReview), error (our own code raised; the request was allowed)."""
+applied (an owner's recommended setting), skipped (no injection: not opted in, or nothing to
+change), bad-request (not an AdmissionReview), error (our own code raised; the request was
+allowed)."""
 
 ADMISSION_REQUESTS = Counter(
     "admission_requests", "Admission requests answered, by webhook and result.",

@@ -4,6 +4,10 @@
     /validate/deny      the same, refused (namespaces labelled to deny)
     /inject/pod         the probe, for pods labelled gpu-auditor.io/probe=true
     /inject/namespace   the probe, for pods of namespaces labelled so
+    /apply/pod          an owner's recommended setting, for pods labelled
+                        gpu-auditor.io/apply-recommendation=true (`applying`; with
+                        --apply-recommendations only)
+    /apply/namespace    the same, for pods of namespaces labelled so
     /healthz            200 (GET; the readiness and liveness probes)
 
 `answer` is the whole decision, from path and body to status and body, without sockets. Any
@@ -34,6 +38,7 @@ from gpu_auditor.admission.review import (
     validate,
 )
 
+from .applying import Applier
 from .boundedhttp import BoundedServer, Handler, Listener, Response
 from .limits import Limits
 from .metrics import ADMISSION_DURATION, ADMISSION_REQUESTS, CONNECTIONS_CLOSED
@@ -47,6 +52,7 @@ class Route:
     inject: bool = False
     deny: bool = False
     namespace_opted_in: bool = False
+    apply: bool = False
 
 
 ROUTES: Final[dict[str, Route]] = {
@@ -54,6 +60,8 @@ ROUTES: Final[dict[str, Route]] = {
     "/validate/deny": Route("validate-deny", deny=True),
     "/inject/pod": Route("inject-pod", inject=True),
     "/inject/namespace": Route("inject-namespace", inject=True, namespace_opted_in=True),
+    "/apply/pod": Route("apply-pod", apply=True),
+    "/apply/namespace": Route("apply-namespace", apply=True, namespace_opted_in=True),
 }
 
 
@@ -62,6 +70,9 @@ class Settings:
     probe_image: str | None = None
     """The image whose /opt/gpu-auditor/probe the init container copies; None: no injection."""
     probe_pull_policy: str | None = None
+    apply: Applier | None = None
+    """Puts owners' recommended settings into their next pods; None: the apply paths change
+    nothing."""
 
 
 @dataclass(frozen=True)
@@ -82,10 +93,14 @@ def answer(path: str, body: bytes, settings: Settings) -> Reply:
         reason = str(exc) if isinstance(exc, ReviewError) else "body is not JSON"
         return Reply(400, json.dumps({"error": reason}).encode(), route.webhook, "bad-request")
     try:
-        outcome = _inject(request.obj, route, settings) if route.inject and \
-            request.operation == "CREATE" else (
-            validate(request, deny=route.deny) if not route.inject
-            else Outcome(True, "skipped", ()))
+        if route.apply:
+            outcome = settings.apply(request, namespace_opted_in=route.namespace_opted_in) \
+                if settings.apply is not None else Outcome(True, "skipped", ())
+        else:
+            outcome = _inject(request.obj, route, settings) if route.inject and \
+                request.operation == "CREATE" else (
+                validate(request, deny=route.deny) if not route.inject
+                else Outcome(True, "skipped", ()))
     except Exception:  # our own bug: allow, count, log; never stand in the way
         log.exception("admission request %s on %s failed; allowed", request.uid, path)
         outcome = Outcome(True, "error", ())

@@ -181,3 +181,19 @@ def test_a_container_name_that_is_not_a_string_is_not_made_text() -> None:
                                                      "value": "0"}])), IMAGE)
     assert done.warnings == ('gpu-auditor: probe not injected into container "?": it sets '
                              "GPU_AUDITOR_PROBE itself",)
+
+
+@pytest.mark.parametrize(("env", "injected"), [
+    ([{"name": "GPU_AUDITOR_PROBE", "value": "0"}, {"name": "GPU_AUDITOR_PROBE", "value": "1"}],
+     True),  # the last entry is the one the container runs with
+    ([{"name": "GPU_AUDITOR_PROBE", "value": "1"}, {"name": "GPU_AUDITOR_PROBE", "value": "0"}],
+     False),
+    ([{"name": "ON", "value": "1"}, {"name": "GPU_AUDITOR_PROBE", "value": "$(ON)"}], True),
+    ([{"name": "GPU_AUDITOR_PROBE", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}],
+     False),  # unknown here: left alone, as one that sets it itself
+])
+def test_the_switch_is_read_as_the_kubelet_sets_it(env: list[dict[str, Any]],
+                                                    injected: bool) -> None:
+    done = inject(pod(train(env=env)), IMAGE)
+    assert bool(done.patch) is injected
+    assert injected or "it sets GPU_AUDITOR_PROBE itself" in done.warnings[0]

@@ -206,11 +206,12 @@ def test_doubling_references_stop_at_the_bound_and_cost_little() -> None:
 
 
 def test_unclosed_references_are_linear() -> None:
-    """`$(` with no `)` scanned to the end for each one is quadratic; one search per stretch."""
+    """`$(` with no `)` scanned to the end for each one, as Go's loop does, is quadratic: in
+    Python, 8,000 of them take seconds (`kubelet_expand` below); one search per stretch."""
     value = "$(" * 8000
     start = time.perf_counter()
     assert value_of(env(*[("X", value)] * 4), "X") == value
-    assert time.perf_counter() - start < 0.05
+    assert time.perf_counter() - start < 0.5
 
 
 def test_a_long_expanded_value_is_unknown_not_built() -> None:

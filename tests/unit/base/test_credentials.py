@@ -9,13 +9,14 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gpu_auditor.base.client import ApiClient
-from gpu_auditor.base.credentials import Credentials, parse_exec_credential
+from gpu_auditor.base.credentials import Credentials, parse_exec_credential, run_bounded
 from gpu_auditor.base.errors import APICredentialsError, APIUnauthorizedError, ConfigError
 from gpu_auditor.base.kubeconfig import ExecConfig, load_incluster, load_kubeconfig
 from node_agent.kube import AgentApi
@@ -227,3 +228,77 @@ def test_a_real_plugin_client_certificate_does_mutual_tls(tmp_path: Path, pki: P
             str(tmp_path / "k.pem"))), user_agent="test"))
         assert api.get_node("n", timeout=5)["metadata"]["name"] == "n"
         assert "Authorization" not in server.requests[-1].headers
+
+
+# -- the plugin as kubectl runs it (issue 26, item 9) ---------------------------------------------
+
+
+def _plugin_on_path(folder: Path, name: str, token: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / name
+    script.write_text(f"#!{sys.executable}\nimport json, os\n"
+                      "v = json.loads(os.environ['KUBERNETES_EXEC_INFO'])['apiVersion']\n"
+                      f"print(json.dumps({{'apiVersion': v, 'kind': 'ExecCredential', "
+                      f"'status': {{'token': '{token}'}}}}))\n")
+    script.chmod(0o755)
+    return script
+
+
+def _bare_command_config(tmp_path: Path, **extra: Any) -> Any:
+    kc = write(tmp_path / "config", {
+        "current-context": "x", "clusters": [{"name": "c", "cluster": {"server": "https://h"}}],
+        "users": [{"name": "u", "user": {"exec": {
+            "apiVersion": V1, "command": "get-token", "interactiveMode": "Never", **extra}}}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}]})
+    return load_kubeconfig(kc)
+
+
+def test_a_path_in_the_plugins_env_never_chooses_its_binary(tmp_path: Path) -> None:
+    """`env: [{name: PATH, ...}]` in the kubeconfig chose which binary ran; kubectl looks the
+    command up on its own PATH and hands the env to the plugin."""
+    _plugin_on_path(tmp_path / "ours", "get-token", "from-our-path")
+    _plugin_on_path(tmp_path / "theirs", "get-token", "from-the-kubeconfig")
+    cfg = _bare_command_config(tmp_path, env=[{"name": "PATH",
+                                               "value": str(tmp_path / "theirs")}])
+    creds = Credentials(cfg, environ={"PATH": str(tmp_path / "ours")})
+    assert creds.current().token == "from-our-path"
+
+
+@pytest.mark.parametrize("entry", [".", "", "relative/bin"])
+def test_a_plugin_found_through_the_current_directory_is_not_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, entry: str
+) -> None:
+    """`.` in PATH ran a plugin from the current directory (Go refuses it: exec.ErrDot)."""
+    monkeypatch.chdir(tmp_path)
+    _plugin_on_path(tmp_path / (entry or "."), "get-token", "from-cwd")
+    with pytest.raises(ConfigError, match="in the current directory through PATH; not run"):
+        Credentials(_bare_command_config(tmp_path), environ={"PATH": entry})
+
+
+def test_a_plugin_that_prints_without_end_is_stopped_at_the_output_bound(tmp_path: Path) -> None:
+    """300 MB of output cost 598 MB of RSS: the 1 MiB bound was applied after reading all."""
+    script = tmp_path / "flood"
+    script.write_text(f"#!{sys.executable}\nimport sys\nwhile True:\n"
+                      "    sys.stdout.write('x' * 65536)\n")
+    script.chmod(0o755)
+    kc = write(tmp_path / "config", {
+        "current-context": "x", "clusters": [{"name": "c", "cluster": {"server": "https://h"}}],
+        "users": [{"name": "u", "user": {"exec": {
+            "apiVersion": V1, "command": str(script), "interactiveMode": "Never"}}}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}]})
+    started = time.perf_counter()
+    with pytest.raises(ConfigError, match="more than 1048576 bytes of output"):
+        Credentials(load_kubeconfig(kc))
+    assert time.perf_counter() - started < 10.0
+
+
+def test_the_bounded_runner_keeps_one_byte_past_the_limit_and_ends_the_plugin() -> None:
+    done = run_bounded([sys.executable, "-c", "print('y' * 100000)"], env=dict(os.environ),
+                       stdin=subprocess.DEVNULL, timeout=10.0, limit=1000)
+    assert len(done.stdout) == 1001
+    quick = run_bounded([sys.executable, "-c", "print('ok')"], env=dict(os.environ),
+                        stdin=subprocess.DEVNULL, timeout=10.0)
+    assert (quick.returncode, quick.stdout) == (0, b"ok\n")
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_bounded([sys.executable, "-c", "import time; time.sleep(30)"],
+                    env=dict(os.environ), stdin=subprocess.DEVNULL, timeout=0.5)

@@ -4,9 +4,12 @@ data fields, exec users, the namespace, and the in-cluster service account."""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpu_auditor.base.errors import ConfigError
 from gpu_auditor.base.kubeconfig import (
@@ -172,3 +175,136 @@ def test_the_namespace_comes_from_the_context_or_the_service_account(tmp_path: P
         (sa / name).write_text(text)
     pod = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443"}
     assert load_config(env=pod, sa_dir=sa).namespace == "gpu-auditor"
+
+
+# -- what kubectl refuses, refused (issue 26, item 9) ---------------------------------------------
+
+ALIAS_BOMB = """\
+a: &a ["x","x","x","x","x","x","x","x","x"]
+b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]
+c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]
+d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]
+e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]
+f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]
+g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]
+h: &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]
+current-context: *h
+"""
+
+
+def test_a_yaml_alias_bomb_is_refused_at_once(tmp_path: Path) -> None:
+    """682 bytes of aliases cost 15.6 s and 1.2 GB (the context name was made text); kubectl's
+    YAML decoder refuses excessive aliasing."""
+    path = tmp_path / "bomb"
+    path.write_text(ALIAS_BOMB)
+    started = time.perf_counter()
+    with pytest.raises(ConfigError, match="aliases expand past"):
+        load_kubeconfig(path)
+    assert time.perf_counter() - started < 1.0
+
+
+def test_a_value_of_another_type_where_a_string_belongs_is_refused_not_made_text(
+    tmp_path: Path
+) -> None:
+    data = _config()
+    data["current-context"] = ["b"] * 3
+    with pytest.raises(ConfigError, match="current-context must be a string, not a list"):
+        load_kubeconfig(write(tmp_path / "c", data))
+    data = _config()
+    data["contexts"][1]["context"]["namespace"] = {"a": 1}  # type: ignore[index]
+    with pytest.raises(ConfigError, match="namespace must be a string"):
+        load_kubeconfig(write(tmp_path / "c", data))
+
+
+def test_an_alias_inside_its_own_anchor_is_a_config_error_not_a_traceback(
+    tmp_path: Path
+) -> None:
+    """A recursive alias in the exec extension with provideClusterInfo ended in a traceback
+    (the ExecCredential could not be made JSON)."""
+    path = tmp_path / "recursive"
+    path.write_text("""\
+current-context: x
+clusters:
+- name: c
+  cluster:
+    server: https://h
+    extensions:
+    - name: client.authentication.k8s.io/exec
+      extension: &loop {a: [*loop]}
+users:
+- name: u
+  user:
+    exec: {apiVersion: client.authentication.k8s.io/v1, command: p, interactiveMode: Never,
+           provideClusterInfo: true}
+contexts:
+- name: x
+  context: {cluster: c, user: u}
+""")
+    with pytest.raises(ConfigError, match="refers to its own anchor"):
+        load_kubeconfig(path)
+
+
+def test_a_kubeconfig_that_never_ends_is_read_to_a_bound(tmp_path: Path) -> None:
+    """KUBECONFIG=/dev/zero read 2.3 GB and died of MemoryError."""
+    started = time.perf_counter()
+    with pytest.raises(ConfigError, match="larger than 16 MiB"):
+        load_kubeconfig("/dev/zero")
+    assert time.perf_counter() - started < 5.0
+
+
+def test_nesting_past_the_parser_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "deep"
+    path.write_text("current-context: " + "[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ConfigError, match="cannot read kubeconfig"):
+        load_kubeconfig(path)
+
+
+def test_proxy_url_is_read_and_a_scheme_the_client_cannot_speak_is_refused() -> None:
+    data = _config()
+    data["clusters"][1]["cluster"]["proxy-url"] = "http://proxy.example:3128"  # type: ignore[index]
+    assert parse_kubeconfig(data, Path("/")).proxy_url == "http://proxy.example:3128"
+    data["clusters"][1]["cluster"]["proxy-url"] = "socks5://proxy:1080"  # type: ignore[index]
+    with pytest.raises(ConfigError, match="socks5 is not supported"):
+        parse_kubeconfig(data, Path("/"))
+
+
+# -- any bytes: a config or ConfigError (issue 26; the full run: bench/fuzz_operator_parsers.py)
+
+YAML_PIECES = st.sampled_from(["current-context: x\n", "clusters:\n", "- name: c\n",
+                               "  cluster: {server: https://h}\n", "users: [{name: u}]\n",
+                               "&a ", "*a", "[*a, *a]", "{", "}", "[", "]", "- ", ": ",
+                               "!!binary ", "? ", "'", "\"", "~", "2023-02-30",
+                               "contexts: [{name: x, context: {cluster: c}}]\n", "\n"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.binary(max_size=512), st.lists(YAML_PIECES, max_size=40).map(
+    lambda parts: "".join(parts).encode())))
+def test_any_bytes_are_a_config_or_a_config_error(data: bytes) -> None:
+    from gpu_auditor.base.kubeconfig import parse_yaml
+
+    try:
+        parsed = parse_yaml(data, "fuzzed")
+        parse_kubeconfig(parsed if isinstance(parsed, dict) else {}, Path("/tmp"), "fuzzed")
+    except ConfigError:
+        pass
+
+
+@pytest.mark.parametrize(("field", "url"), [("server", "https://ap[i.example:6443"),
+                                            ("server", "https://h:port"),
+                                            ("proxy-url", "http://proxy].example:3128")])
+def test_a_url_urlsplit_cannot_read_is_a_config_error_not_a_traceback(field: str,
+                                                                     url: str) -> None:
+    """Found by bench/fuzz_operator_parsers.py: ValueError out of urlsplit."""
+    data = _config()
+    data["clusters"][1]["cluster"][field] = url  # type: ignore[index]
+    with pytest.raises(ConfigError, match=r"is not a URL|needs an http"):
+        parse_kubeconfig(data, Path("/"))
+
+
+def test_certificate_authority_data_that_is_not_pem_text_is_a_config_error() -> None:
+    """Found by bench/fuzz_operator_parsers.py: its bytes raised UnicodeDecodeError."""
+    data = _config()
+    data["clusters"][1]["cluster"]["certificate-authority-data"] = "YrE="  # type: ignore[index]
+    with pytest.raises(ConfigError, match="does not hold PEM text"):
+        parse_kubeconfig(data, Path("/"))

@@ -22,7 +22,7 @@ DOC = ROOT / "docs" / "install.md"
 CHART = ROOT / "charts" / "gpu-auditor"
 HEADING = "### What each component calls"
 COLUMNS = ["component", "when", "scope", "API group", "resource", "verbs", "called by"]
-COMPONENTS = ("agent", "kube-rbac-proxy", "operator")
+COMPONENTS = ("agent", "kube-rbac-proxy", "operator", "webhook")
 PROXY = "kube-rbac-proxy"  # runs beside a component, with that component's ServiceAccount
 SCOPES = ("cluster", "watched", "release namespace")
 
@@ -163,6 +163,10 @@ def expected_rbac(calls: Iterable[Call], values: Mapping[str, Any], release_name
         for call in live:
             if call.component == "agent":
                 add("ClusterRole", "-agent", None, call.triples())
+    if values["webhook"]["enabled"] and values["webhook"]["applyRecommendation"]["enabled"]:
+        for call in live:  # the owner reads of webhook.applyRecommendation, and nothing else
+            if call.component == "webhook":
+                add("ClusterRole", "-webhook", None, call.triples())
     if values["operator"]["enabled"]:
         for call in (c for c in live if c.component == "operator"):
             if call.scope == "cluster" or (call.scope == "watched" and not namespaces):
@@ -177,15 +181,15 @@ def expected_rbac(calls: Iterable[Call], values: Mapping[str, Any], release_name
 
 # The RBAC objects bound to each ServiceAccount, by name suffix; -proxyauth only to a
 # component that runs kube-rbac-proxy.
-BOUND_TO = {"agent": ("-agent",), "operator": ("-operator", "-events")}
+BOUND_TO = {"agent": ("-agent",), "operator": ("-operator", "-events"), "webhook": ("-webhook",)}
 
 
 def granted(account: str, namespace: str | None, expected: Expected,
             values: Mapping[str, Any]) -> set[Triple]:
-    """What `account` ("agent" or "operator") may do in `namespace` (None: across all
+    """What `account` ("agent", "operator" or "webhook") may do in `namespace` (None: across all
     namespaces, or on cluster-scoped resources) under the RBAC of `expected` for `values`."""
-    bound = BOUND_TO[account] + (("-proxyauth",) if values[account]["metricsProxy"]["enabled"]
-                                 else ())
+    proxy = values[account].get("metricsProxy", {}).get("enabled")
+    bound = BOUND_TO[account] + (("-proxyauth",) if proxy else ())
     return {t for (kind, suffix, ns), triples in expected.items()
             if suffix in bound
             and (kind == "ClusterRole" or (namespace is not None and ns == namespace))

@@ -40,6 +40,8 @@ METHOD_VERBS = {"GET": {"get", "list"}, "POST": {"create"}, "PUT": {"update"},
 COMPONENTS = {
     "agent": ("gpu-auditor-agent", ROOT / "node_agent"),
     "operator": ("gpu-auditor-operator", ROOT / "operator" / "gpu_auditor" / "controller"),
+    # the webhook calls the API only for webhook.applyRecommendation's owner reads
+    "webhook": ("gpu-auditor-webhook", ROOT / "operator" / "gpu_auditor" / "webhook"),
 }
 SOURCE_ROOTS = (ROOT / "operator", ROOT)
 

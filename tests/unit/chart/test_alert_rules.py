@@ -45,6 +45,24 @@ def test_every_alert_is_unit_tested_both_firing_and_quiet() -> None:
         assert any(not c.get("exp_alerts") for c in mine), f"{alert['alert']}: no quiet case"
 
 
+def test_every_recording_rule_is_unit_tested() -> None:
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    records = [rule["record"] for group in groups for rule in group["rules"] if "record" in rule]
+    tested = [case["expr"] for test in yaml.safe_load(RULE_TESTS.read_text())["tests"]
+              for case in test.get("promql_expr_test", [])]
+    assert records
+    for record in records:
+        assert any(record in expr for expr in tested), f"{record}: no promql_expr_test"
+
+
+def test_precision_counts_fixed_over_fixed_and_not_fixed_and_never_divides_by_zero() -> None:
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    [rule] = [r for g in groups for r in g["rules"]
+              if r.get("record") == "gpu_auditor:recommendation_precision:ratio7d"]
+    assert 'outcome="fixed"' in rule["expr"] and 'outcome=~"fixed|not-fixed"' in rule["expr"]
+    assert re.search(r"\) > 0\s*\)\s*$", rule["expr"])
+
+
 def test_every_alert_has_a_severity_summary_description_and_runbook() -> None:
     for alert in alerts():
         assert alert["labels"]["severity"] in ("critical", "warning", "info"), alert["alert"]

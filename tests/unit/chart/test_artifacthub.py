@@ -25,9 +25,10 @@ def test_the_images_are_the_ones_the_values_default_to() -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     proxy = values["agent"]["metricsProxy"]["image"]
     assert annotation("images") == [
-        {"name": "gpu-auditor",
-         "image": f"{values['image']['repository']}:{chart()['appVersion']}"},
-        {"name": "kube-rbac-proxy", "image": f"{proxy['repository']}:{proxy['tag']}"},
+        {"name": "gpu-auditor", "image": f"{values['image']['registry']}/"
+         f"{values['image']['repository']}:{chart()['appVersion']}"},
+        {"name": "kube-rbac-proxy",
+         "image": f"{proxy['registry']}/{proxy['repository']}:{proxy['tag']}"},
     ]
 
 

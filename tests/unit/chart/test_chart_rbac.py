@@ -46,6 +46,7 @@ from codecalls import (
     scan,
 )
 
+from gpu_auditor.admission.ownerchain import KINDS as OWNER_CHAIN_KINDS
 from gpu_auditor.base.client import ApiClient
 from gpu_auditor.base.jobkinds import JOB
 from gpu_auditor.base.jobkinds import KINDS as ALL_JOB_KINDS
@@ -53,6 +54,7 @@ from gpu_auditor.controller import main as operator_main
 from gpu_auditor.controller import owners
 from gpu_auditor.controller.kube import WORKLOADS, KubeApi, ObjectRef
 from gpu_auditor.controller.pod import controller_reference
+from gpu_auditor.webhook.ownerreads import OwnerReader
 from node_agent.kube import AgentApi
 
 pytestmark = pytest.mark.unit
@@ -73,7 +75,7 @@ def calls() -> list[Call]:
 def test_the_table_has_rows_for_both_components_and_names_real_values(
     calls: list[Call],
 ) -> None:
-    assert {c.component for c in calls} == {"agent", "kube-rbac-proxy", "operator"}
+    assert {c.component for c in calls} == {"agent", "kube-rbac-proxy", "operator", "webhook"}
     defaults = chart_values()
     for call in calls:
         if call.when != "always":
@@ -160,6 +162,7 @@ BINDINGS = {
                                                                   "rel-gpu-auditor-proxyauth"),
     ("RoleBinding", "rel-gpu-auditor-operator"): ("operator", "rel-gpu-auditor-operator"),
     ("RoleBinding", "rel-gpu-auditor-events"): ("operator", "rel-gpu-auditor-events"),
+    ("ClusterRoleBinding", "rel-gpu-auditor-webhook"): ("webhook", "rel-gpu-auditor-webhook"),
 }
 
 
@@ -276,7 +279,7 @@ def test_the_code_finder_sees_requests_and_handlers(
                for c in code.values() for methods in c.sites.values())
 
 
-@pytest.mark.parametrize("component", ["agent", "operator"])
+@pytest.mark.parametrize("component", ["agent", "operator", "webhook"])
 def test_every_request_names_its_method_literally(
     code: dict[str, ComponentCode], component: str,
 ) -> None:
@@ -284,7 +287,7 @@ def test_every_request_names_its_method_literally(
         "a request whose HTTP method is not a literal: the RBAC check cannot tell its verb")
 
 
-@pytest.mark.parametrize("component", ["agent", "operator"])
+@pytest.mark.parametrize("component", ["agent", "operator", "webhook"])
 def test_only_the_transport_opens_connections(
     code: dict[str, ComponentCode], component: str,
 ) -> None:
@@ -312,7 +315,7 @@ def test_the_operator_runs_kopf_in_a_mode_the_table_models(kopf_setup: KopfSetup
     assert set(kopf_setup.activities.values()) <= QUIET_ACTIVITIES, kopf_setup.activities
 
 
-@pytest.mark.parametrize("component", ["agent", "operator"])
+@pytest.mark.parametrize("component", ["agent", "operator", "webhook"])
 def test_every_request_of_the_code_is_in_the_table(
     calls: list[Call], code: dict[str, ComponentCode], component: str,
 ) -> None:
@@ -342,7 +345,7 @@ def test_every_kopf_handler_and_kopf_sender_is_in_the_table(
         assert when is None or all(r.when in ("always", when) for r in named), (sender, when)
 
 
-@pytest.mark.parametrize("component", ["agent", "operator"])
+@pytest.mark.parametrize("component", ["agent", "operator", "webhook"])
 def test_every_row_of_the_table_is_a_call_the_code_makes(
     calls: list[Call], code: dict[str, ComponentCode], kopf_setup: KopfSetup,
     component: str,
@@ -584,11 +587,22 @@ def _sent_by_agent() -> dict[str, set[Triple]]:
     return out
 
 
-@pytest.mark.parametrize("component", ["agent", "operator"])
+def _sent_by_webhook() -> dict[str, set[Triple]]:
+    """The owner reads of webhook.applyRecommendation: every kind a chain may read."""
+    recorder = Recorder()
+    reader = OwnerReader(recorder)
+    for kind in OWNER_CHAIN_KINDS:
+        reader(kind, "ml", "w")
+    return {"gpu_auditor.webhook.ownerreads.OwnerReader.__call__":
+            {triple(*s) for s in recorder.sent}}
+
+
+@pytest.mark.parametrize("component", ["agent", "operator", "webhook"])
 def test_each_row_grants_exactly_the_resources_its_functions_send_to(
     calls: list[Call], code: dict[str, ComponentCode], kopf_setup: KopfSetup, component: str,
 ) -> None:
-    sent = _sent_by_agent() if component == "agent" else _sent_by_operator()
+    sent = {"agent": _sent_by_agent, "operator": _sent_by_operator,
+            "webhook": _sent_by_webhook}[component]()
     assert set(sent) == set(code[component].sites), (
         "run every request function of the code here, with the arguments the code gives it")
     if component == "operator":

@@ -192,6 +192,27 @@ def test_network_policies_open_only_the_metrics_ports_to_the_scrapers(render: Re
     assert {(p["protocol"], p["port"]) for p in dns["ports"]} == {("UDP", 53), ("TCP", 53)}
 
 
+def test_the_webhooks_policy_admits_the_api_server_and_scrapers_and_sends_nothing(
+    render: Render
+) -> None:
+    assert "NetworkPolicy" not in {o["kind"] for o in render("webhook.enabled=true")}
+    spec = only(render("networkPolicy.enabled=true", "webhook.enabled=true"), "NetworkPolicy",
+                "-webhook")["spec"]
+    assert spec["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "webhook"
+    assert spec["policyTypes"] == ["Ingress", "Egress"] and spec["egress"] == []
+    https, metrics = spec["ingress"]
+    assert https == {"ports": [{"protocol": "TCP", "port": 8443}]}  # the API server: any source
+    assert metrics["ports"] == [{"protocol": "TCP", "port": 9403}]
+    assert metrics["from"] == [{"namespaceSelector": {"matchLabels": {
+        "kubernetes.io/metadata.name": "monitoring"}}}]
+    narrowed = only(render("networkPolicy.enabled=true", "webhook.enabled=true",
+                           "networkPolicy.webhookFrom[0].ipBlock.cidr=10.0.0.0/24"),
+                    "NetworkPolicy", "-webhook")["spec"]["ingress"][0]
+    assert narrowed["from"] == [{"ipBlock": {"cidr": "10.0.0.0/24"}}]
+    assert "NetworkPolicy" not in {o["kind"] for o in render("networkPolicy.enabled=true")
+                                   if o["metadata"]["name"].endswith("-webhook")}
+
+
 def test_the_helm_test_pod_may_reach_only_the_agents_and_dns(render: Render) -> None:
     spec = only(render("networkPolicy.enabled=true"), "NetworkPolicy", "-test")["spec"]
     assert spec["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "test"

@@ -11,6 +11,7 @@ import pytest
 from chartlib import Render, only
 from cryptography import x509
 
+from gpu_auditor.admission.apply import APPLY_LABEL
 from gpu_auditor.admission.inject import PROBE_LABEL
 from gpu_auditor.admission.review import CHECK_LABEL
 from gpu_auditor.webhook.main import parse_args
@@ -19,6 +20,7 @@ from gpu_auditor.webhook.server import ROUTES
 pytestmark = pytest.mark.unit
 
 ON = "webhook.enabled=true"
+APPLY = "webhook.applyRecommendation.enabled=true"
 CONFIG_KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
 
 
@@ -64,8 +66,35 @@ def test_every_webhook_ignores_failures_has_no_side_effects_and_a_short_timeout(
 
 
 def test_each_webhook_calls_a_path_the_server_serves(render: Render) -> None:
-    paths = sorted(h["clientConfig"]["service"]["path"] for h in webhooks(render(ON)))
+    paths = sorted(h["clientConfig"]["service"]["path"] for h in webhooks(render(ON, APPLY)))
     assert paths == sorted(ROUTES)
+    assert not [h for h in webhooks(render(ON)) if "/apply/" in h["clientConfig"]["service"][
+        "path"]]
+
+
+def test_apply_only_for_pods_or_namespaces_with_the_apply_label(render: Render) -> None:
+    hooks = {h["name"]: h for h in webhooks(render(ON, APPLY))}
+    pod = hooks["apply-pod.gpu-auditor.io"]
+    assert pod["objectSelector"] == {"matchLabels": {APPLY_LABEL: "true"}}
+    namespace = hooks["apply-namespace.gpu-auditor.io"]
+    assert namespace["namespaceSelector"]["matchExpressions"][1] == {
+        "key": APPLY_LABEL, "operator": "In", "values": ["true"]}
+    assert namespace["objectSelector"]["matchExpressions"] == [
+        {"key": APPLY_LABEL, "operator": "NotIn", "values": ["true", "false"]}]
+    for hook in (pod, namespace):
+        assert [r["operations"] for r in hook["rules"]] == [["CREATE"]]
+        assert [r["resources"] for r in hook["rules"]] == [["pods"]]
+
+
+def test_apply_gives_the_server_its_own_account_and_the_operators_prefix(render: Render) -> None:
+    objects = render(ON, APPLY, "operator.annotationPrefix=audit.example.com/")
+    pod = only(objects, "Deployment", "-webhook")["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is True
+    assert pod["serviceAccountName"] == "rel-gpu-auditor-webhook"
+    assert only(objects, "ServiceAccount", "-webhook")["metadata"]["name"] == \
+        "rel-gpu-auditor-webhook"
+    args = parse_args(pod["containers"][0]["args"])
+    assert args.apply_recommendations and args.annotation_prefix == "audit.example.com/"
 
 
 def test_deny_is_an_opt_in_of_the_namespace_by_the_label_the_docs_name(render: Render) -> None:
@@ -102,7 +131,7 @@ def test_validation_covers_pods_and_the_five_workload_kinds(render: Render) -> N
 def test_the_server_has_no_api_credentials_and_accepts_its_args(render: Render) -> None:
     objects = render(ON)
     pod = only(objects, "Deployment", "-webhook")["spec"]["template"]["spec"]
-    assert pod["automountServiceAccountToken"] is False
+    assert pod["automountServiceAccountToken"] is False and "serviceAccountName" not in pod
     [container] = pod["containers"]
     assert container["command"] == ["gpu-auditor-webhook"]
     args = parse_args(container["args"])

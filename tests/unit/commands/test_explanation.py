@@ -10,11 +10,14 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpu_auditor.base.contract import Allocated
 from gpu_auditor.base.nodereport import PodEntry
 from gpu_auditor.commands import explaintext
-from gpu_auditor.commands.explanation import explain
+from gpu_auditor.commands.explanation import explain, read_diagnosis
+from gpu_auditor.diagnosis.model import Diagnosis
 
 from .explain_helpers import (
     GIB,
@@ -33,11 +36,12 @@ def test_a_fragmentation_diagnosis_reads_back_whole_with_every_action_in_order()
     notes = operator_annotations("fragmentation.log")
     e = explain(failed_pod(notes), events=[], owners=(), report=None, report_note="")
     assert e.diagnosis is not None
+    assert isinstance(e.diagnosis, Diagnosis)  # the core's own type, read back
     assert e.diagnosis.kind == "fragmentation"
-    assert list(e.diagnosis.actions) == json.loads(notes[f"{PREFIX}actions"])
+    assert list(e.diagnosis.recommendation.actions) == json.loads(notes[f"{PREFIX}actions"])
     assert e.diagnosis.figures.requested_bytes == round(4.2 * GIB)
     text = explaintext.render(e)
-    for n, action in enumerate(e.diagnosis.actions, 1):
+    for n, action in enumerate(e.diagnosis.recommendation.actions, 1):
         assert f"  {n}. {action}" in text
     assert "requested" in text and "4.20 GiB" in text
 
@@ -77,7 +81,8 @@ def test_other_processes_of_the_message_are_named_by_the_node_reports_pids() -> 
     e = explain(failed_pod(notes), events=[], owners=(), report=report,
                 report_note="GPUNodeReport x")
     assert e.diagnosis is not None
-    assert e.diagnosis.figures.other_processes[0].pod == "ml/notebook-1"
+    named = e.diagnosis.figures.other_processes[0]
+    assert (named.namespace, named.pod) == ("ml", "notebook-1")
     (gpu,) = e.gpus
     assert [(t.pod, t.this_pod) for t in gpu.tenants] == [
         ("ml/notebook-1", False), ("ml/finetune-7b-abc12", True)]
@@ -110,9 +115,41 @@ def test_annotations_that_are_not_json_are_said_not_guessed() -> None:
     notes[f"{PREFIX}evidence"] = "{not json"
     notes[f"{PREFIX}actions"] = '{"a": 1}'
     e = explain(failed_pod(notes), events=[], owners=(), report=None, report_note="")
-    assert e.diagnosis is not None and e.diagnosis.actions == ()
+    assert e.diagnosis is not None and e.diagnosis.recommendation.actions == ()
     assert "the evidence annotation is not valid JSON; not shown" in e.notes
     assert "the actions annotation is not a JSON list; not shown" in e.notes
+    assert e.malformed == ("the evidence annotation is not valid JSON",
+                           "the actions annotation is not a JSON list")
+
+
+@pytest.mark.parametrize("deep", ["[" * 100_000 + "]" * 100_000, '{"a":' * 100_000 + "1" +
+                                  "}" * 100_000])
+def test_an_annotation_nested_too_deeply_is_said_not_a_traceback(deep: str) -> None:
+    """Issue 26, item 8: 100,000 levels raised RecursionError out of explain (exit 1, which
+    --exit-code reads as "diagnosed")."""
+    notes = operator_annotations("fragmentation.log")
+    notes[f"{PREFIX}evidence"] = deep
+    notes[f"{PREFIX}actions"] = deep
+    e = explain(failed_pod(notes), events=[], owners=(), report=None, report_note="")
+    assert e.diagnosis is not None and e.diagnosis.kind == "fragmentation"
+    assert e.malformed == ("the actions annotation is nested too deeply to read",
+                           "the evidence annotation is nested too deeply to read")
+    assert "fragmentation" in explaintext.render(e)
+
+
+def test_a_list_or_object_where_text_belongs_is_never_made_its_repr() -> None:
+    notes = operator_annotations("fragmentation.log")
+    evidence = json.loads(notes[f"{PREFIX}evidence"])
+    deep: object = 1
+    for _ in range(900):
+        deep = [deep]
+    evidence.update(container=deep, source={"a": [1] * 10_000}, framework=[1])
+    notes[f"{PREFIX}evidence"] = json.dumps(evidence)
+    e = explain(failed_pod(notes), events=[{"type": deep, "reason": ["x"] * 10_000,
+                                             "source": {"component": "gpu-auditor"}}],
+                owners=(), report=None, report_note="")
+    assert e.context is not None and (e.context.container, e.context.source) == ("", "")
+    assert e.events[0].type == "" and e.events[0].reason == ""
 
 
 def test_a_forged_recommendation_gets_no_snippet_and_says_why() -> None:
@@ -164,3 +201,28 @@ def test_a_cronjobs_job_gets_the_cronjob_and_a_custom_kind_its_own_spec() -> Non
     assert e.setting is not None and e.setting.set_env_command == ""
     assert "to PyTorchJob/llm: edit the pod template in the PyTorchJob's spec:" in \
         explaintext.render(e)
+
+
+# -- any annotation text: read or said, never an exception (issue 26; the full run:
+# bench/fuzz_operator_parsers.py) ------------------------------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=400), st.text(max_size=400),
+       st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+                    lambda c: st.lists(c, max_size=4) | st.dictionaries(
+                        st.sampled_from(["figures", "otherProcesses", "pid", "bytes", "container",
+                                         "contributing", "oomCount", "requestedBytes"]),
+                        c, max_size=4), max_leaves=25))
+def test_any_annotation_is_read_or_said_never_raised(actions: str, evidence: str,
+                                                     shaped: object) -> None:
+    for pair in ((actions, evidence), (json.dumps(shaped), json.dumps(shaped))):
+        notes: list[str] = []
+        malformed: list[str] = []
+        read = read_diagnosis({"diagnosis": "capacity", "actions": pair[0],
+                               "evidence": pair[1]}, notes, malformed)
+        assert read is not None and len(malformed) <= 2
+        explaintext.render(explain(failed_pod({f"{PREFIX}diagnosis": "capacity",
+                                               f"{PREFIX}actions": pair[0],
+                                               f"{PREFIX}evidence": pair[1]}),
+                                   events=[], owners=(), report=None, report_note=""))

@@ -40,7 +40,7 @@ def test_the_job_gets_every_kept_annotation_set_or_cleared() -> None:
     assert set(notes) == {f"{P}{name}" for name in JOB_KEEPS}
     assert notes[f"{P}recommended-alloc-conf"] is None
     assert notes[f"{P}root-cause-pod"] == notes[f"{P}diagnosed-pod"] == "ml/w-3"
-    assert notes[f"{P}summary"] == ("rank 3 (worker 2) (pod ml/w-3) failed first, of capacity: "
+    assert notes[f"{P}summary"] == ("rank 3 (worker 2) (pod ml/w-3) failed first: "
                                     "capacity: the job needs more than the GPU has; 1 pod failed "
                                     "after it (1 nccl-timeout)")
     evidence = json.loads(notes[f"{P}evidence"] or "")
@@ -77,8 +77,8 @@ def test_the_pointer_names_the_root_and_how_the_pod_read_and_records_it_done() -
     notes = jobnotes.pointer_annotations(peer, t, root, verdict, prefix=P,
                                          previous_keys=DiagnosedKeys(), now=T0)
     assert notes == {f"{P}root-cause-pod": "ml/w-3",
-                     f"{P}consequence": "nccl-timeout, 5 s after ml/w-3 (rank 3 (worker 2)) "
-                                        "failed of capacity",
+                     f"{P}consequence": "nccl-timeout, 5 s after ml/w-3 failed (capacity, "
+                                        "rank 3)",
                      f"{P}diagnosed-at": "2026-11-29T10:00:00Z",
                      f"{P}diagnosed-key": "main/0"}
 

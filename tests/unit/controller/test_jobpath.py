@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from gpu_auditor.base.errors import APIForbiddenError
+from gpu_auditor.controller import jobpath
 from gpu_auditor.controller.service import OperatorConfig, Services
 
 from .controller_helpers import PREFIX, FakeKube, Inline, Scheduled, metric
@@ -90,7 +92,7 @@ def test_the_jobset_names_the_oom_pod_its_rank_and_cause_and_every_other_pod_poi
     assert notes[f"{PREFIX}root-cause-rank"] == "3"
     assert notes[f"{PREFIX}diagnosis"] == "host-oom-killed"
     assert notes[f"{PREFIX}summary"].startswith(f"rank 3 (replicatedJob workers, job 3, index 0)"
-                                                f" (pod ml/{root}) failed first, of "
+                                                f" (pod ml/{root}) failed first: "
                                                 "host-oom-killed: ")
     assert "15 pods failed after it (15 nccl-timeout)" in notes[f"{PREFIX}summary"]
     evidence = json.loads(notes[f"{PREFIX}evidence"])
@@ -266,3 +268,51 @@ def test_grouping_off_keeps_every_pod_alone() -> None:
         operator.handle_pod(body)
     settle(schedule)
     assert kube.object_patches == [] and kube.log_reads == 15
+
+
+def test_a_job_object_the_operator_may_not_write_leaves_the_pods_alone() -> None:
+    kube, schedule = FakeKube(None, log=NCCL), Scheduled()  # type: ignore[arg-type]
+    pods = sixteen(kube)
+
+    def forbidden(*_: Any, **__: Any) -> None:
+        raise APIForbiddenError("jobsets is forbidden", status=403)
+
+    kube.patch_object = forbidden  # type: ignore[method-assign]
+    operator = services(kube, schedule)
+    for body in pods:
+        operator.handle_pod(body)
+    settle(schedule)
+    assert kube.event_objects == [("Pod", pods[3]["metadata"]["name"])]
+    assert all(f"{PREFIX}root-cause-pod" not in p["metadata"]["annotations"] for p in pods)
+    assert schedule == []  # no retry of a write the operator is not allowed
+
+
+def test_memory_is_bounded_across_groups(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(jobpath, "MAX_FILED", 20)
+    kube, schedule = FakeKube(None, log=NCCL), Scheduled()  # type: ignore[arg-type]
+    pods = []
+    for name in ("a", "b", "c"):
+        jobset(kube, name=name, ranks=10, uid=f"{name}-uid")
+        pods += [jobset_pod(rank, error_at(5), name=name, uid=f"{name}-uid")
+                 for rank in range(10)]
+    serve(kube, *pods)
+    operator = services(kube, schedule)
+    for body in pods:
+        operator.handle_pod(body)
+    assert operator.jobs is not None
+    assert operator.jobs.filed <= 20 and [k.name for k in operator.jobs.groups] == ["b", "c"]
+
+
+def test_a_root_cause_is_counted_once_however_often_its_job_is_written_again() -> None:
+    kube, schedule = FakeKube(None, log=NCCL), Scheduled()  # type: ignore[arg-type]
+    pods = sixteen(kube)
+    before = metric("gpu_auditor_job_diagnoses_total", job_kind="JobSet", kind="host-oom-killed")
+    operator = services(kube, schedule)
+    operator.handle_pod(pods[3])
+    settle(schedule)
+    for body in pods[4:]:  # their failures come in later: the job's summary is written again
+        operator.handle_pod(body)
+        settle(schedule)
+    assert len(kube.object_patches) > 1
+    assert metric("gpu_auditor_job_diagnoses_total", job_kind="JobSet",
+                  kind="host-oom-killed") == before + 1

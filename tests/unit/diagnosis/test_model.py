@@ -8,6 +8,7 @@ fails here.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -162,3 +163,46 @@ def test_a_real_message_reaches_the_json_verbatim() -> None:
     out = json.loads(json.dumps(diagnose(MESSAGE + "\n").to_json_dict()))
     assert out["message"] == MESSAGE
     assert out["figures"]["requested_bytes"] == 2 * 1024**3
+
+
+# -- from_json_dict: the same JSON read back (explain reads the pod's annotations this way) ------
+
+
+def test_a_diagnosis_reads_back_from_its_own_json() -> None:
+    diagnosis = diagnose(MESSAGE)
+    back = Diagnosis.from_json_dict(json.loads(json.dumps(diagnosis.to_json_dict())))
+    # to_json_dict leaves out the GPU's index and the private pools: the rest comes back
+    assert back.figures == dataclasses.replace(diagnosis.figures, gpu_index=None,
+                                               private_pool_bytes=None)
+    assert back.recommendation == diagnosis.recommendation
+    assert (back.kind, back.summary, back.contributing, back.detected, back.oom_count) == (
+        diagnosis.kind, diagnosis.summary, diagnosis.contributing, True, diagnosis.oom_count)
+
+
+def test_figures_read_the_operators_camel_case_evidence_too() -> None:
+    evidence = {"requestedBytes": 2, "totalBytes": 10, "freeBytes": 1, "processBytes": 7,
+                "allocatedBytes": 5, "reservedUnallocatedBytes": 1, "allowedBytes": None,
+                "otherProcesses": [{"pid": 9, "bytes": 3, "namespace": "ml", "pod": "p"}]}
+    assert Figures.from_json_dict(evidence) == Figures(
+        requested_bytes=2, total_bytes=10, free_bytes=1, process_bytes=7, allocated_bytes=5,
+        reserved_unallocated_bytes=1, other_processes=(OtherProcess(9, 3, "ml", "p"),))
+
+
+@pytest.mark.parametrize("junk", [None, [], "x", 5, {"figures": [1], "kind": 3,
+                                                      "recommendation": "r", "oom_count": -1,
+                                                      "contributing": "capacity"}])
+def test_json_of_another_shape_reads_as_absent_never_raises(junk: object) -> None:
+    back = Diagnosis.from_json_dict(junk)
+    assert (back.kind, back.figures, back.recommendation, back.oom_count, back.contributing) == (
+        "unknown", Figures(), Recommendation(), 0, ())
+
+
+def test_sizes_are_whole_bytes_and_lists_are_bounded() -> None:
+    figures = Figures.from_json_dict({
+        "requested_bytes": True, "total_bytes": 2**63, "free_bytes": 1.5, "process_bytes": -1,
+        "other_processes": [{"pid": 1}, {"pid": 2, "bytes": 5}, *([{"bytes": 1}] * 100)]})
+    assert (figures.requested_bytes, figures.total_bytes, figures.free_bytes,
+            figures.process_bytes) == (None, None, None, None)
+    assert figures.other_processes[0] == OtherProcess(2, 5)
+    assert len(figures.other_processes) == 63  # 64 read, the one without bytes left out
+    assert Growth is not None  # growth is not read back (the operator writes part of it)

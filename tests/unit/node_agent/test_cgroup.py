@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from node_agent.cgroup import classify_cgroup_path, parse_cgroup_file, parse_cgroup_path
+from node_agent.cgroup import (
+    MAX_LINES,
+    classify_cgroup_path,
+    parse_cgroup_file,
+    parse_cgroup_path,
+)
 from node_agent.model import CgroupIdentity, NoPod
 
 pytestmark = pytest.mark.unit
@@ -332,3 +339,18 @@ def test_an_empty_line_before_the_others_is_skipped() -> None:
     assert parse_cgroup_file("\n0::/system.slice/a.service\n") is NoPod.HOST
     assert parse_cgroup_file(f"\n\n0::/kubepods/pod{UID_2}/{CID_2}\n") == CgroupIdentity(
         UID_2, CID_2)
+
+
+@given(st.text(st.sampled_from("0123456789:/-_.abcdefkubepodsliceri\n\x00 é"), max_size=400))
+@settings(max_examples=500, deadline=None)
+def test_any_text_is_a_placement_never_an_exception(text: str) -> None:
+    """The file is the process's own to shape (a delegated sub-cgroup): whatever it says, the
+    answer is a pod, host or unknown (bench/fuzz_agent_parsers.py: a million more)."""
+    assert isinstance(parse_cgroup_file(text), (CgroupIdentity, NoPod))
+
+
+def test_more_lines_than_the_kernel_writes_are_unknown_without_reading_them() -> None:
+    line = "0::/user.slice/session-1.scope\n"
+    assert parse_cgroup_file(line * MAX_LINES) is NoPod.HOST
+    assert parse_cgroup_file(line * (MAX_LINES + 1)) is NoPod.UNKNOWN
+    assert parse_cgroup_file(line * MAX_LINES + "\n\n") is NoPod.HOST

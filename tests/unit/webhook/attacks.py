@@ -56,14 +56,16 @@ class Server:
     key_file: Path
     process: subprocess.Popen[bytes] | None = None
     port: int = 0
+    program: tuple[str, ...] = ("-m", "gpu_auditor.webhook.main", "--metrics-port", "0")
+    """What the interpreter runs (another server for a baseline: a script and its flags)."""
 
     def start(self) -> None:
         self.port = _free_port()
         env = {**os.environ, "PYTHONPATH": str(self.source / "operator")}
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "gpu_auditor.webhook.main", "--bind-address", "127.0.0.1",
+            [sys.executable, *self.program, "--bind-address", "127.0.0.1",
              "--port", str(self.port), "--cert-file", str(self.cert_file),
-             "--key-file", str(self.key_file), "--metrics-port", "0"],
+             "--key-file", str(self.key_file)],
             env=env, cwd=str(self.source), stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 20
@@ -241,14 +243,17 @@ def _threads(count: int, work: Callable[[], None]) -> None:
 
 def slow_bodies(target: Target, seconds: float, source: str, *, connections: int = 8,
                 declared: int = 16 << 20, interval: float = 1.0) -> None:
-    """The issue's first: bodies declared at 16 MiB, sent a byte at a time."""
+    """The issue's first: 16 MiB bodies, all but their end sent at once, then a byte a
+    second."""
     going = _until(seconds)
+    most = b" " * (declared - 1024)
 
     def one() -> None:
         while going():
             with contextlib.suppress(OSError):
                 sock = _connect(target, source)
                 sock.sendall(post("/validate", b"", length=declared))
+                sock.sendall(most)
                 while going():
                     sock.sendall(b"[")
                     time.sleep(interval)
@@ -406,7 +411,8 @@ def heavy_valid(target: Target, seconds: float, source: str, *, connections: int
 
 
 ATTACKS: dict[str, Attack] = {a.name: a for a in (
-    Attack("slow-bodies", "8 connections declaring 16 MiB bodies, a byte a second", slow_bodies),
+    Attack("slow-bodies", "8 connections sending 16 MiB bodies but their last KiB, then a byte "
+           "a second", slow_bodies),
     Attack("stalled-bodies", "32 connections sending a 3 MiB body but its last byte, then "
            "holding it", stalled_bodies),
     Attack("json-bombs", "2 connections posting 16 MiB of `[{},...]` again and again",

@@ -9,7 +9,7 @@ import tracemalloc
 
 import pytest
 
-from gpu_auditor.webhook.limits import MAX_PARSE_COST, FairGate, Pool, parse_cost
+from gpu_auditor.webhook.limits import MAX_PARSE_COST, FairGate, Pool, Rate, parse_cost
 
 from .attacks import bomb, heavy_review, review
 
@@ -104,3 +104,23 @@ def test_a_large_real_review_fits_the_parse_bound_and_a_bomb_of_its_size_does_no
     big = review(containers=128)
     assert parse_cost(big) < MAX_PARSE_COST
     assert parse_cost(bomb(3 << 20)) > MAX_PARSE_COST
+
+
+def test_a_clients_work_past_its_burst_waits_at_its_rate_and_no_one_elses_does() -> None:
+    now = [0.0]
+    rate = Rate(per_second=10, burst=20, clock=lambda: now[0])
+    assert rate.delay("a", 15) == 0.0
+    assert rate.delay("a", 15) == pytest.approx(1.0)  # 10 in debt at 10 a second
+    assert rate.delay("b", 15) == 0.0  # another client's own bucket
+    now[0] = 3.0  # a's debt paid, 20 back
+    assert rate.delay("a", 20) == 0.0
+
+
+def test_the_rate_forgets_clients_whose_bucket_is_full_again() -> None:
+    now = [0.0]
+    rate = Rate(per_second=1, burst=1, clock=lambda: now[0])
+    for client in range(Rate.MAX_CLIENTS):
+        rate.delay(client, 1)
+    now[0] = 5.0
+    rate.delay("new", 1)
+    assert len(rate._buckets) == 1

@@ -9,6 +9,8 @@ import socket
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
 from gpu_auditor.webhook import server as server_mod
@@ -147,3 +149,36 @@ def test_a_client_that_never_finishes_its_handshake_does_not_block_others(
         assert conn.getresponse().status == 200
     finally:
         stalled.close()
+
+
+# -- any body: an answer, never an exception (issue 26; the full run: bench/fuzz_operator_parsers)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=2048), st.sampled_from(sorted(server_mod.ROUTES)))
+def test_any_bytes_get_an_answer_never_an_exception(body: bytes, path: str) -> None:
+    reply = answer(path, body, SETTINGS)
+    assert reply.status in (200, 400)
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(alphabet="$()ABC:_,x", max_size=20),
+    lambda children: st.lists(children, max_size=4)
+    | st.dictionaries(st.sampled_from(["name", "value", "env", "envFrom", "valueFrom",
+                                       "containers", "spec", "kind", "prefix",
+                                       "PYTORCH_CUDA_ALLOC_CONF"]), children, max_size=4),
+    max_leaves=30)
+
+
+@settings(max_examples=300, deadline=None)
+@given(JSON_VALUES, st.sampled_from(sorted(server_mod.ROUTES)),
+       st.sampled_from(["CREATE", "UPDATE"]))
+def test_any_review_shaped_json_gets_an_allowed_or_refused_answer(
+    spec: object, path: str, operation: str
+) -> None:
+    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+              "request": {"uid": "u", "operation": operation,
+                          "object": {"kind": "Pod", "metadata": {"name": "p"}, "spec": spec},
+                          "oldObject": {"kind": "Pod", "spec": spec}}}
+    reply = answer(path, json.dumps(review).encode(), SETTINGS)
+    assert reply.status == 200 and reply.result != "error"

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 from hpack import Encoder
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from node_agent.podresources.unary import GrpcError, status_name, unary_call
 
@@ -202,10 +204,10 @@ def test_header_blocks_that_never_end_the_stream_are_cut_after_a_few(sock_path: 
     server._sock.close()
 
 
-def test_bytes_read_are_bounded_by_the_answer_cap_not_only_the_deadline(sock_path: Path) -> None:
-    """PINGs the whole deadline long (the server reads our acknowledgements): at most the cap
-    + SLACK bytes are read, then the call ends (RESOURCE_EXHAUSTED), long before the 5 s
-    deadline."""
+def test_a_ping_flood_is_cut_by_count_not_only_by_the_deadline(sock_path: Path) -> None:
+    """PINGs the whole deadline long (the server reads our acknowledgements): at most
+    MAX_CONTROL frames that carry no answer (and never more than the cap + SLACK bytes), then
+    the call ends (RESOURCE_EXHAUSTED), long before the 5 s deadline."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.bind(str(sock_path))
     sock.listen(1)
@@ -302,3 +304,46 @@ def test_window_updates_are_sent_as_the_answer_is_read(sock_path: Path) -> None:
         thread.join(5)
         sock.close()
     assert sum(updates) >= len(body) - 65_535
+
+
+class FedSocket:
+    """A socket whose recv hands back a given byte stream (the server's), sends go nowhere."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def recv(self, n: int) -> bytes:
+        chunk, self.data = self.data[:n], self.data[n:]
+        return chunk
+
+    def sendall(self, data: bytes) -> None:
+        pass
+
+    def settimeout(self, timeout: float) -> None:
+        pass
+
+
+frames = st.lists(st.tuples(st.integers(0, 10), st.integers(0, 255), st.integers(0, 3),
+                            st.binary(max_size=40)), max_size=12).map(
+    lambda fs: b"".join(frame(k, f, s, p) for k, f, s, p in fs))
+
+
+@given(st.sampled_from([b"", OK_HEADERS, frame(4, 0, 0) + OK_HEADERS]), frames)
+@settings(max_examples=400, deadline=None)
+def test_any_frames_a_server_sends_end_in_an_answer_or_a_grpc_error(prefix: bytes,
+                                                                    data: bytes) -> None:
+    """h2's state machine, our bounds, the gRPC frame and trailers: whatever comes, the call
+    returns or raises GrpcError (bench/fuzz_agent_parsers.py: a million more)."""
+    from node_agent.podresources import unary
+
+    call = unary._Call(FedSocket(prefix + data), time.monotonic() + 10, 1024)  # type: ignore
+    call.h2.initiate_connection()
+    call.h2.send_headers(1, [(":method", "POST"), (":scheme", "http"), (":path", "/x"),
+                             (":authority", "k")])
+    call.h2.data_to_send()
+    try:
+        while not call.ended:
+            call.read()
+        unary._result(call.blocks, bytes(call.body), 1024)
+    except GrpcError:
+        pass
