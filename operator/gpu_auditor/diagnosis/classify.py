@@ -67,11 +67,13 @@ from .thresholds import (
 
 
 def printed_error(size: int | None) -> int:
-    """How far a size PyTorch printed (two decimals in its largest unit) may be from the real
-    bytes: half the last printed digit."""
-    if size is None or size < 1024:
+    """How far a size PyTorch printed may be from the real bytes: half the last printed digit.
+    ``format_size`` prints up to 1024 as whole bytes, then two decimals of KiB up to and
+    including 1 MiB, of MiB up to and including 1 GiB, of GiB above (c10/cuda/CUDACachingAllocator:
+    "1024.00 MiB" is 2**30 bytes)."""
+    if size is None or size <= 1024:
         return 0
-    unit: int = 1024 ** min(3, (size.bit_length() - 1) // 10)
+    unit = next((u for u in (1024, 1024**2) if size <= u * 1024), 1024**3)
     return unit // (2 * 10**PRINTED_DECIMALS)
 
 
@@ -93,6 +95,8 @@ class Verdict:
     contributing: tuple[str, ...]
     summary: str
     figures: Figures
+    shows_room: bool = False
+    """The figures show room for the request beyond the full-GPU margin (``_Facts.fits``)."""
 
 
 def with_node(figures: Figures, node: NodeEvidence | None) -> Figures:
@@ -244,8 +248,16 @@ class _Facts:
 
     def slack_material(self) -> bool:
         reserved = self.f.reserved_bytes or 0
-        share = FRAG_MIN_SHARE_OF_RESERVED if self.progressed else FRAG_MIN_SHARE_WITHOUT_PROGRESS
-        return self.slack >= FRAG_MIN_UNALLOCATED_BYTES and self.slack >= share * reserved
+        return (
+            self.slack >= FRAG_MIN_UNALLOCATED_BYTES
+            and self.slack >= FRAG_MIN_SHARE_OF_RESERVED * reserved
+        )
+
+    def slack_enough_before_a_step(self) -> bool:
+        """With a finished step in the log the material share above is enough; before one, the
+        idle cache must be a quarter of what PyTorch holds (``FRAG_MIN_SHARE_WITHOUT_PROGRESS``)."""
+        reserved = self.f.reserved_bytes or 0
+        return self.progressed or self.slack >= FRAG_MIN_SHARE_WITHOUT_PROGRESS * reserved
 
     def need(self) -> int:
         """The part of the request the room lacks: what only reclaimed cache could serve."""
@@ -261,6 +273,7 @@ class _Facts:
             self.phase not in (OPTIMIZER_STEP, LOADING)
             and self.slack_covers()
             and self.slack_material()
+            and self.slack_enough_before_a_step()
             and self.need() <= FRAG_MAX_NEED_SHARE * self.slack
         )
 
@@ -435,7 +448,7 @@ def classify(
     elif (growth is not None or rate_growth is not None) and kind != "leak":
         contributing.append("leak")
     unique = tuple(dict.fromkeys(k for k in contributing if k != kind))
-    return Verdict(kind, unique, summarize(kind, facts, event, growth), figures)
+    return Verdict(kind, unique, summarize(kind, facts, event, growth), figures, facts.fits())
 
 
 def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> str:
@@ -498,7 +511,7 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
         return f"gpu-shared: other processes hold {fs(f.other_bytes)} of the GPU ({names}); {need}"
     if kind == "fragmentation":
         room = x.room
-        cap = f.allowed_bytes is not None and room is not None and room != free
+        cap = f.allowed_bytes is not None and room is not None and room != x.free
         left = f"{fs(room)} left under the {fs(f.allowed_bytes)} cap" if cap else f"{fs(free)} free"
         idle = (
             f"{fs(x.slack)} free in the cache's blocks (probe record)"
@@ -529,7 +542,14 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
                 else ""
             )
             gpu = f" on a {fs(t)} GPU" if t is not None else ""
-            if x.fragmentation_contributes():
+            if x.fragmentation_contributes() and not x.slack_enough_before_a_step():
+                share = x.slack / (f.reserved_bytes or 1)
+                tail += (
+                    f"; packed, the idle cache would cover this request, but no step finished "
+                    f"before the failure and the {fs(x.slack)} idle is {share:.0%} of what PyTorch "
+                    "holds: the rest of the step needs more than a setting can recover"
+                )
+            elif x.fragmentation_contributes():
                 tail += (
                     f"; packed, the idle cache would cover it, but {fs(x.need())} of its "
                     f"{fs(x.slack)} would have to be reclaimed: more than an allocator setting was "

@@ -335,7 +335,7 @@ def _kind_actions(ctx: Context) -> list[str]:
             "--format=csv, or the node agent's GPUNodeReport)"
         )
         r, free = f.requested_bytes, f.free_bytes
-        if r is not None and free is not None and free >= r:
+        if r is not None and free is not None and ctx.verdict.shows_room:
             first = (
                 f"the figures show room ({fs(free)} free for the {fs(r)} request): the memory "
                 "was taken and given back around the failure (another process, or a large "
@@ -399,6 +399,25 @@ def _place_actions(ctx: Context) -> list[str]:
     return out
 
 
+def _might_help(ctx: Context) -> list[str]:
+    """Capacity with fragmentation contributing: a setting may recover part of the idle cache,
+    said as an action, never as the recommendation (precision first: it is not the fix)."""
+    v = ctx.verdict
+    if v.kind != "capacity" or "fragmentation" not in v.contributing:
+        return []
+    if ctx.event.framework != "pytorch":
+        return []
+    updates, _ = _setting(ctx)
+    if updates is None:
+        return []
+    value = ",".join(f"{k}:{val}" for k, val in updates.items())
+    return [
+        f"{ALLOC_CONF_ENV}={value} may recover part of the "
+        f"{fs(v.figures.reserved_unallocated_bytes)} reserved but unallocated, but not the room "
+        "the job needs beyond it: not recommended as the fix"
+    ]
+
+
 def recommend(ctx: Context) -> Recommendation:
     alloc_conf, notes = _alloc_conf(ctx)
     kind = ctx.verdict.kind
@@ -416,6 +435,7 @@ def recommend(ctx: Context) -> Recommendation:
             # measured: half the batch was not enough; inference_mode first
             framework = [*INFERENCE_PEAK, *[a for a in framework if a not in REDUCE_PEAK]]
         actions += framework
+        actions += _might_help(ctx)
     if ctx.current is not None and ctx.current.problems:
         dropped = " (left out of the recommended value)" if alloc_conf else ""
         actions.append(

@@ -292,9 +292,10 @@ def rec(
     backend: str = allocconf.NATIVE,
     node: NodeEvidence | None = None,
     growth: Growth | None = None,
+    shows_room: bool = False,
 ) -> Recommendation:
     event = OomEvent("torch", framework, "CUDA out of memory", figures, rocm=rocm)
-    verdict = Verdict(kind, contributing, "", figures)
+    verdict = Verdict(kind, contributing, "", figures, shows_room)
     checked = allocconf.check(current, release, backend, rocm=rocm) if current is not None else None
     ctx = Context(event, verdict, release, checked, backend, node, growth, precontext, phase)
     return recommend(ctx)
@@ -649,15 +650,16 @@ def test_unknown_actions() -> None:
 
 
 def test_unknown_with_figures_that_show_room_says_so_not_that_there_are_none() -> None:
-    # F = R: room (the figures say the request fit); one byte less free is not "room"
-    room = Figures(requested_bytes=2 * G, total_bytes=80 * G, free_bytes=2 * G)
-    assert rec("unknown", figures=room).actions[0] == (
-        "the figures show room (2.00 GiB free for the 2.00 GiB request): the memory was taken and "
+    # the verdict says the figures show room beyond the full-GPU margin (classify's fits): say
+    # so; figures at the request itself are a full GPU since issue 24, not "room"
+    room = Figures(requested_bytes=2 * G, total_bytes=80 * G, free_bytes=2 * G + 13 * 1024**2)
+    assert rec("unknown", figures=room, shows_room=True).actions[0] == (
+        "the figures show room (2.01 GiB free for the 2.00 GiB request): the memory was taken and "
         "given back around the failure (another process, or a large request the driver could "
         "not place near full); if it happens again, " + CHECK
     )
-    short = Figures(requested_bytes=2 * G, total_bytes=80 * G, free_bytes=2 * G - 1)
-    assert rec("unknown", figures=short).actions[0] == (
+    full = Figures(requested_bytes=2 * G, total_bytes=80 * G, free_bytes=2 * G)
+    assert rec("unknown", figures=full).actions[0] == (
         "the log has no usable memory figures: " + CHECK
     )
     no_free = Figures(requested_bytes=2 * G, total_bytes=80 * G)
