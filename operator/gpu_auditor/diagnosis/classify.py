@@ -127,6 +127,16 @@ def with_node(figures: Figures, node: NodeEvidence | None) -> Figures:
     )
 
 
+def cap_binding(f: Figures) -> bool:
+    """A memory fraction below the GPU that even perfectly packed allocations cannot fit under:
+    allocated + the request exceed what it allows."""
+    if f.allowed_bytes is None or f.requested_bytes is None:
+        return False
+    if f.total_bytes is not None and f.allowed_bytes >= f.total_bytes:
+        return False
+    return (f.allocated_bytes or 0) + f.requested_bytes > f.allowed_bytes
+
+
 @dataclass(frozen=True)
 class _Facts:
     f: Figures
@@ -172,12 +182,7 @@ class _Facts:
         return r is not None and t is not None and r > t
 
     def cap_binding(self) -> bool:
-        f = self.f
-        if f.allowed_bytes is None or f.requested_bytes is None:
-            return False
-        if f.total_bytes is not None and f.allowed_bytes >= f.total_bytes:
-            return False
-        return (f.allocated_bytes or 0) + f.requested_bytes > f.allowed_bytes
+        return cap_binding(self.f)
 
     def cap_only(self) -> bool:
         f, free = self.f, self.free

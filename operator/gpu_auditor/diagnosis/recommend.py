@@ -22,7 +22,7 @@ from typing import Final
 
 from . import allocconf, formats
 from .allocconf import ASYNC, KEYS, Checked
-from .classify import Verdict
+from .classify import Verdict, cap_binding
 from .model import ALLOC_CONF_ENV, Growth, NodeEvidence, OomEvent, Recommendation
 from .phase import BACKWARD, GRAPH_CAPTURE, LOADING, OPTIMIZER_STEP, RETRY_EXHAUSTED, failure_phase
 from .sizes import format_size as fs
@@ -295,8 +295,8 @@ def _kind_actions(ctx: Context) -> list[str]:
         fraction = ""
         if f.total_bytes and f.requested_bytes is not None:
             held = f.allocated_bytes or 0
-            if f.allowed_bytes is not None and held + f.requested_bytes <= f.allowed_bytes:
-                held = max(held, f.reserved_bytes or 0)  # the cache, not allocations, filled it
+            if not cap_binding(f):  # the cache, not allocations, filled the cap
+                held = max(held, f.reserved_bytes or 0)
             need = (held + f.requested_bytes) / f.total_bytes
             fraction = f" to about {_fraction_with_headroom(need):.2f}"
         if ctx.event.framework == "jax":
