@@ -46,19 +46,47 @@ from dataclasses import dataclass, replace
 
 from . import formats
 from .model import Figures, Growth, NodeEvidence, OomEvent, OtherProcess
-from .phase import OPTIMIZER_STEP
+from .phase import CUDA_INIT, LOADING, OPTIMIZER_STEP
 from .proberecord import SMALL_POOL_REQUEST_MAX_BYTES, ProbeRecord
 from .sizes import format_size as fs
 from .thresholds import (
+    ALLOCATION_GRANULARITY_BYTES,
     FRAG_MAX_NEED_SHARE,
     FRAG_MIN_SHARE_OF_RESERVED,
+    FRAG_MIN_SHARE_WITHOUT_PROGRESS,
     FRAG_MIN_UNALLOCATED_BYTES,
     GPU_SHARED_MIN_BYTES,
+    LEAK_OUTRUNS_CACHE_POINTS,
     NEAR_FULL_FREE_SHARE,
     NON_PYTORCH_ALLOWANCE_BYTES,
     NON_PYTORCH_MIN_SHARE,
+    PRINTED_DECIMALS,
     THIN_HEADROOM_SHARE,
+    UNSEEN_OTHER_MIN_SHARE_OF_RESERVED,
 )
+
+
+def printed_error(size: int | None) -> int:
+    """How far a size PyTorch printed may be from the real bytes: half the last printed digit.
+    ``format_size`` prints up to 1024 as whole bytes, then two decimals of KiB up to and
+    including 1 MiB, of MiB up to and including 1 GiB, of GiB above (c10/cuda/CUDACachingAllocator:
+    "1024.00 MiB" is 2**30 bytes)."""
+    if size is None or size <= 1024:
+        return 0
+    unit = next((u for u in (1024, 1024**2) if size <= u * 1024), 1024**3)
+    return unit // (2 * 10**PRINTED_DECIMALS)
+
+
+def full_gpu_margin(figures: Figures, exact: bool) -> int:
+    """Free memory at or below the request plus this is a full GPU: the allocation granularity
+    cudaMalloc needs, plus (for printed figures) the rounding of the free and request figures."""
+    if exact:
+        return ALLOCATION_GRANULARITY_BYTES
+    return (
+        ALLOCATION_GRANULARITY_BYTES
+        + printed_error(figures.free_bytes)
+        + printed_error(figures.requested_bytes)
+    )
 
 
 @dataclass(frozen=True)
@@ -67,6 +95,8 @@ class Verdict:
     contributing: tuple[str, ...]
     summary: str
     figures: Figures
+    shows_room: bool = False
+    """The figures show room for the request beyond the full-GPU margin (``_Facts.fits``)."""
 
 
 def with_node(figures: Figures, node: NodeEvidence | None) -> Figures:
@@ -97,17 +127,41 @@ def with_node(figures: Figures, node: NodeEvidence | None) -> Figures:
     )
 
 
+def cap_binding(f: Figures) -> bool:
+    """A memory fraction below the GPU that even perfectly packed allocations cannot fit under:
+    allocated + the request exceed what it allows."""
+    if f.allowed_bytes is None or f.requested_bytes is None:
+        return False
+    if f.total_bytes is not None and f.allowed_bytes >= f.total_bytes:
+        return False
+    return (f.allocated_bytes or 0) + f.requested_bytes > f.allowed_bytes
+
+
 @dataclass(frozen=True)
 class _Facts:
     f: Figures
     family: str
     record: ProbeRecord | None = None
     phase: str | None = None
+    progressed: bool = False
+    """The log shows a step finished before the failure (``progress.py``)."""
+
+    @property
+    def free(self) -> int | None:
+        """The device's free memory cudaMalloc can use: the printed figure less the margin a new
+        segment needs near a full GPU (``full_gpu_margin``). Exact when a probe record gave the
+        device's free bytes for this request."""
+        free = self.f.free_bytes
+        if free is None:
+            return None
+        record = self.record
+        exact = record is not None and record.device_free_bytes == free
+        return max(0, free - full_gpu_margin(self.f, exact))
 
     @property
     def room(self) -> int | None:
-        """What PyTorch could still get: device free, or the cap's headroom when that is less."""
-        free, cap = self.f.free_bytes, self.cap_headroom
+        """What PyTorch could still get: usable device free, or the cap's headroom when less."""
+        free, cap = self.free, self.cap_headroom
         if free is None:
             return cap
         return free if cap is None else min(free, cap)
@@ -128,18 +182,13 @@ class _Facts:
         return r is not None and t is not None and r > t
 
     def cap_binding(self) -> bool:
-        f = self.f
-        if f.allowed_bytes is None or f.requested_bytes is None:
-            return False
-        if f.total_bytes is not None and f.allowed_bytes >= f.total_bytes:
-            return False
-        return (f.allocated_bytes or 0) + f.requested_bytes > f.allowed_bytes
+        return cap_binding(self.f)
 
     def cap_only(self) -> bool:
-        f = self.f
-        if not self.cap_binding() or f.requested_bytes is None or f.free_bytes is None:
+        f, free = self.f, self.free
+        if not self.cap_binding() or f.requested_bytes is None or free is None:
             return False
-        return f.free_bytes + self.unallocated >= f.requested_bytes
+        return free + self.unallocated >= f.requested_bytes
 
     def cap_short(self) -> bool:
         """The device had room for the request, the cap's headroom did not: what PyTorch has
@@ -154,17 +203,24 @@ class _Facts:
 
     def cap_withholds(self) -> bool:
         """A cap is set and the device alone had room for the request."""
-        f = self.f
+        f, free = self.f, self.free
         return (
             f.allowed_bytes is not None
-            and f.free_bytes is not None
+            and free is not None
             and f.requested_bytes is not None
-            and f.free_bytes >= f.requested_bytes
+            and free >= f.requested_bytes
         )
 
     def shortfall(self) -> int | None:
-        r, free = self.f.requested_bytes, self.f.free_bytes
+        r, free = self.f.requested_bytes, self.free
         return None if r is None or free is None else max(0, r - free)
+
+    def first_call_failed(self) -> bool:
+        """A raw CUDA out-of-memory error at the job's first CUDA call (its context, or the
+        first tensor moved to the GPU): nothing of the job's own was on the GPU yet, so another
+        process (or a stale one of the same job) had filled it. The caching allocator's own
+        failures print figures (the TORCH family); a raw error there is the context's."""
+        return self.family == formats.TORCH_RAW and self.phase in (CUDA_INIT, LOADING)
 
     def shared(self) -> bool:
         f, o = self.f, self.f.other_bytes
@@ -202,6 +258,12 @@ class _Facts:
             and self.slack >= FRAG_MIN_SHARE_OF_RESERVED * reserved
         )
 
+    def slack_enough_before_a_step(self) -> bool:
+        """With a finished step in the log the material share above is enough; before one, the
+        idle cache must be a quarter of what PyTorch holds (``FRAG_MIN_SHARE_WITHOUT_PROGRESS``)."""
+        reserved = self.f.reserved_bytes or 0
+        return self.progressed or self.slack >= FRAG_MIN_SHARE_WITHOUT_PROGRESS * reserved
+
     def need(self) -> int:
         """The part of the request the room lacks: what only reclaimed cache could serve."""
         r, room = self.f.requested_bytes, self.room
@@ -209,14 +271,22 @@ class _Facts:
 
     def fragmented(self) -> bool:
         """Fragmentation an allocator setting is measured to fix (``thresholds.py``). Not while
-        the optimizer creates its state: the failing request is one of its many tensors, and
-        the figures of one cannot show what the whole step needs."""
+        the optimizer creates its state or the model is loaded onto the GPU: the failing request
+        is one of many tensors that all stay, and the figures of one cannot show what the rest
+        need."""
         return (
-            self.phase != OPTIMIZER_STEP
+            self.phase not in (OPTIMIZER_STEP, LOADING)
             and self.slack_covers()
             and self.slack_material()
+            and self.slack_enough_before_a_step()
             and self.need() <= FRAG_MAX_NEED_SHARE * self.slack
         )
+
+    def leak_outruns_cache(self, growth: Growth) -> bool:
+        """The series rises faster than the idle cache could absorb within a few of its points:
+        a setting would buy a step or two, not a finished job."""
+        rise = growth.growth_bytes / max(1, growth.points - 1)
+        return self.slack < LEAK_OUTRUNS_CACHE_POINTS * rise
 
     def growth_explains(self, growth: Growth) -> bool:
         """A rising series is the cause only if it rose by at least what the request lacked:
@@ -269,6 +339,25 @@ class _Facts:
             return None
         return f.total_bytes - f.free_bytes - f.reserved_bytes - NON_PYTORCH_ALLOWANCE_BYTES
 
+    def unseen_covers(self) -> bool:
+        """Memory outside this process's PyTorch (no process list) covers the shortfall."""
+        unseen, shortfall = self.unseen_outside(), self.shortfall()
+        return (
+            unseen is not None
+            and shortfall is not None
+            and unseen >= max(shortfall, GPU_SHARED_MIN_BYTES)
+        )
+
+    def unseen_is_another_process(self) -> bool:
+        """...and it is more than PyTorch itself holds: another process, not a library."""
+        unseen, reserved = self.unseen_outside(), self.f.reserved_bytes
+        return (
+            self.unseen_covers()
+            and unseen is not None
+            and reserved is not None
+            and unseen >= UNSEEN_OTHER_MIN_SHARE_OF_RESERVED * reserved
+        )
+
     def fits(self) -> bool:
         r, room = self.f.requested_bytes, self.room
         return r is not None and room is not None and room >= r and not self.cap_binding()
@@ -282,24 +371,21 @@ class _Facts:
 
 
 def _primary(x: _Facts) -> str:
-    if x.family == formats.HOST_ALLOC:
-        return "unknown"
+    if x.family in (formats.HOST_ALLOC, formats.HOST_KILLED):
+        return "host-oom-killed"
     if x.too_big():
         return "capacity"
     if x.cap_only():
         return "memory-fraction-cap"
-    if x.shared():
+    if x.shared() or x.first_call_failed():
         return "gpu-shared"
     if x.fragmented():
         return "fragmentation"
     if x.non_pytorch():
         return "non-pytorch-memory"
-    unseen, shortfall = x.unseen_outside(), x.shortfall()
-    if (
-        unseen is not None
-        and shortfall is not None
-        and unseen >= max(shortfall, GPU_SHARED_MIN_BYTES)
-    ):
+    if x.unseen_is_another_process():
+        return "gpu-shared"
+    if x.unseen_covers():
         return "unknown"
     if x.f.requested_bytes is None:
         return "capacity" if x.family in (formats.VLLM, formats.RETRY_EXHAUSTED) else "unknown"
@@ -323,14 +409,10 @@ def _contributing(x: _Facts, primary: str) -> list[str]:
         out.append("non-pytorch-memory")
     if primary == "fragmentation" and x.thin_headroom():
         out.append("capacity")
-    unseen, shortfall = x.unseen_outside(), x.shortfall()
-    if (
-        primary == "unknown"
-        and unseen is not None
-        and shortfall is not None
-        and unseen >= max(shortfall, GPU_SHARED_MIN_BYTES)
-    ):
+    if primary == "unknown" and x.unseen_covers():
         out += ["gpu-shared", "non-pytorch-memory"]
+    if primary == "gpu-shared" and x.unseen_is_another_process():
+        out.append("non-pytorch-memory")
     return out
 
 
@@ -341,17 +423,21 @@ def classify(
     rate_growth: Growth | None = None,
     record: ProbeRecord | None = None,
     phase: str | None = None,
+    progressed: bool = False,
 ) -> Verdict:
     """The verdict for one failure; ``growth`` is a leak series, ``rate_growth`` the node's rate,
     ``record`` the allocator's state the OOM probe wrote at the failure (only an ``ok`` one),
-    ``phase`` where the job failed (``phase.py``).
+    ``phase`` where the job failed (``phase.py``), ``progressed`` whether its log shows a step
+    finished before (``progress.py``).
 
     A leak series takes the primary slot from any kind but ``gpu-shared`` (a finding of its own)
     and ``fragmentation`` a setting is measured to fix (that setting removed the OOM of a job
-    leaking 256 MiB a step, sweep:I-full-u1536-h1408-leak256); there ``leak`` contributes."""
+    leaking 256 MiB a step, sweep:I-full-u1536-h1408-leak256), unless the series rises faster
+    than the idle cache could absorb (``LEAK_OUTRUNS_CACHE_POINTS``); beside fragmentation
+    ``leak`` contributes."""
     figures = with_node(event.figures, node)
     usable = record if record is not None and record.status == "ok" else None
-    facts = _Facts(figures, event.family, usable, phase)
+    facts = _Facts(figures, event.family, usable, phase, progressed)
     if growth is not None and not facts.growth_explains(growth):
         # a rise smaller than the shortfall is not the cause; from the node's samples it is
         # still a rise worth naming, from figures the job printed (labels read, not known) not
@@ -359,14 +445,15 @@ def classify(
         growth = None
     kind = _primary(facts)
     contributing = _contributing(facts, kind)
-    if growth is not None and kind not in ("gpu-shared", "fragmentation"):
+    outruns = growth is not None and kind == "fragmentation" and facts.leak_outruns_cache(growth)
+    if growth is not None and (kind not in ("gpu-shared", "fragmentation") or outruns):
         if kind not in ("unknown", "leak"):
             contributing.insert(0, kind)
         kind = "leak"
     elif (growth is not None or rate_growth is not None) and kind != "leak":
         contributing.append("leak")
     unique = tuple(dict.fromkeys(k for k in contributing if k != kind))
-    return Verdict(kind, unique, summarize(kind, facts, event, growth), figures)
+    return Verdict(kind, unique, summarize(kind, facts, event, growth), figures, facts.fits())
 
 
 def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> str:
@@ -399,17 +486,37 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
             f"{fs(f.allowed_bytes)} allowed by the memory fraction, while the GPU had "
             f"{fs(free)} free"
         )
+    if kind == "gpu-shared" and x.first_call_failed():
+        held = (
+            f"; other processes hold {fs(f.other_bytes)} "
+            f"({', '.join(_who(p) for p in f.other_processes[:3])})"
+            if f.other_processes
+            else ""
+        )
+        return (
+            "gpu-shared: the job's first CUDA call failed (CUDA context creation) before it put "
+            "anything on the GPU: another process, or a stale process of this job, had filled it"
+            + held
+        )
+    if kind == "gpu-shared" and not f.other_processes and x.unseen_is_another_process():
+        return (
+            f"gpu-shared: {fs(x.unseen_outside())} of the {fs(t)} GPU is held outside this "
+            f"process's PyTorch, more than the {fs(f.reserved_bytes)} PyTorch holds: most likely "
+            f"another process (the message lists none; the node report names them); the "
+            f"{fs(r)} request found {fs(free)} free"
+        )
     if kind == "gpu-shared":
         names = ", ".join(_who(p) for p in f.other_processes[:3])
         need = (
-            f"the {fs(r)} request needed {fs(x.shortfall())} more than the {fs(free)} free"
+            _within_margin(x)
+            or f"the {fs(r)} request needed {fs(x.shortfall())} more than the {fs(free)} free"
             if r
             else (f"the GPU had {fs(free)} free" if free is not None else "the GPU was full")
         )
         return f"gpu-shared: other processes hold {fs(f.other_bytes)} of the GPU ({names}); {need}"
     if kind == "fragmentation":
         room = x.room
-        cap = f.allowed_bytes is not None and room is not None and room != free
+        cap = f.allowed_bytes is not None and room is not None and room != x.free
         left = f"{fs(room)} left under the {fs(f.allowed_bytes)} cap" if cap else f"{fs(free)} free"
         idle = (
             f"{fs(x.slack)} free in the cache's blocks (probe record)"
@@ -440,7 +547,14 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
                 else ""
             )
             gpu = f" on a {fs(t)} GPU" if t is not None else ""
-            if x.fragmentation_contributes():
+            if x.fragmentation_contributes() and not x.slack_enough_before_a_step():
+                share = x.slack / (f.reserved_bytes or 1)
+                tail += (
+                    f"; packed, the idle cache would cover this request, but no step finished "
+                    f"before the failure and the {fs(x.slack)} idle is {share:.0%} of what PyTorch "
+                    "holds: the rest of the step needs more than a setting can recover"
+                )
+            elif x.fragmentation_contributes():
                 tail += (
                     f"; packed, the idle cache would cover it, but {fs(x.need())} of its "
                     f"{fs(x.slack)} would have to be reclaimed: more than an allocator setting was "
@@ -451,7 +565,9 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
                     "; the job's retry loop halved the batch down to zero (figures of the last "
                     "OOM it caught, from the probe record)"
                 )
-            return f"capacity: the {fs(r)} request exceeds the {fs(free)} free{gpu}{tail}"
+            exceeds = f"the {fs(r)} request exceeds the {fs(free)} free{gpu}"
+            found = _within_margin(x, gpu) or exceeds
+            return f"capacity: {found}{tail}"
         if r is not None:
             return (
                 f"capacity: {event.framework or 'the job'} could not get the {fs(r)} it requested"
@@ -462,9 +578,22 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
                 "down to zero and every size ran out of GPU memory"
             )
         return f"capacity: {event.framework or 'the job'} ran out of GPU memory ({event.family})"
+    if kind == "host-oom-killed":
+        if event.family == formats.HOST_ALLOC:
+            return (
+                f"host-oom-killed: host (CPU) memory ran out, not GPU memory: could not allocate "
+                f"{fs(r)}"
+            )
+        if "DataLoader worker" in event.message:
+            return (
+                "host-oom-killed: the kernel killed a DataLoader worker (SIGKILL): host (CPU) "
+                "memory ran out, not GPU memory"
+            )
+        return (
+            "host-oom-killed: the job was killed (SIGKILL, the kernel's OOM killer): host (CPU) "
+            "memory ran out, not GPU memory"
+        )
     unseen = x.unseen_outside()
-    if event.family == formats.HOST_ALLOC:
-        return f"unknown: host (CPU) memory ran out, not GPU memory: could not allocate {fs(r)}"
     if unseen is not None and unseen > 0 and not x.fits():
         return (
             f"unknown: {fs(unseen)} of the {fs(t)} GPU is held outside this process's PyTorch "
@@ -475,6 +604,18 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
     return (
         f"unknown: {event.family} failure with no memory figures in the log "
         "(another process may hold the GPU; the node report can tell)"
+    )
+
+
+def _within_margin(x: _Facts, gpu: str = "") -> str | None:
+    """For a printed free figure at or above the request: why that is still a full GPU."""
+    r, free = x.f.requested_bytes, x.f.free_bytes
+    if r is None or free is None or free < r:
+        return None
+    return (
+        f"the {fs(r)} request found {fs(free)} free{gpu}, within the {fs(free - (x.free or 0))} "
+        "a new segment needs beyond the request near a full GPU (allocation granularity and the "
+        "figures' rounding): the GPU was full"
     )
 
 

@@ -14,6 +14,7 @@ from .logtext import ScanResult, scan_bytes, scan_stream
 from .model import Diagnosis, Figures, Growth, MemorySample, NodeEvidence, Recommendation
 from .parse import parse_hit
 from .proberecord import ProbeRecord, find_record, record_verdict
+from .progress import made_progress
 from .recommend import Context, host_recommendation, phase_of, recommend
 from .sizes import format_size
 from .torchversion import UNKNOWN, TorchRange, find_banner, infer_from_message, parse_torch_version
@@ -119,7 +120,8 @@ def diagnose_scan(
     if record is not None and not _same_request(record, event.figures.requested_bytes):
         record = None
     phase = phase_of(event, hit.precontext)
-    verdict = classify(event, node, growth, rate, record, phase)
+    progressed = made_progress(hit.precontext)
+    verdict = classify(event, node, growth, rate, record, phase, progressed)
     ctx = Context(event, verdict, release, current, chosen, node, growth, hit.precontext, phase)
     recommendation = recommend(ctx)
     extra: list[tuple[str, object]] = [
@@ -130,7 +132,7 @@ def diagnose_scan(
     if phase is not None:
         extra.append(("phase", phase))
     if record is not None:
-        inferred = classify(event, node, growth, rate, None, phase).kind
+        inferred = classify(event, node, growth, rate, None, phase, progressed).kind
         extra.append(("probe", {
             "status": record.status,
             "verdict": record_verdict(record).to_json_dict(),

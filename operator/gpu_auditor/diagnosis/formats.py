@@ -27,6 +27,10 @@ CUDA_LIBRARY = "cuda-library"  # CUBLAS_STATUS_ALLOC_FAILED, CUDNN_STATUS_ALLOC_
 VLLM = "vllm"  # KV cache does not fit
 DRIVER = "cuda-driver"  # CUDA_ERROR_OUT_OF_MEMORY / cudaErrorMemoryAllocation in an error
 HOST_ALLOC = "host-alloc"  # DefaultCPUAllocator: can't allocate memory (host RAM)
+HOST_KILLED = "host-killed"  # the kernel killed the job or a DataLoader worker (host RAM)
+TENSORRT = "tensorrt"  # TensorRT's allocator: Error Code 1: Cuda Runtime (out of memory)
+PADDLE = "paddle"  # PaddlePaddle: Out of memory error on GPU N. Cannot allocate ...
+MXNET = "mxnet"  # MXNet's storage manager: cudaMalloc failed: out of memory
 RETRY_EXHAUSTED = "retry-exhausted"  # Accelerate's find_executable_batch_size reached zero
 
 PRIORITY: Final[dict[str, int]] = {
@@ -34,6 +38,9 @@ PRIORITY: Final[dict[str, int]] = {
     TORCH_ASYNC: 10,
     CUPY: 8,
     XLA: 8,
+    PADDLE: 8,
+    TENSORRT: 6,
+    MXNET: 6,
     TENSORFLOW: 8,
     VLLM: 8,
     NCCL: 5,
@@ -42,6 +49,7 @@ PRIORITY: Final[dict[str, int]] = {
     TORCH_RAW: 3,
     HOST_ALLOC: 2,
     RETRY_EXHAUSTED: 2,
+    HOST_KILLED: 1,
 }
 
 KEYWORDS: Final[tuple[bytes, ...]] = (
@@ -57,6 +65,7 @@ KEYWORDS: Final[tuple[bytes, ...]] = (
     b"cudaErrorMemoryAllocation",
     b"hipErrorOutOfMemory",
     b"No executable batch size found",
+    b"Killed",
 )
 """Byte strings at least one of which every family's failure line contains (second filter)."""
 
@@ -67,6 +76,7 @@ ANCHORS: Final[tuple[bytes, ...]] = (
     b"ALLOC_FAILED",
     b"in KV cache",
     b"executable batch",
+    b"Killed",
 )
 """Fewer, shorter strings, one inside every keyword: the scan searches the whole input only for
 these (each search is one C pass over the chunk), then checks the hit's line for a keyword."""
@@ -84,21 +94,24 @@ class _Searcher(Protocol):
 
 
 class _WordBeforeCode:
-    """DRIVER's pattern, ``(?:Error|ERROR|INTERNAL|Exception)\\b.{0,200}?(?:<code>)``, searched code
+    """DRIVER's pattern, ``(?:Error|...|failed to allocate)\\b.{0,200}?(?:<code>)``, searched code
     first: the regex tries up to 200 characters after every ``Error`` of a line (a line of
     ``Error`` words costs some 200 steps a character); here each code looks back once, over at
-    most ``_REACH`` characters. It finds the same leftmost match start as the regex."""
+    most ``_REACH`` characters. It finds the same leftmost match start as the regex. The words
+    include TensorFlow's stream executor's "failed to allocate X (N bytes) from device:
+    CUDA_ERROR_OUT_OF_MEMORY" and cuDNN's "There was an error before creating cudnn handle"."""
 
     pattern: Final = (
-        r"(?:Error|ERROR|INTERNAL|Exception)\b.{0,200}?"
+        r"(?:Error|ERROR|error|INTERNAL|Exception|failed to allocate)\b.{0,200}?"
         r"(?:CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|hipErrorOutOfMemory)"
     )
     _code: Final = re.compile(
         r"CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|hipErrorOutOfMemory"
     )
-    _word: Final = re.compile(r"(?:Error|ERROR|INTERNAL|Exception)\b")
+    _word: Final = re.compile(r"(?:Error|ERROR|error|INTERNAL|Exception|failed to allocate)\b")
     _GAP: Final = 200
-    _REACH: Final = _GAP + len("Exception")
+    _LONGEST: Final = len("failed to allocate")
+    _REACH: Final = _GAP + _LONGEST
 
     def search(self, string: str, pos: int = 0, endpos: int = sys.maxsize) -> re.Match[str] | None:
         line, end = string, min(len(string), endpos)
@@ -106,7 +119,7 @@ class _WordBeforeCode:
         for code in self._code.finditer(line, pos, end):
             at = code.start()
             start = max(seen, at - self._REACH)
-            seen = max(pos, at + 1 - len("Exception"))
+            seen = max(pos, at + 1 - self._LONGEST)
             # one character past ``at`` so that ``\b`` sees what follows the word
             while (word := self._word.search(line, start, min(at + 1, end))) is not None:
                 fits = word.end() <= at and at - word.end() <= self._GAP
@@ -129,7 +142,9 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
         TORCH,
         re.compile(
             r"\b(?:CUDA|HIP) out of memory\. (?:Tried to allocate|GPU \d)|"
-            r"\b(?:CUDA|HIP) out of memory\.\s{0,64}$|OutOfMemoryError: (?:CUDA|HIP) out of memory"
+            r"\b(?:CUDA|HIP) out of memory\.\s{0,64}$|OutOfMemoryError: (?:CUDA|HIP) out of memory|"
+            # the same message lower-cased, as people paste it into issue titles
+            r"\b(?:cuda|hip) out of memory\. tried to allocate \d"
         ),
     ),
     (TORCH_ASYNC, re.compile(r"would exceed allowed memory\.? \(out of memory\)")),
@@ -138,9 +153,14 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
         XLA,
         re.compile(
             r"RESOURCE_EXHAUSTED:.{0,80}?(?:Out of memory|out of memory|"
-            r"CUDA_ERROR_OUT_OF_MEMORY)"
+            r"CUDA_ERROR_OUT_OF_MEMORY)|"
+            # older XLA/JAX releases
+            r"Resource exhausted: Out of memory while trying to allocate"
         ),
     ),
+    (PADDLE, re.compile(r"Out of memory error on GPU \d{1,5}\. Cannot allocate")),
+    (TENSORRT, re.compile(r"Error Code 1: Cuda Runtime \(out of memory\)")),
+    (MXNET, re.compile(r"cudaMalloc(?: retry)? failed: out of memory")),
     (CUPY, re.compile(r"OutOfMemoryError: Out of memory allocating \d")),
     (NCCL, re.compile(r"Cuda failure (?:\d{1,4} )?'?out of memory'?")),
     (CUDA_LIBRARY, re.compile(r"\b(?:CUBLAS|CUDNN|CUSOLVER|CUFFT|CUSPARSE)_STATUS_ALLOC_FAILED\b")),
@@ -158,6 +178,15 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
     # Accelerate catches each OOM, halves the batch and retries; at zero it raises this, and the
     # caught OOMs may never reach the log (the probe's records do, one per OOM)
     (RETRY_EXHAUSTED, re.compile(r"No executable batch size found, reached zero")),
+    # the kernel's OOM killer took a DataLoader worker, or the job itself: the shell reports a
+    # SIGKILLed foreground job as a bare "Killed" (after a progress bar's "]" when one was drawn)
+    (
+        HOST_KILLED,
+        re.compile(
+            r"DataLoader worker \(pid\(?s?\)? [\d, ]{1,64}\)? is killed by signal: Killed|"
+            r"(?:^|\])[ \t]{0,8}Killed[ \t]{0,8}$|\bline \d{1,9}: {1,8}\d{1,9} Killed\b"
+        ),
+    ),
 )
 
 
@@ -213,6 +242,10 @@ _FAMILY_FRAMEWORK: Final[dict[str, str | None]] = {
     TENSORFLOW: "tensorflow",
     XLA: "jax",
     CUPY: "cupy",
+    PADDLE: "paddle",
+    TENSORRT: "tensorrt",
+    MXNET: "mxnet",
+    HOST_KILLED: None,
     NCCL: "nccl",
     CUDA_LIBRARY: "pytorch",
     VLLM: "vllm",
@@ -226,7 +259,7 @@ def framework_of(family: str, line: str) -> str | None:
     """The stack that raised the failure: the family's own, refined by markers on the line."""
     if family == XLA and re.search(r"tensorflow|ResourceExhaustedError", line):
         return "tensorflow"
-    if family in (TORCH_RAW, DRIVER, CUDA_LIBRARY):
+    if family in (TORCH_RAW, DRIVER, CUDA_LIBRARY, HOST_KILLED):
         for name, marker in _FRAMEWORK_MARKERS:
             if marker.search(line):
                 return name

@@ -283,8 +283,24 @@ def _unit_of(label_words: list[str], unit: str | None) -> str | None:
     return None
 
 
+_DEEPSPEED: Final = re.compile(
+    r"\bMA ([\d.]{1,24}) GB\s{1,64}Max_MA [\d.]{1,24} GB\s{1,64}CA ([\d.]{1,24}) GB\b"
+)
+"""DeepSpeed's ``see_memory_usage``: memory_allocated() and memory_reserved() divided by 1024**3
+and labelled "GB" (deepspeed/runtime/utils.py)."""
+
+
 def memory_figures(line: str) -> list[tuple[str, int]]:
     """(label, bytes) for each GPU memory figure printed on ``line``."""
+    deepspeed = _DEEPSPEED.search(line)
+    if deepspeed is not None:
+        allocated = _figure(deepspeed.group(1), "GiB")
+        reserved = _figure(deepspeed.group(2), "GiB")
+        return [
+            (label, value)
+            for label, value in (("allocated", allocated), ("reserved", reserved))
+            if value is not None
+        ]
     out: list[tuple[str, int]] = []
     floor = 0
     for count, match in enumerate(_NUMBER_RE.finditer(line)):

@@ -46,11 +46,11 @@ _INT: Final = rf"(?<![\d.,])\d{{1,{MAX_DIGITS}}}(?![\d.,])"
 _S: Final = SIZE_PATTERN.replace("?P<num>", "").replace("?P<unit>", "")
 
 
-def _size_re(template: str) -> re.Pattern[str]:
-    return re.compile(template.replace("{S}", f"({_S})"))
+def _size_re(template: str, flags: int = 0) -> re.Pattern[str]:
+    return re.compile(template.replace("{S}", f"({_S})"), flags)
 
 
-_SIZE_SPLIT: Final = re.compile(SIZE_PATTERN)
+_SIZE_SPLIT: Final = re.compile(SIZE_PATTERN, re.IGNORECASE)  # a size some field matched
 
 
 def _bytes_of(text: str | None) -> int | None:
@@ -69,20 +69,24 @@ def _find(pattern: re.Pattern[str], text: str) -> int | None:
     return _bytes_of(next((g for g in match.groups() if g is not None), None))
 
 
+# read without case: people paste the message lower-cased into issue titles
 _TORCH_FIELDS: Final = {
-    "requested": _size_re(r"Tried to allocate {S}"),
-    "total": _size_re(r"total capaci?ty of {S}|{S} total capacity"),
-    "free": _size_re(r"of which {S} is free|; {S} free"),
-    "process": _size_re(r"this process has {S} memory in use"),
-    "allowed": _size_re(r"{S} allowed;"),
+    "requested": _size_re(r"Tried to allocate {S}", re.IGNORECASE),
+    "total": _size_re(r"total capaci?ty of {S}|{S} total capacity", re.IGNORECASE),
+    "free": _size_re(r"of which {S} is free|; {S} free", re.IGNORECASE),
+    "process": _size_re(r"this process has {S} memory in use", re.IGNORECASE),
+    "allowed": _size_re(r"{S} allowed;", re.IGNORECASE),
     "allocated": _size_re(
-        r"Of the allocated memory {S} is allocated by PyTorch|{S} already allocated"
+        r"Of the allocated memory {S} is allocated by PyTorch|{S} already allocated",
+        re.IGNORECASE,
     ),
-    "private": _size_re(r"with {S} allocated in private pools"),
-    "unallocated": _size_re(r"and {S} is reserved by PyTorch but unallocated|; {S} cached\)"),
-    "reserved_total": _size_re(r"{S} reserved in total by PyTorch"),
+    "private": _size_re(r"with {S} allocated in private pools", re.IGNORECASE),
+    "unallocated": _size_re(
+        r"and {S} is reserved by PyTorch but unallocated|; {S} cached\)", re.IGNORECASE
+    ),
+    "reserved_total": _size_re(r"{S} reserved in total by PyTorch", re.IGNORECASE),
 }
-_GPU_INDEX: Final = re.compile(r"GPU (\d{1,5})[;, ]")
+_GPU_INDEX: Final = re.compile(r"GPU (\d{1,5})[;, ]", re.IGNORECASE)
 _PROCESS: Final = re.compile(rf"(?<!this )Process ({_INT}) has ({_S}) memory in use")
 _ASYNC_FIELDS: Final = {
     "allocated": _size_re(r"Currently allocated\s*:\s*{S}"),
@@ -132,6 +136,23 @@ _BYTES_REQUEST: Final = re.compile(
     r"(?:allocate|calloc|malloc|alloc)\w{0,24}\s{1,8}([\d,]{1,32}) bytes"
 )
 _DRIVER_REQUEST: Final = re.compile(r"failed to allocate [^(\n]{0,200}\((\d{1,32}) bytes\)")
+_TENSORRT_REQUEST: Final = re.compile(
+    r"Requested amount of GPU memory \((\d{1,32}) bytes\) could not be allocated"
+)
+_PADDLE: Final = re.compile(
+    rf"Cannot allocate ({_S}) memory on GPU \d{{1,5}}, available memory is only\s{{0,64}}({_S})"
+)
+_BINARY_UNITS: Final = {"kb": "KiB", "mb": "MiB", "gb": "GiB", "tb": "TiB"}
+
+
+def _binary_bytes(text: str) -> int | None:
+    """A size whose KB/MB/GB mean powers of 1024, as PaddlePaddle prints them
+    (``HumanReadableSize``: "1.531250GB" is 1.53125 GiB)."""
+    match = _SIZE_SPLIT.search(text)
+    if match is None:
+        return None
+    unit = match.group("unit") or ""
+    return to_bytes(match.group("num"), _BINARY_UNITS.get(unit.lower(), unit))
 
 
 def _from_failure(text: str) -> str:
@@ -149,6 +170,8 @@ def message_text(hit: Hit) -> str:
     parts = [_from_failure(hit.line.text)]
     if hit.family in (formats.TORCH_ASYNC,):
         parts += [x.text for x in hit.after[:MESSAGE_MAX_LINES]]
+    elif hit.family == formats.PADDLE:  # the free figure wraps onto the next line
+        parts += [x.text for x in hit.after[:1]]
     elif hit.family == formats.TORCH and not _MESSAGE_END.search(hit.line.text):
         for line in hit.after[:MESSAGE_MAX_LINES]:
             if not line.text.strip() or line.text.startswith(("Traceback", "During handling")):
@@ -279,6 +302,18 @@ def parse_hit(hit: Hit) -> OomEvent:
             )
     elif family == formats.VLLM:
         figures = Figures(_find(_VLLM_NEEDED, message), free_bytes=_find(_VLLM_AVAILABLE, message))
+    elif family == formats.PADDLE:
+        match = _PADDLE.search(message)
+        if match is not None:
+            # each size pattern holds three groups (the size, its number, its unit)
+            requested, free = _binary_bytes(match.group(1)), _binary_bytes(match.group(4))
+            figures = Figures(requested, free_bytes=free)
+    elif family == formats.TENSORRT:
+        nearby = [message] + [x.text for x in (*hit.before[-3:], *hit.after[:3])]
+        for text in nearby:
+            if (match := _TENSORRT_REQUEST.search(text)) is not None:
+                figures = Figures(_plain_bytes(match.group(1)))
+                break
     elif family in (formats.NCCL, formats.HOST_ALLOC, formats.DRIVER):
         nearby = [message] + [x.text for x in hit.before[-3:]]
         for text in nearby:

@@ -12,6 +12,8 @@ to a phase names it (``forward`` only when nothing more specific matched):
   capture (``capture_model``, ``cudagraph``...);
 - ``loading``: ``torch/serialization.py``, ``load_state_dict``, ``from_pretrained``, safetensors,
   or moving a module to the GPU (``Module._apply`` under ``.to(``/``.cuda(``);
+- ``cuda-init``: the job's first CUDA call creating its context (``torch/cuda/__init__.py``'s
+  ``_lazy_init``, ``torch._C._cuda_init``);
 - ``forward``: ``torch/nn/modules/module.py`` call frames.
 
 A log that shows the job's own retry loop shrinking its batch is ``retry-exhausted`` whatever
@@ -20,8 +22,9 @@ the frames: a smaller batch has already been tried. That is Hugging Face Acceler
 out-of-memory errors with a batch size: at least two lines that say "out of memory" (or "OOM")
 and name a batch size, the sizes never growing and the last smaller than the first (a line's
 first 4096 characters are read). Only the last traceback before the failure is read, at most
-``MAX_TRACEBACK_BYTES`` of it; every frame pattern is a plain substring test, the retry
-patterns bounded regular expressions (linear time).
+``MAX_TRACEBACK_BYTES`` of it (without a ``Traceback`` header, a pasted fragment, the frames in
+the last ``MAX_TRACEBACK_BYTES`` before the failure); every frame pattern is a plain substring
+test, the retry patterns bounded regular expressions (linear time).
 """
 
 from __future__ import annotations
@@ -34,9 +37,12 @@ OPTIMIZER_STEP: Final = "optimizer-step"
 BACKWARD: Final = "backward"
 GRAPH_CAPTURE: Final = "graph-capture"
 LOADING: Final = "loading"
+CUDA_INIT: Final = "cuda-init"
 FORWARD: Final = "forward"
 RETRY_EXHAUSTED: Final = "retry-exhausted"
-PHASES: Final = (OPTIMIZER_STEP, BACKWARD, GRAPH_CAPTURE, LOADING, FORWARD, RETRY_EXHAUSTED)
+PHASES: Final = (
+    OPTIMIZER_STEP, BACKWARD, GRAPH_CAPTURE, LOADING, CUDA_INIT, FORWARD, RETRY_EXHAUSTED
+)
 
 MAX_TRACEBACK_BYTES: Final = 64 * 1024
 # the indent is blanks but never a newline: ``^\s*`` under MULTILINE would read a run of empty
@@ -86,6 +92,10 @@ def _frames(traceback: str) -> list[tuple[str, str, str]]:
 
 def _phase_of(path: str, func: str, code: str) -> str | None:
     low_path, low_func = path.lower(), func.lower()
+    if ("/torch/cuda/__init__.py" in low_path and low_func == "_lazy_init") or (
+        "_cuda_init()" in code
+    ):
+        return CUDA_INIT
     if "/torch/optim/" in low_path or "optimizer.step(" in code or "optim.step(" in code:
         return OPTIMIZER_STEP
     if (
@@ -115,8 +125,8 @@ def _phase_of(path: str, func: str, code: str) -> str | None:
         or "from_pretrained(" in code
     ):
         return LOADING
-    if low_func == "_apply" and "/torch/nn/modules/module.py" in low_path:
-        return LOADING  # Module.to()/.cuda() moving the weights
+    if low_func in ("_apply", "convert") and "/torch/nn/modules/module.py" in low_path:
+        return LOADING  # Module.to()/.cuda() moving the weights (``convert`` is to()'s closure)
     module = "/torch/nn/modules/module.py" in low_path
     if module and low_func in ("_call_impl", "_wrapped_call_impl"):
         return FORWARD
@@ -128,8 +138,8 @@ def failure_phase(precontext: str) -> str | None:
     if any(marker in precontext for marker in _RETRY_MARKERS) or _shrinking_retries(precontext):
         return RETRY_EXHAUSTED
     start = precontext.rfind("Traceback (most recent call last):")
-    if start < 0:
-        return None
+    if start < 0:  # a pasted fragment: the frames before the failure, without their header
+        start = max(0, len(precontext) - MAX_TRACEBACK_BYTES)
     frames = _frames(precontext[start : start + MAX_TRACEBACK_BYTES])
     found: str | None = None
     for path, func, code in reversed(frames):

@@ -22,7 +22,7 @@ from typing import Final
 
 from . import allocconf, formats
 from .allocconf import ASYNC, KEYS, Checked
-from .classify import Verdict
+from .classify import Verdict, cap_binding
 from .model import ALLOC_CONF_ENV, Growth, NodeEvidence, OomEvent, Recommendation
 from .phase import BACKWARD, GRAPH_CAPTURE, LOADING, OPTIMIZER_STEP, RETRY_EXHAUSTED, failure_phase
 from .sizes import format_size as fs
@@ -79,6 +79,35 @@ PHASE_FIXES: Final = {
     ),
 }
 """The first action for a capacity failure, by where it failed (``phase.py``)."""
+
+INFERENCE_PEAK: Final = (
+    "run under torch.inference_mode() so no autograd graph is kept",
+    "reduce peak memory: fewer sequences per batch, or a shorter maximum input length",
+    "use bf16/fp16 weights and activations, or a quantized model",
+)
+"""A forward-pass OOM of a job that runs inference: no gradient accumulation or activation
+checkpointing (those are for training), the graph autograd keeps first."""
+
+PRIVATE_POOL_MIN_SHARE: Final = 0.10
+"""CUDA graphs' private pools are named as the cause's place when they hold at least this share
+of what PyTorch allocated: held-out D's embed_server_graphs (a growing graph cache) held 21.55 GiB
+of 138.31 GiB (15.6 %) in them. A share, so it holds on every card."""
+
+PRIVATE_POOL_FIX: Final = (
+    "{size} of PyTorch's memory is in CUDA graphs' private pools (each captured graph keeps its "
+    "own pool, and a cache of graphs per shape grows with every new shape): capture a few padded "
+    "shapes (buckets) instead of every length, share one pool across captures "
+    "(pool=torch.cuda.graph_pool_handle()), bound the graph cache, or run rare shapes eagerly"
+)
+
+COLOCATED_ENGINE_FIX: Final = (
+    "a colocated inference engine reserved gpu_memory_utilization={value} of the GPU for its "
+    "weights and KV cache at start: lower it (the KV cache shrinks, the engine still runs) so the "
+    "training side has room, or give the engine its own GPU"
+)
+_ENGINE_UTILIZATION = re.compile(
+    r"gpu_memory_utilization\s{0,4}[=:]\s{0,4}(0?\.\d{1,4}|1\.0{1,4})\b"
+)
 
 HOST_FIXES: Final = (
     "raise the container's memory limit (and set the request equal to it)",
@@ -231,10 +260,21 @@ def _framework_actions(ctx: Context) -> list[str]:
 def _kind_actions(ctx: Context) -> list[str]:
     kind, f, fam = ctx.verdict.kind, ctx.verdict.figures, ctx.event.family
     if kind == "gpu-shared":
-        out = [
-            f"isolate the GPU: other processes hold {fs(f.other_bytes)} of it; stop them or make "
-            "sure one pod gets the whole GPU (request nvidia.com/gpu; check time-slicing/MPS)",
-        ]
+        if f.other_processes:
+            out = [
+                f"isolate the GPU: other processes hold {fs(f.other_bytes)} of it; stop them or "
+                "make sure one pod gets the whole GPU (request nvidia.com/gpu; check "
+                "time-slicing/MPS)",
+            ]
+        else:
+            out = [
+                "find what else holds the GPU: nvidia-smi --query-compute-apps=pid,used_memory "
+                "--format=csv on the node, or its GPUNodeReport (kubectl get gpunodereport NODE "
+                "-o yaml lists each pod's memory on each GPU); stop it (it may be a stale process "
+                "of an earlier run of this job)",
+                "make sure one pod gets the whole GPU (request nvidia.com/gpu; check "
+                "time-slicing/MPS)",
+            ]
         if ctx.node is not None and ctx.node.allocated is False:
             out.append(
                 "this pod used a GPU the kubelet did not allocate to it: request nvidia.com/gpu"
@@ -255,8 +295,8 @@ def _kind_actions(ctx: Context) -> list[str]:
         fraction = ""
         if f.total_bytes and f.requested_bytes is not None:
             held = f.allocated_bytes or 0
-            if f.allowed_bytes is not None and held + f.requested_bytes <= f.allowed_bytes:
-                held = max(held, f.reserved_bytes or 0)  # the cache, not allocations, filled it
+            if not cap_binding(f):  # the cache, not allocations, filled the cap
+                held = max(held, f.reserved_bytes or 0)
             need = (held + f.requested_bytes) / f.total_bytes
             fraction = f" to about {_fraction_with_headroom(need):.2f}"
         if ctx.event.framework == "jax":
@@ -285,15 +325,17 @@ def _kind_actions(ctx: Context) -> list[str]:
             "find what else allocates in this process outside PyTorch (CuPy/JAX/TensorRT/custom "
             "CUDA extensions, cuDNN benchmark workspaces) and free or limit it",
         ]
+    if kind == "host-oom-killed":
+        if "DataLoader worker" in ctx.event.message:  # the workers' copies first
+            return [HOST_FIXES[1], HOST_FIXES[0], *HOST_FIXES[2:]]
+        return list(HOST_FIXES)
     if kind == "unknown":
-        if fam == formats.HOST_ALLOC:
-            return list(HOST_FIXES)
         check = (
             "check what else holds the GPU (nvidia-smi --query-compute-apps=pid,used_memory "
             "--format=csv, or the node agent's GPUNodeReport)"
         )
         r, free = f.requested_bytes, f.free_bytes
-        if r is not None and free is not None and free >= r:
+        if r is not None and free is not None and ctx.verdict.shows_room:
             first = (
                 f"the figures show room ({fs(free)} free for the {fs(r)} request): the memory "
                 "was taken and given back around the failure (another process, or a large "
@@ -342,10 +384,45 @@ def phase_of(event: OomEvent, precontext: str) -> str | None:
     return failure_phase(precontext) if event.framework == "pytorch" else None
 
 
+def _place_actions(ctx: Context) -> list[str]:
+    """Where the memory went, when the log names a place a generic action would miss: CUDA
+    graphs' private pools, a colocated inference engine's reservation."""
+    out: list[str] = []
+    f = ctx.verdict.figures
+    pools, allocated = f.private_pool_bytes, f.allocated_bytes
+    if pools is not None and allocated and pools >= PRIVATE_POOL_MIN_SHARE * allocated:
+        out.append(PRIVATE_POOL_FIX.format(size=fs(pools)))
+    if ctx.event.framework == "pytorch" and ctx.verdict.kind in ("capacity", "leak"):
+        engine = _ENGINE_UTILIZATION.search(ctx.precontext[-65536:])
+        if engine is not None:
+            out.append(COLOCATED_ENGINE_FIX.format(value=engine.group(1)))
+    return out
+
+
+def _might_help(ctx: Context) -> list[str]:
+    """Capacity with fragmentation contributing: a setting may recover part of the idle cache,
+    said as an action, never as the recommendation (precision first: it is not the fix)."""
+    v = ctx.verdict
+    if v.kind != "capacity" or "fragmentation" not in v.contributing:
+        return []
+    if ctx.event.framework != "pytorch":
+        return []
+    updates, _ = _setting(ctx)
+    if updates is None:
+        return []
+    value = ",".join(f"{k}:{val}" for k, val in updates.items())
+    return [
+        f"{ALLOC_CONF_ENV}={value} may recover part of the "
+        f"{fs(v.figures.reserved_unallocated_bytes)} reserved but unallocated, but not the room "
+        "the job needs beyond it: not recommended as the fix"
+    ]
+
+
 def recommend(ctx: Context) -> Recommendation:
     alloc_conf, notes = _alloc_conf(ctx)
     kind = ctx.verdict.kind
     actions = list(notes)
+    actions += _place_actions(ctx)
     actions += _kind_actions(ctx)
     if kind == "capacity" or (kind == "fragmentation" and alloc_conf is None and not notes):
         framework = _framework_actions(ctx)
@@ -355,8 +432,10 @@ def recommend(ctx: Context) -> Recommendation:
             if phase == RETRY_EXHAUSTED:
                 framework = [a for a in framework if a != REDUCE_PEAK[0]]
         elif ctx.event.framework == "pytorch" and looks_like_inference(ctx.precontext):
-            framework = [REDUCE_PEAK[3], *framework]  # measured: half the batch was not enough
+            # measured: half the batch was not enough; inference_mode first
+            framework = [*INFERENCE_PEAK, *[a for a in framework if a not in REDUCE_PEAK]]
         actions += framework
+        actions += _might_help(ctx)
     if ctx.current is not None and ctx.current.problems:
         dropped = " (left out of the recommended value)" if alloc_conf else ""
         actions.append(

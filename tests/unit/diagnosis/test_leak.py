@@ -461,3 +461,44 @@ def test_a_leak_series_of_huge_figures_does_not_overflow() -> None:
     series = "".join(f"step {i} mem {i}{'9' * 300} GiB\n" for i in range(1, 9))
     diagnosis = diagnose(series + OOM)
     assert diagnosis.detected and diagnosis.growth is None
+
+
+# -- DeepSpeed's see_memory_usage (issue 24): "GB" there is memory_allocated() / 1024**3 --------
+
+DEEPSPEED = (
+    "[2024-05-01 10:00:00,000] [INFO] [utils.py:791:see_memory_usage] MA {ma} GB         "
+    "Max_MA {max_ma} GB         CA {ca} GB         Max_CA {max_ca} GB "
+)
+
+
+def test_deepspeeds_gb_are_gib_allocated_and_reserved() -> None:
+    line = DEEPSPEED.format(ma="12.5", max_ma="13.01", ca="14.0", max_ca="15")
+    assert memory_figures(line) == [("allocated", 12.5 * G), ("reserved", 14 * G)]
+    # anywhere else "GB" is 10^9 bytes
+    assert memory_figures("vram: 12.5 GB") == [("vram", 12_500_000_000)]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "MA 12.5 GB",  # without Max_MA and CA: not DeepSpeed's line (and "MA" is no memory word)
+        "MA 12.5 GB Max_MA 13 GB",
+        "MA 12.5 GiB         Max_MA 13.01 GiB         CA 14.0 GiB",  # not how DeepSpeed prints it
+    ],
+)
+def test_a_line_short_of_deepspeeds_is_not_read_as_it(line: str) -> None:
+    assert memory_figures(line) == []
+
+
+def test_a_deepspeed_series_rising_a_gib_a_step_is_a_leak_in_gib() -> None:
+    text = "".join(
+        DEEPSPEED.format(ma=f"{10 + i}.5", max_ma=f"{11 + i}.0", ca=f"{12 + i}.0", max_ca=13 + i)
+        + "\n"
+        for i in range(8)
+    )
+    growth = growth_from_log(text)
+    assert growth is not None
+    assert (growth.source, growth.points, growth.first_bytes, growth.last_bytes) == (
+        "log", 8, round(10.5 * G), round(17.5 * G),
+    )  # fmt: skip
+    assert growth.per_unit == 1 * G

@@ -20,6 +20,24 @@ pytestmark = pytest.mark.unit
 CORPORA = [FIXTURES / "corpus"] + (
     [SHARED_CORPUS] if (SHARED_CORPUS / "labels.json").is_file() else []
 )
+REVISED: dict[str, tuple[str, str]] = {
+    "context_oom_gpu_full.log": (
+        "gpu-shared",
+        "issue 24 item 4: a raw CUDA out-of-memory error at the job's first CUDA call "
+        "(model.cuda()) names another process from the log alone; the label predates the rule "
+        "(its own kind_with_node_data is gpu-shared: another process held all but 64 MiB)",
+    ),
+    "seed_example_fragmentation.log": (
+        "capacity",
+        "issue 24 item 2: the triage card's example (not a measured job: no re-run says a setting "
+        "fixed it) has 6.90 GiB idle, 9 % of what PyTorch holds, and no step finished in its log; "
+        "public threads with 9-18 % idle and no progress were fixed by less work "
+        "(evaluation/public a-001, a-010): capacity with fragmentation contributing, no setting",
+    ),
+}
+"""Labels the issue-24 rules read otherwise, with why. The label files are left as their authors
+wrote them."""
+
 CASES = [
     pytest.param(directory, name, label, id=f"{directory.parent.name}/{name}")
     for directory in CORPORA
@@ -34,7 +52,8 @@ def test_corpus_log_gives_its_labelled_kind_and_framework(
     diagnosis = diagnose((directory / name).read_bytes())
     assert diagnosis.detected is label["detected"]
     assert diagnosis.framework == label["framework"]
-    assert diagnosis.kind == label["kind"], diagnosis.summary
+    kind = REVISED[name][0] if name in REVISED else label["kind"]
+    assert diagnosis.kind == kind, diagnosis.summary
 
 
 @pytest.mark.parametrize(("directory", "name", "label"), CASES)
@@ -65,7 +84,9 @@ def test_raw_cuda_error_becomes_gpu_shared_with_the_node_report(directory: Path)
     )
     log_only = diagnose((directory / name).read_bytes())
     with_node = diagnose((directory / name).read_bytes(), node=node)
-    assert log_only.kind == label["kind"] == "unknown"
+    assert label["kind"] == "unknown"  # as labelled before issue 24 (REVISED)
+    assert log_only.kind == "gpu-shared"
+    assert log_only.summary.startswith("gpu-shared: the job's first CUDA call failed")
     assert with_node.kind == label["kind_with_node_data"] == "gpu-shared"
     assert with_node.figures.other_processes[0].pod == "trainer-0"
     assert "ml/trainer-0" in with_node.summary

@@ -441,3 +441,116 @@ def test_a_size_template_captures_the_size_where_it_says_s() -> None:
     either = _size_re(r"total capaci?ty of {S}|{S} total capacity")
     one = either.search("GPU 0; 10.76 GiB total capacity; 9.46 GiB already allocated")
     assert one is not None and next(g for g in one.groups() if g is not None) == "10.76 GiB"
+
+
+# -- issue 24: the figures of the new families, and PyTorch's message lower-cased ---------------
+
+
+@pytest.mark.parametrize(
+    ("line", "requested", "free"),
+    [
+        # PaddlePaddle's KB/MB/GB are powers of 1024 (HumanReadableSize): 1.53125 GiB, not
+        # 1.53125e9 bytes; the free figure wrapped onto the next line (public b-033)
+        (
+            "Out of memory error on GPU 0. Cannot allocate 1.531250GB memory on GPU 0, available "
+            "memory is only \n                   416.625000MB.\n\n   Please check whether there "
+            "is any other process using GPU 0.\n",
+            1644167168,  # 1.53125 x 2^30
+            436862976,  # 416.625 x 2^20
+        ),
+        (
+            "Out of memory error on GPU 0. Cannot allocate 6.933594GB memory on GPU 0, available "
+            "memory is only 726.750000MB.\n",
+            7444889868,  # round(6.933594 x 2^30)
+            762052608,  # 726.75 x 2^20
+        ),
+        (
+            "Out of memory error on GPU 0. Cannot allocate 512.000000KB memory on GPU 0, available "
+            "memory is only 2.000000KB.\n",
+            524288,
+            2048,
+        ),
+    ],
+)
+def test_paddles_sizes_are_binary_and_its_free_figure_may_wrap(
+    line: str, requested: int, free: int
+) -> None:
+    d = diagnose(line)
+    assert (d.framework, d.kind) == ("paddle", "capacity")
+    assert (d.figures.requested_bytes, d.figures.free_bytes) == (requested, free)
+
+
+def test_paddles_plain_bytes_are_bytes() -> None:
+    # the smallest unit of HumanReadableSize is "B": no binary prefix to map, read as it is
+    d = diagnose(
+        "Out of memory error on GPU 0. Cannot allocate 256.000000B memory on GPU 0, available "
+        "memory is only 0.000000B.\n"
+    )
+    assert (d.figures.requested_bytes, d.figures.free_bytes) == (256, 0)
+
+
+def test_a_paddle_free_figure_two_lines_down_is_not_read() -> None:
+    d = diagnose(
+        "Out of memory error on GPU 0. Cannot allocate 1.531250GB memory on GPU 0, available "
+        "memory is only \n\n416.625000MB.\n"
+    )
+    assert (d.figures.requested_bytes, d.figures.free_bytes) == (None, None)
+
+
+TRT_FAILURE = (
+    "[E] 1: [defaultAllocator.cpp::allocate::21] Error Code 1: Cuda Runtime (out of memory)\n"
+)
+TRT_REQUEST = (
+    "[W] Requested amount of GPU memory (20401098752 bytes) could not be allocated. There may not "
+    "be enough free memory for allocation to succeed.\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("log", "requested"),
+    [
+        (TRT_FAILURE + TRT_REQUEST, 20401098752),  # the line after (public b-017)
+        (TRT_FAILURE + "a\nb\n" + TRT_REQUEST, 20401098752),  # 3 lines after
+        (TRT_FAILURE + "a\nb\nc\n" + TRT_REQUEST, None),  # 4: not read
+        (TRT_REQUEST + "a\nb\n" + TRT_FAILURE, 20401098752),  # 3 lines before
+        (TRT_REQUEST + "a\nb\nc\n" + TRT_FAILURE, None),  # 4: not read
+    ],
+)
+def test_tensorrts_request_is_read_within_3_lines_of_its_failure(
+    log: str, requested: int | None
+) -> None:
+    d = diagnose(log)
+    assert d.framework == "tensorrt"
+    assert d.figures.requested_bytes == requested
+    assert d.kind == ("capacity" if requested else "unknown")
+    if requested:
+        assert d.summary == "capacity: tensorrt could not get the 19.00 GiB it requested"
+
+
+def test_pytorchs_message_lower_cased_gives_every_figure() -> None:
+    # as pasted into an issue title: every field read without case
+    d = diagnose(
+        "torch.outofmemoryerror: cuda out of memory. tried to allocate 20.00 mib. gpu 0 has a "
+        "total capacity of 14.75 gib of which 3.06 mib is free. including non-pytorch memory, "
+        "this process has 14.74 gib memory in use. of the allocated memory 14.55 gib is "
+        "allocated by pytorch, and 71.28 mib is reserved by pytorch but unallocated.\n"
+    )
+    f = d.figures
+    assert (f.requested_bytes, f.total_bytes, f.free_bytes) == (20971520, 15837691904, 3208643)
+    assert (f.process_bytes, f.allocated_bytes, f.reserved_unallocated_bytes) == (
+        15826954486, 15622943539, 74742497,
+    )  # fmt: skip
+    assert (d.framework, d.kind, f.gpu_index) == ("pytorch", "capacity", 0)
+
+
+def test_pytorch_1_x_message_lower_cased_gives_every_figure() -> None:
+    d = diagnose(
+        "runtimeerror: cuda out of memory. tried to allocate 20.00 mib (gpu 1; 14.76 gib total "
+        "capacity; 13.20 gib already allocated; 3.75 mib free; 13.61 gib reserved in total by "
+        "pytorch)\n"
+    )
+    f = d.figures
+    assert (f.requested_bytes, f.total_bytes, f.free_bytes, f.gpu_index) == (
+        20971520, 15848429322, 3932160, 1,
+    )  # fmt: skip
+    assert (f.allocated_bytes, f.reserved_unallocated_bytes) == (14173392077, 440234148)

@@ -57,6 +57,11 @@ FORWARD = (f"{SITE}/torch/nn/modules/module.py", "_call_impl", "return forward_c
         (("/app/train.py", "main", "sd = torch.load(path)"), "loading"),
         (("/app/train.py", "main", "m = Model.from_pretrained(name)"), "loading"),
         ((f"{SITE}/torch/nn/modules/module.py", "_apply", "param_applied = fn(param)"), "loading"),
+        # Module.to()'s closure (issue 24)
+        ((f"{SITE}/torch/nn/modules/module.py", "convert", "return t.to(device)"), "loading"),
+        # the first CUDA call creating the context (issue 24)
+        ((f"{SITE}/torch/cuda/__init__.py", "_lazy_init", "x = 1"), "cuda-init"),
+        (("/app/train.py", "main", "torch._C._cuda_init()"), "cuda-init"),
         (FORWARD, "forward"),
         ((f"{SITE}/torch/nn/modules/module.py", "_wrapped_call_impl", "return x"), "forward"),
     ],
@@ -74,6 +79,14 @@ def test_each_pattern_names_its_phase(frame: tuple[str, str, str], phase: str) -
         ("/app/my/torch/nn/modules/module.py", "_apply_x", "x = 1"),
         (f"{SITE}/torch/nn/modules/module.py", "_apply_x", "x = 1"),  # no phase of its own
         (f"{SITE}/torch/nn/modules/linear.py", "_call_impl", "x = 1"),
+        # near misses of issue 24's patterns: convert and _lazy_init outside torch's own files,
+        # another function of torch/cuda/__init__.py, _cuda_init without its call
+        ("/app/model.py", "convert", "return t.to(device)"),
+        (f"{SITE}/torch/nn/modules/linear.py", "convert", "x = 1"),
+        ("/app/lazy.py", "_lazy_init", "x = 1"),
+        (f"{SITE}/torch/cuda/__init__.py", "synchronize", "x = 1"),
+        (f"{SITE}/torch/cuda/memory.py", "_lazy_init", "x = 1"),
+        ("/app/train.py", "main", "torch._C._cuda_init"),
     ],
 )
 def test_frames_of_no_phase(frame: tuple[str, str, str]) -> None:
@@ -83,6 +96,16 @@ def test_frames_of_no_phase(frame: tuple[str, str, str]) -> None:
 def test_windows_paths_and_upper_case_are_read() -> None:
     frame = ("C:\\Python\\Lib\\site-packages\\Torch\\Optim\\adam.py", "step", "x = 1")
     assert failure_phase(tb(MAIN, frame)) == "optimizer-step"
+
+
+def test_the_first_cuda_call_inside_moving_a_module_is_cuda_init() -> None:
+    # model.cuda() -> Module._apply -> convert -> torch.cuda._lazy_init: the context's creation
+    # is innermost, the move to the GPU outside it
+    apply = (f"{SITE}/torch/nn/modules/module.py", "_apply", "param_applied = fn(param)")
+    convert = (f"{SITE}/torch/nn/modules/module.py", "convert", "return t.to(device)")
+    init = (f"{SITE}/torch/cuda/__init__.py", "_lazy_init", "torch._C._cuda_init()")
+    assert failure_phase(tb(MAIN, apply, convert, init)) == "cuda-init"
+    assert failure_phase(tb(MAIN, apply, convert)) == "loading"
 
 
 def test_the_innermost_phase_wins() -> None:
@@ -106,7 +129,24 @@ def test_only_the_last_traceback_is_read() -> None:
     assert failure_phase(first + "retrying\n" + second) == "forward"
     assert failure_phase(second + "retrying\n" + first) == "backward"
     assert failure_phase("no traceback here\n" + OOM) is None
-    assert failure_phase(tb(MAIN, FORWARD)[1:]) is None  # the header is what starts one
+    # without a header (issue 24) the frames before the failure are read: a pasted fragment
+    assert failure_phase(tb(MAIN, FORWARD)[1:]) == "forward"
+
+
+def test_a_fragment_without_its_header_is_read_from_the_last_64_kib() -> None:
+    # a paste that starts at the frames: the frames within MAX_TRACEBACK_BYTES (64 KiB) of the
+    # end are read. The window's first character starts a line: a frame whose "File" is inside
+    # it is read (from 2 characters of its indent cut off), one whose "File" is cut is not.
+    backward = tb(MAIN, ("/app/train.py", "train", "loss.backward()"))
+    fragment = backward[backward.index("  File") :]
+    assert fragment.startswith('  File "/app/train.py"')
+    assert failure_phase(fragment) == "backward"
+    frame = '  File "/app/train.py", line 7, in train\n    loss.backward()\n'
+    for size, read in ((65536 + 2, True), (65536 + 3, False)):
+        filler = size - len(frame) - len(OOM)
+        text = frame + "-" * (filler - 1) + "\n" + OOM
+        assert len(text) == size
+        assert (failure_phase(text) == "backward") is read, size
 
 
 def test_a_traceback_at_the_very_start_is_read() -> None:
@@ -284,3 +324,14 @@ def one_frame_tb(path: str, func: str, code: str) -> str:
 )
 def test_a_backward_function_name_is_the_backward_phase(func: str, phase: str | None) -> None:
     assert failure_phase(one_frame_tb("/app/lib.py", func, "x = compute(y)")) == phase
+
+
+def test_a_fragment_whose_first_frame_starts_the_text_unindented_is_read() -> None:
+    # a paste that lost its indent: the very first character is the first frame's "File"
+    fragment = (
+        'File "/usr/lib/python3.11/site-packages/torch/cuda/__init__.py", line 300, in _lazy_init\n'
+        "torch._C._cuda_init()\n"
+        "RuntimeError: CUDA error: out of memory\n"
+    )
+    assert failure_phase(fragment) == "cuda-init"
+    assert failure_phase(" " + fragment) == "cuda-init"

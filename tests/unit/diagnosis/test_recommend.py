@@ -17,12 +17,17 @@ from gpu_auditor.diagnosis.model import (
 from gpu_auditor.diagnosis.recommend import Context, looks_like_inference, phase_of, recommend
 from gpu_auditor.diagnosis.torchversion import TorchRange
 
-from .diagnosis_helpers import torch_oom
+from .diagnosis_helpers import PROGRESS, torch_oom
 
 pytestmark = pytest.mark.unit
 
-FRAG = torch_oom(requested=2, total=79.15, free=1.2, process=77.8, allocated=70.1, unallocated=6.9)
-FRAG_1X = (
+# 6.90 GiB idle of 77 GiB reserved (9 %): fragmentation, and a setting, only for a job that
+# finished steps before the failure (issue 24); the settings below are read after PROGRESS
+FRAG_NO_PROGRESS = torch_oom(
+    requested=2, total=79.15, free=1.2, process=77.8, allocated=70.1, unallocated=6.9
+)
+FRAG = PROGRESS + FRAG_NO_PROGRESS
+FRAG_1X = PROGRESS + (
     "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.15 GiB total "
     "capacity; 70.10 GiB already allocated; 1.20 GiB free; 77.00 GiB reserved in total by "
     "PyTorch) If reserved memory is >> allocated memory try setting max_split_size_mb to avoid "
@@ -44,6 +49,13 @@ def test_fragmentation_recommends_max_split_size_mb_before_torch_2_1(version: st
     rec = diagnose(FRAG, torch_version=version).recommendation
     assert rec.alloc_conf == "max_split_size_mb:128"
     assert validate_alloc_conf(rec.alloc_conf, torch_version=version) == []
+
+
+@pytest.mark.parametrize("version", ["1.13", "2.11"])
+def test_the_same_idle_cache_before_the_first_step_gets_no_setting(version: str) -> None:
+    diagnosis = diagnose(FRAG_NO_PROGRESS, torch_version=version)
+    assert diagnosis.kind == "capacity"
+    assert (diagnosis.recommendation.env, diagnosis.recommendation.alloc_conf) == (None, None)
 
 
 def test_one_x_message_format_alone_rules_out_expandable_segments() -> None:
@@ -280,9 +292,10 @@ def rec(
     backend: str = allocconf.NATIVE,
     node: NodeEvidence | None = None,
     growth: Growth | None = None,
+    shows_room: bool = False,
 ) -> Recommendation:
     event = OomEvent("torch", framework, "CUDA out of memory", figures, rocm=rocm)
-    verdict = Verdict(kind, contributing, "", figures)
+    verdict = Verdict(kind, contributing, "", figures, shows_room)
     checked = allocconf.check(current, release, backend, rocm=rocm) if current is not None else None
     ctx = Context(event, verdict, release, checked, backend, node, growth, precontext, phase)
     return recommend(ctx)
@@ -495,8 +508,9 @@ def test_forward_or_no_phase_starts_with_the_smaller_batch() -> None:
 
 
 def test_inference_without_a_backward_frame_starts_with_inference_mode() -> None:
+    # issue 24: inference gets its own list (recommend.INFERENCE_PEAK), inference_mode first
     r = rec("capacity", figures=CAPACITY_FIGURES, precontext="running inference on 100 prompts\n")
-    assert r.actions[0].startswith("for inference, run under torch.inference_mode()")
+    assert r.actions[0].startswith("run under torch.inference_mode()")
     r = rec("capacity", figures=CAPACITY_FIGURES, precontext="inference\n  loss.backward()\n")
     assert r.actions[0].startswith(SMALLER_BATCH)
     r = rec("capacity", figures=CAPACITY_FIGURES, precontext="inference done\n", framework="jax")
@@ -626,24 +640,26 @@ def test_unknown_actions() -> None:
         "if it fails at start-up (context creation, .cuda()), the GPU was already full: isolate "
         "the GPU",
     )
+    # issue 24: host memory is its own kind, host-oom-killed, with the host actions
     host = OomEvent("host-alloc", "pytorch", "m", Figures())
-    ctx = Context(host, Verdict("unknown", (), "", Figures()), TORCH_2_11, None, "native", None,
-                  None)  # fmt: skip
+    ctx = Context(host, Verdict("host-oom-killed", (), "", Figures()), TORCH_2_11, None,
+                  "native", None, None)  # fmt: skip
     assert recommend(ctx).actions[0] == (
         "raise the container's memory limit (and set the request equal to it)"
     )
 
 
 def test_unknown_with_figures_that_show_room_says_so_not_that_there_are_none() -> None:
-    # F = R: room (the figures say the request fit); one byte less free is not "room"
-    room = Figures(requested_bytes=2 * G, total_bytes=80 * G, free_bytes=2 * G)
-    assert rec("unknown", figures=room).actions[0] == (
-        "the figures show room (2.00 GiB free for the 2.00 GiB request): the memory was taken and "
+    # the verdict says the figures show room beyond the full-GPU margin (classify's fits): say
+    # so; figures at the request itself are a full GPU since issue 24, not "room"
+    room = Figures(requested_bytes=2 * G, total_bytes=80 * G, free_bytes=2 * G + 13 * 1024**2)
+    assert rec("unknown", figures=room, shows_room=True).actions[0] == (
+        "the figures show room (2.01 GiB free for the 2.00 GiB request): the memory was taken and "
         "given back around the failure (another process, or a large request the driver could "
         "not place near full); if it happens again, " + CHECK
     )
-    short = Figures(requested_bytes=2 * G, total_bytes=80 * G, free_bytes=2 * G - 1)
-    assert rec("unknown", figures=short).actions[0] == (
+    full = Figures(requested_bytes=2 * G, total_bytes=80 * G, free_bytes=2 * G)
+    assert rec("unknown", figures=full).actions[0] == (
         "the log has no usable memory figures: " + CHECK
     )
     no_free = Figures(requested_bytes=2 * G, total_bytes=80 * G)
@@ -798,3 +814,151 @@ def test_inference_is_read_in_the_last_16384_characters() -> None:
 def test_a_phase_is_read_for_pytorch_only(framework: str | None, phase: str | None) -> None:
     event = OomEvent("torch", framework, "CUDA out of memory", FRAG_FIGURES)
     assert phase_of(event, BACKWARD_TB) == phase
+
+
+# -- issue 24: the inference list, CUDA graphs' private pools, a colocated engine ---------------
+
+INFERENCE_LIST = (
+    "run under torch.inference_mode() so no autograd graph is kept",
+    "reduce peak memory: fewer sequences per batch, or a shorter maximum input length",
+    "use bf16/fp16 weights and activations, or a quantized model",
+)
+
+
+def test_an_inference_job_gets_the_inference_list_and_no_training_actions() -> None:
+    r = rec("capacity", figures=CAPACITY_FIGURES, precontext="running inference on 100 prompts\n")
+    assert r.actions == (
+        *INFERENCE_LIST,
+        "shard the model (FSDP / DeepSpeed ZeRO) or use a GPU with more memory",
+    )
+    assert not any("gradient accumulation" in a or "checkpointing" in a for a in r.actions)
+    # a training job keeps the training list, gradient accumulation first
+    train = rec("capacity", figures=CAPACITY_FIGURES, precontext="epoch 1\n  loss.backward()\n")
+    assert train.actions[0].startswith(SMALLER_BATCH)
+    assert not any(a in INFERENCE_LIST for a in train.actions)
+
+
+def _pools(pools: int) -> Figures:
+    return Figures(requested_bytes=2 * G, total_bytes=140 * G, free_bytes=1 * G,
+                   allocated_bytes=100 * G, reserved_unallocated_bytes=0,
+                   private_pool_bytes=pools)  # fmt: skip
+
+
+POOL_FIX = (
+    "10.00 GiB of PyTorch's memory is in CUDA graphs' private pools (each captured graph keeps "
+    "its own pool, and a cache of graphs per shape grows with every new shape): capture a few "
+    "padded shapes (buckets) instead of every length, share one pool across captures "
+    "(pool=torch.cuda.graph_pool_handle()), bound the graph cache, or run rare shapes eagerly"
+)
+
+
+def test_private_pools_from_a_tenth_of_the_allocated_memory_are_named_first() -> None:
+    # 10 GiB of 100 GiB allocated: named, before the kind's actions; a byte less, or 9.9 %, not
+    at = rec("capacity", figures=_pools(10 * G)).actions
+    assert at[0] == POOL_FIX
+    assert at[1].startswith(SMALLER_BATCH)
+    for pools in (10 * G - 1, round(9.9 * G), 0, None):
+        below = rec("capacity", figures=_pools(pools)).actions  # type: ignore[arg-type]
+        assert below[0].startswith(SMALLER_BATCH), pools
+        assert not any("private pools" in a for a in below), pools
+
+
+def test_private_pools_are_named_whatever_the_kind_but_not_without_an_allocated_figure() -> None:
+    assert rec("leak", figures=_pools(10 * G)).actions[0] == POOL_FIX
+    assert rec("fragmentation", figures=_pools(10 * G)).actions[0] != POOL_FIX  # the setting
+    assert POOL_FIX in rec("fragmentation", figures=_pools(10 * G)).actions
+    none = Figures(requested_bytes=2 * G, private_pool_bytes=10 * G)
+    assert not any("private pools" in a for a in rec("capacity", figures=none).actions)
+
+
+def _engine(value: str) -> str:
+    return (
+        "a colocated inference engine reserved gpu_memory_utilization="
+        f"{value} of the GPU for its weights and KV cache at start: lower it (the KV cache "
+        "shrinks, the engine still runs) so the training side has room, or give the engine its "
+        "own GPU"
+    )
+
+
+@pytest.mark.parametrize(
+    ("line", "value"),
+    [
+        ("llm = LLM(model, gpu_memory_utilization=0.9)", "0.9"),
+        ("engine args: gpu_memory_utilization: 0.85,", "0.85"),
+        ("gpu_memory_utilization = .6", ".6"),
+        ("gpu_memory_utilization=1.0", "1.0"),
+        ("gpu_memory_utilization=1.5", None),  # no fraction of a GPU
+        ("gpu_memory_utilization=90", None),
+        ("gpu_memory_utilization is a setting", None),
+    ],
+)
+def test_a_colocated_engine_named_in_the_log_is_the_lever(line: str, value: str | None) -> None:
+    for kind in ("capacity", "leak"):
+        actions = rec(kind, figures=CAPACITY_FIGURES, precontext=f"{line}\nstep 1\n").actions
+        assert (actions[0] == _engine(value)) if value else not any(
+            "colocated" in a for a in actions
+        ), (kind, line)
+
+
+def test_a_colocated_engine_is_named_only_for_a_pytorch_capacity_or_leak() -> None:
+    log = "llm = LLM(model, gpu_memory_utilization=0.9)\n"
+    for kind in ("fragmentation", "gpu-shared", "non-pytorch-memory", "unknown"):
+        actions = rec(kind, figures=CAPACITY_FIGURES, precontext=log).actions
+        assert not any("colocated" in a for a in actions), kind
+    jax = rec("capacity", figures=CAPACITY_FIGURES, precontext=log, framework="jax").actions
+    assert not any("colocated" in a for a in jax)
+
+
+def test_a_colocated_engine_is_read_from_the_last_64_kib_before_the_failure() -> None:
+    line = "gpu_memory_utilization=0.9\n"
+    for filler, read in ((65536 - len(line), True), (65536 - len(line) + 1, False)):
+        log = line + "x" * (filler - 1) + "\n"
+        actions = rec("capacity", figures=CAPACITY_FIGURES, precontext=log).actions
+        assert (actions[0] == _engine("0.9")) is read, filler
+
+
+HOST = (
+    "raise the container's memory limit (and set the request equal to it)",
+    "use fewer DataLoader workers (each worker holds its own copy of the dataset object)",
+    "set pin_memory=False or a smaller prefetch_factor (pinned host buffers count against the "
+    "limit)",
+    "load checkpoints with torch.load(..., mmap=True) or straight to the GPU "
+    "(map_location='cuda')",
+    "a memory-backed /dev/shm (emptyDir medium: Memory) counts against the limit: size it "
+    "explicitly",
+)
+
+
+@pytest.mark.parametrize(
+    ("family", "message", "actions"),
+    [
+        ("host-killed", "DataLoader worker (pid 19597) is killed by signal: Killed",
+         (HOST[1], HOST[0], *HOST[2:])),
+        ("host-killed", "Killed", HOST),
+        ("host-alloc", "DefaultCPUAllocator: can't allocate memory", HOST),
+    ],
+)  # fmt: skip
+def test_host_memory_gets_the_host_actions_workers_first_for_a_killed_worker(
+    family: str, message: str, actions: tuple[str, ...]
+) -> None:
+    event = OomEvent(family, None, message, Figures())
+    verdict = Verdict("host-oom-killed", (), "", Figures())
+    ctx = Context(event, verdict, TORCH_2_11, None, allocconf.NATIVE, None, None)
+    assert recommend(ctx).actions == actions
+
+
+def test_another_process_no_one_named_gets_the_check_to_run_on_the_node() -> None:
+    # gpu-shared from the first CUDA call or from unseen memory: no process to name
+    assert rec("gpu-shared", figures=CAPACITY_FIGURES).actions == (
+        "find what else holds the GPU: nvidia-smi --query-compute-apps=pid,used_memory "
+        "--format=csv on the node, or its GPUNodeReport (kubectl get gpunodereport NODE -o yaml "
+        "lists each pod's memory on each GPU); stop it (it may be a stale process of an earlier "
+        "run of this job)",
+        "make sure one pod gets the whole GPU (request nvidia.com/gpu; check time-slicing/MPS)",
+    )
+    named = Figures(requested_bytes=2 * G, total_bytes=80 * G, free_bytes=1 * G,
+                    other_processes=(OtherProcess(872, 60 * G),))  # fmt: skip
+    assert rec("gpu-shared", figures=named).actions == (
+        "isolate the GPU: other processes hold 60.00 GiB of it; stop them or make sure one pod "
+        "gets the whole GPU (request nvidia.com/gpu; check time-slicing/MPS)",
+    )

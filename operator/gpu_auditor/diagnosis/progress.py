@@ -1,0 +1,56 @@
+"""Did the job get anywhere before it ran out of memory? Read from the log before the failure.
+
+A job that completed steps before its OOM had already run its step's peak with room to spare:
+what broke it then is what changed since (the cache's idle pieces, a longer sequence, memory kept
+across steps). A job that failed before finishing a step has not reached its peak yet, and the
+rest of the step needs more than the failing allocation shows. ``classify`` reads fragmentation
+differently in the two cases (``thresholds.FRAG_MIN_SHARE_WITHOUT_PROGRESS``).
+
+Progress is any of, in the text before the failure (at most ``MAX_PROGRESS_BYTES`` of its end):
+
+- one counter (``step``, ``iter``/``iteration``, ``epoch``, ``batch``, ``turn``, ``update``, in the
+  singular: a plural is a setting, "Total optimization steps = 1000") at two different values, as
+  training and serving loops print them (``step 50 ... step 100``, ``Epoch 1 ... Epoch 2``);
+- a counter at one value on a line that says it finished (``step 1 warmup done``);
+- a progress bar (tqdm) past its first iteration (``331/1063 [01:06<03:59``);
+- two lines reporting a loss (``loss 0.5680``, ``'loss': 2.31``): steps that ran to the end.
+
+Every pattern is a bounded regular expression over lowercased lines (linear time); a line's first
+``MAX_LINE_CHARS`` characters are read.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+MAX_PROGRESS_BYTES: Final = 64 * 1024
+MAX_LINE_CHARS: Final = 1024
+
+_COUNTER: Final = re.compile(
+    r"\b(step|iter|iteration|epoch|batch|turn|update)\b[ \t:=#\[]{0,4}(\d{1,9})(?![\d.])"
+)
+_DONE: Final = re.compile(r"\b(?:done|finished|complete|completed)\b")
+_BAR: Final = re.compile(r"(?<![\d.])(\d{1,9})/(\d{1,9}) \[\d")
+_LOSS: Final = re.compile(r"\bloss\b['\"]?[ \t:=]{1,4}-?\d")
+
+
+def made_progress(precontext: str) -> bool:
+    """The job finished at least one step before the failure (module doc)."""
+    seen: dict[str, set[int]] = {}
+    losses = 0
+    for raw in precontext[-MAX_PROGRESS_BYTES:].splitlines():
+        line = raw[:MAX_LINE_CHARS].lower()
+        for bar in _BAR.finditer(line):
+            if 1 <= int(bar.group(1)) <= int(bar.group(2)):
+                return True
+        if _LOSS.search(line):
+            losses += 1
+            if losses >= 2:
+                return True
+        for match in _COUNTER.finditer(line):
+            values = seen.setdefault(match.group(1), set())
+            values.add(int(match.group(2)))
+            if len(values) >= 2 or _DONE.search(line, match.end()):
+                return True
+    return False

@@ -1,0 +1,87 @@
+"""progress.made_progress: did the job finish a step before it ran out of memory?"""
+
+from __future__ import annotations
+
+import pytest
+
+from gpu_auditor.diagnosis.progress import MAX_LINE_CHARS, MAX_PROGRESS_BYTES, made_progress
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "step 50 seq_len 1152 loss 0.5680\nstep 100 seq_len 1376 loss 0.1440\n",
+        "Epoch 1\n...\nEpoch 2\n",
+        "turn 20: session 11 | allocated 114.32 GiB\nturn 40: session 14\n",
+        "batch 1/8 domain=legal\nbatch 2/8 domain=web\n",
+        "iter 10 lr 3e-4\niter 20 lr 3e-4\n",
+        "step 1 warmup done: kept 161 blocks\n",
+        " 31%|█████▏          | 331/1063 [01:06<03:59,  3.06it/s]",
+        "{'loss': 2.3105, 'learning_rate': 4.9e-05, 'epoch': 0.01}\n"
+        "{'loss': 2.1022, 'learning_rate': 4.8e-05, 'epoch': 0.02}\n",
+        "2024-02-01 10:00:00 | train_inner | epoch 001 | update 100 | loss 4.1\n"
+        "2024-02-01 10:01:00 | train_inner | epoch 001 | update 200 | loss 3.9\n",
+    ],
+)
+def test_a_counter_that_advanced_a_finished_step_a_bar_or_two_losses_is_progress(
+    text: str,
+) -> None:
+    assert made_progress(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "RuntimeError: CUDA out of memory. Tried to allocate 512.00 MiB (GPU 0; 7.93 GiB total",
+        # the Trainer's banner: plural counters are settings, not progress
+        "***** Running training *****\n  Num examples = 1000\n  Num Epochs = 3\n"
+        "  Gradient Accumulation steps = 4\n  Total optimization steps = 1000\n",
+        "Epoch 1/10\n",  # an epoch started, none finished
+        "  0%|          | 0/1063 [00:00<?, ?it/s]",
+        "batch_size 32, max_steps=1000\n",
+        "{'loss': 2.3105, 'epoch': 0.01}\n",  # one loss: one step may still be the first
+        "step 3 of the data pipeline\n",  # one value, no finish
+        "epoch 0.5 lr 0.1\nepoch 0.75 lr 0.1\n",  # fractions are not counters
+    ],
+)
+def test_a_start_a_banner_or_a_single_counter_is_not_progress(text: str) -> None:
+    assert not made_progress(text)
+
+
+def test_only_the_end_of_the_log_is_read() -> None:
+    early = "step 1\nstep 2\n"
+    assert made_progress(early + "x" * 100)
+    assert not made_progress(early + ("x" * 99 + "\n") * (MAX_PROGRESS_BYTES // 100 + 1))
+
+
+def test_a_counter_past_the_first_characters_of_a_line_is_not_read() -> None:
+    line = " " * MAX_LINE_CHARS + "step 1 done\n"
+    assert not made_progress(line)
+    assert made_progress(" " * (MAX_LINE_CHARS - len("step 1 done")) + "step 1 done\n")
+
+
+@pytest.mark.parametrize(
+    ("text", "progress"),
+    [
+        ("  0%|          | 1/1063 [00:01<20:00,  1.01s/it]", True),  # the first iteration done
+        ("100%|##########| 1063/1063 [03:59<00:00,  4.43it/s]", True),  # the last
+        ("  0%|          | 0/1063 [00:00<?, ?it/s]", False),
+        ("| 1064/1063 [03:59<00:00,  4.43it/s]", False),  # past its total: not a bar's count
+    ],
+)
+def test_a_bar_counts_from_its_first_iteration_to_its_total(text: str, progress: bool) -> None:
+    assert made_progress(text) is progress
+
+
+def test_two_counters_each_at_one_value_are_not_progress() -> None:
+    # each counter is read on its own: step 1 and epoch 2 are two starts, not an advance
+    assert not made_progress("step 1\nepoch 2\n")
+    assert made_progress("step 1\nepoch 2\nstep 2\n")
+
+
+def test_a_finish_word_counts_only_after_its_counter() -> None:
+    assert not made_progress("loading done, step 1\n")
+    assert made_progress("step 1 done\n")
