@@ -46,7 +46,7 @@ from dataclasses import dataclass, replace
 
 from . import formats
 from .model import Figures, Growth, NodeEvidence, OomEvent, OtherProcess
-from .phase import CUDA_INIT, LOADING, OPTIMIZER_STEP
+from .phase import CUDA_INIT, LOADING, OPTIMIZER_STEP, STARTUP
 from .proberecord import SMALL_POOL_REQUEST_MAX_BYTES, ProbeRecord
 from .sizes import format_size as fs
 from .thresholds import (
@@ -222,6 +222,17 @@ class _Facts:
         failures print figures (the TORCH family); a raw error there is the context's."""
         return self.family == formats.TORCH_RAW and self.phase in (CUDA_INIT, LOADING)
 
+    def taken_before_start(self) -> bool:
+        """TensorFlow failed reserving the GPU at its start, and the device it found then was
+        (near) full: another process held it before the job began."""
+        f = self.f
+        return (
+            self.phase == STARTUP
+            and f.free_bytes is not None
+            and f.total_bytes is not None
+            and f.free_bytes <= NEAR_FULL_FREE_SHARE * f.total_bytes
+        )
+
     def shared(self) -> bool:
         f, o = self.f, self.f.other_bytes
         if o < GPU_SHARED_MIN_BYTES:
@@ -373,6 +384,8 @@ class _Facts:
 def _primary(x: _Facts) -> str:
     if x.family in (formats.HOST_ALLOC, formats.HOST_KILLED):
         return "host-oom-killed"
+    if x.phase == STARTUP:  # TensorFlow's reservation at start, not the model's work
+        return "gpu-shared" if x.taken_before_start() else "memory-fraction-cap"
     if x.too_big():
         return "capacity"
     if x.cap_only():
@@ -388,7 +401,8 @@ def _primary(x: _Facts) -> str:
     if x.unseen_covers():
         return "unknown"
     if x.f.requested_bytes is None:
-        return "capacity" if x.family in (formats.VLLM, formats.RETRY_EXHAUSTED) else "unknown"
+        capacity_words = (formats.VLLM, formats.RETRY_EXHAUSTED, formats.TGI)
+        return "capacity" if x.family in capacity_words else "unknown"
     if x.fits():
         return "unknown"
     if x.cap_short():
@@ -474,6 +488,12 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
         )
     if kind == "capacity" and x.too_big():
         return f"capacity: the {fs(r)} request alone exceeds the GPU's {fs(t)}"
+    if kind == "memory-fraction-cap" and x.phase == STARTUP:
+        return (
+            f"memory-fraction-cap: TensorFlow could not reserve the {fs(r)} it maps at start "
+            "(per_process_gpu_memory_fraction of the GPU, nearly all of it by default): the GPU "
+            "had less free than the fraction asks"
+        )
     if kind == "memory-fraction-cap":
         if not x.cap_binding():
             return (
@@ -485,6 +505,11 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
             f"memory-fraction-cap: {fs(a)} allocated + the {fs(r)} request exceed the "
             f"{fs(f.allowed_bytes)} allowed by the memory fraction, while the GPU had "
             f"{fs(free)} free"
+        )
+    if kind == "gpu-shared" and x.taken_before_start():
+        return (
+            f"gpu-shared: TensorFlow found {fs(free)} free of the {fs(t)} GPU when it started and "
+            "could not reserve its memory: another process held the GPU before the job began"
         )
     if kind == "gpu-shared" and x.first_call_failed():
         held = (

@@ -12,7 +12,8 @@ from .classify import classify
 from .leak import growth_from_log, growth_from_rate, growth_from_samples
 from .logtext import ScanResult, scan_bytes, scan_stream
 from .model import Diagnosis, Figures, Growth, MemorySample, NodeEvidence, Recommendation
-from .parse import parse_hit
+from .parse import parse_hit, tensorflow_banner
+from .phase import STARTUP
 from .proberecord import ProbeRecord, find_record, record_verdict
 from .progress import made_progress
 from .recommend import Context, host_recommendation, phase_of, recommend
@@ -120,6 +121,14 @@ def diagnose_scan(
     if record is not None and not _same_request(record, event.figures.requested_bytes):
         record = None
     phase = phase_of(event, hit.precontext)
+    if phase == STARTUP:  # TensorFlow's reservation at start: the device as it printed it then
+        total, free = tensorflow_banner(hit.precontext)
+        f = event.figures
+        event = replace(event, figures=replace(
+            f,
+            total_bytes=f.total_bytes if f.total_bytes is not None else total,
+            free_bytes=f.free_bytes if f.free_bytes is not None else free,
+        ))
     progressed = made_progress(hit.precontext)
     verdict = classify(event, node, growth, rate, record, phase, progressed)
     ctx = Context(event, verdict, release, current, chosen, node, growth, hit.precontext, phase)

@@ -30,7 +30,9 @@ HOST_ALLOC = "host-alloc"  # DefaultCPUAllocator: can't allocate memory (host RA
 HOST_KILLED = "host-killed"  # the kernel killed the job or a DataLoader worker (host RAM)
 TENSORRT = "tensorrt"  # TensorRT's allocator: Error Code 1: Cuda Runtime (out of memory)
 PADDLE = "paddle"  # PaddlePaddle: Out of memory error on GPU N. Cannot allocate ...
-MXNET = "mxnet"  # MXNet's storage manager: cudaMalloc failed: out of memory
+MXNET = "mxnet"  # MXNet's storage manager: cudaMalloc failed: out of memory (also AITemplate's)
+ONNXRUNTIME = "onnxruntime"  # BFCArena::AllocateRawInternal Failed to allocate memory
+TGI = "tgi"  # text-generation-inference: Not enough memory to handle N prefill tokens
 RETRY_EXHAUSTED = "retry-exhausted"  # Accelerate's find_executable_batch_size reached zero
 
 PRIORITY: Final[dict[str, int]] = {
@@ -41,6 +43,8 @@ PRIORITY: Final[dict[str, int]] = {
     PADDLE: 8,
     TENSORRT: 6,
     MXNET: 6,
+    ONNXRUNTIME: 6,
+    TGI: 8,
     TENSORFLOW: 8,
     VLLM: 8,
     NCCL: 5,
@@ -66,6 +70,9 @@ KEYWORDS: Final[tuple[bytes, ...]] = (
     b"hipErrorOutOfMemory",
     b"No executable batch size found",
     b"Killed",
+    b"to allocate memory",
+    b"Not enough memory to handle",
+    b"not enough memory",
 )
 """Byte strings at least one of which every family's failure line contains (second filter)."""
 
@@ -160,8 +167,22 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
     ),
     (PADDLE, re.compile(r"Out of memory error on GPU \d{1,5}\. Cannot allocate")),
     (TENSORRT, re.compile(r"Error Code 1: Cuda Runtime \(out of memory\)")),
-    (MXNET, re.compile(r"cudaMalloc(?: retry)? failed: out of memory")),
-    (CUPY, re.compile(r"OutOfMemoryError: Out of memory allocating \d")),
+    (
+        MXNET,
+        re.compile(
+            r"cudaMalloc(?: retry)? failed: out of memory|"
+            r"DeviceMalloc\([^)\n]{0,64}\) API call failed: out of memory"
+        ),
+    ),
+    (
+        ONNXRUNTIME,
+        re.compile(r"BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer"),
+    ),
+    (TGI, re.compile(r"Not enough memory to handle \d{1,9} prefill tokens")),
+    (
+        CUPY,
+        re.compile(r"OutOfMemoryError: (?:Out of memory allocating|out of memory to allocate) \d"),
+    ),
     (NCCL, re.compile(r"Cuda failure (?:\d{1,4} )?'?out of memory'?")),
     (CUDA_LIBRARY, re.compile(r"\b(?:CUBLAS|CUDNN|CUSOLVER|CUFFT|CUSPARSE)_STATUS_ALLOC_FAILED\b")),
     (
@@ -173,8 +194,15 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
         ),
     ),
     (DRIVER, _WordBeforeCode()),
-    (TORCH_RAW, re.compile(r"\b(?:CUDA|HIP) error: out of memory\b")),
-    (HOST_ALLOC, re.compile(r"DefaultCPUAllocator: can't allocate memory")),
+    (
+        TORCH_RAW,
+        re.compile(
+            r"\b(?:CUDA|HIP) [Ee]rror: out of memory\b|"
+            # torch 0.x's THC wording
+            r"\bcuda runtime error \(2\) : out of memory"
+        ),
+    ),
+    (HOST_ALLOC, re.compile(r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)")),
     # Accelerate catches each OOM, halves the batch and retries; at zero it raises this, and the
     # caught OOMs may never reach the log (the probe's records do, one per OOM)
     (RETRY_EXHAUSTED, re.compile(r"No executable batch size found, reached zero")),
@@ -245,6 +273,8 @@ _FAMILY_FRAMEWORK: Final[dict[str, str | None]] = {
     PADDLE: "paddle",
     TENSORRT: "tensorrt",
     MXNET: "mxnet",
+    ONNXRUNTIME: "onnxruntime",
+    TGI: "tgi",
     HOST_KILLED: None,
     NCCL: "nccl",
     CUDA_LIBRARY: "pytorch",

@@ -130,6 +130,10 @@ _XLA_REQUEST: Final = _size_re(r"(?:trying to allocate|allocating) {S}")
 _CUPY: Final = re.compile(
     r"Out of memory allocating ([\d,]{1,32}) bytes \(allocated so far: ([\d,]{1,32}) bytes\)"
 )
+_CUPY_OLD: Final = re.compile(
+    r"out of memory to allocate ([\d,]{1,32}) bytes \(total ([\d,]{1,32}) bytes\)"
+)
+_ONNX_REQUEST: Final = re.compile(r"requested buffer of size (\d{1,32})\b")
 _VLLM_NEEDED: Final = _size_re(r"\({S} KV cache is needed")
 _VLLM_AVAILABLE: Final = _size_re(r"available KV cache memory \({S}\)")
 _BYTES_REQUEST: Final = re.compile(
@@ -142,6 +146,23 @@ _TENSORRT_REQUEST: Final = re.compile(
 _PADDLE: Final = re.compile(
     rf"Cannot allocate ({_S}) memory on GPU \d{{1,5}}, available memory is only\s{{0,64}}({_S})"
 )
+_TF_TOTAL: Final = _size_re(r"(?:Total memory|totalMemory):\s{0,8}{S}")
+_TF_FREE: Final = _size_re(r"(?:Free memory|freeMemory):\s{0,8}{S}")
+_TF_BANNER_CHARS: Final = 16384
+
+
+def tensorflow_banner(precontext: str) -> tuple[int | None, int | None]:
+    """The GPU's total and free memory as TensorFlow 1.x printed them when it found the device
+    ("Total memory: 7.92GiB" / "Free memory: 190.31MiB", or "totalMemory: ... freeMemory: ..."):
+    the last ones in the text before the failure. TensorFlow's GiB/MiB are binary."""
+    tail = precontext[-_TF_BANNER_CHARS:]
+    totals = list(_TF_TOTAL.finditer(tail))
+    frees = list(_TF_FREE.finditer(tail))
+    total = _bytes_of(totals[-1].group(1)) if totals else None
+    free = _bytes_of(frees[-1].group(1)) if frees else None
+    return total, free
+
+
 _BINARY_UNITS: Final = {"kb": "KiB", "mb": "MiB", "gb": "GiB", "tb": "TiB"}
 
 
@@ -296,10 +317,16 @@ def parse_hit(hit: Hit) -> OomEvent:
         figures = Figures(_find(_XLA_REQUEST, message), allowed_bytes=limit, allocated_bytes=in_use)
     elif family == formats.CUPY:
         match = _CUPY.search(message)
+        old = _CUPY_OLD.search(message)
         if match is not None:
             figures = Figures(
                 _plain_bytes(match.group(1)), allocated_bytes=_plain_bytes(match.group(2))
             )
+        elif old is not None:  # older CuPy: the request and the device's total
+            figures = Figures(_plain_bytes(old.group(1)), total_bytes=_plain_bytes(old.group(2)))
+    elif family == formats.ONNXRUNTIME:
+        onnx = _ONNX_REQUEST.search(message)
+        figures = Figures(_plain_bytes(onnx.group(1)) if onnx is not None else None)
     elif family == formats.VLLM:
         figures = Figures(_find(_VLLM_NEEDED, message), free_bytes=_find(_VLLM_AVAILABLE, message))
     elif family == formats.PADDLE:

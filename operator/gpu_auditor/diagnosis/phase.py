@@ -14,7 +14,10 @@ to a phase names it (``forward`` only when nothing more specific matched):
   or moving a module to the GPU (``Module._apply`` under ``.to(``/``.cuda(``);
 - ``cuda-init``: the job's first CUDA call creating its context (``torch/cuda/__init__.py``'s
   ``_lazy_init``, ``torch._C._cuda_init``);
-- ``forward``: ``torch/nn/modules/module.py`` call frames.
+- ``forward``: ``torch/nn/modules/module.py`` call frames;
+- ``startup`` (TensorFlow): the failure follows TensorFlow's "Creating TensorFlow device" (1.x)
+  or "Created device ..." (2.x) with no finished step after it: its start-up reservation of the
+  GPU (``tensorflow_phase``).
 
 A log that shows the job's own retry loop shrinking its batch is ``retry-exhausted`` whatever
 the frames: a smaller batch has already been tried. That is Hugging Face Accelerate's
@@ -33,15 +36,18 @@ import itertools
 import re
 from typing import Final
 
+from .progress import made_progress
+
 OPTIMIZER_STEP: Final = "optimizer-step"
 BACKWARD: Final = "backward"
 GRAPH_CAPTURE: Final = "graph-capture"
 LOADING: Final = "loading"
 CUDA_INIT: Final = "cuda-init"
+STARTUP: Final = "startup"
 FORWARD: Final = "forward"
 RETRY_EXHAUSTED: Final = "retry-exhausted"
 PHASES: Final = (
-    OPTIMIZER_STEP, BACKWARD, GRAPH_CAPTURE, LOADING, CUDA_INIT, FORWARD, RETRY_EXHAUSTED
+    OPTIMIZER_STEP, BACKWARD, GRAPH_CAPTURE, LOADING, CUDA_INIT, FORWARD, RETRY_EXHAUSTED, STARTUP
 )
 
 MAX_TRACEBACK_BYTES: Final = 64 * 1024
@@ -150,3 +156,20 @@ def failure_phase(precontext: str) -> str | None:
             return phase
         found = found or phase
     return found
+
+
+_TF_DEVICE_CREATED: Final = (
+    "Creating TensorFlow device",
+    "Created TensorFlow device",
+    "Created device /",
+)
+
+
+def tensorflow_phase(precontext: str) -> str | None:
+    """``startup`` when TensorFlow created its GPU device and the job finished no step after it:
+    the failure is TensorFlow's own reservation of the GPU at start, not the model's work."""
+    tail = precontext[-MAX_TRACEBACK_BYTES:]
+    at = max(tail.rfind(marker) for marker in _TF_DEVICE_CREATED)
+    if at < 0 or made_progress(tail[at:]):
+        return None
+    return STARTUP

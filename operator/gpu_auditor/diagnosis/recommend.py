@@ -24,7 +24,16 @@ from . import allocconf, formats
 from .allocconf import ASYNC, KEYS, Checked
 from .classify import Verdict, cap_binding
 from .model import ALLOC_CONF_ENV, Growth, NodeEvidence, OomEvent, Recommendation
-from .phase import BACKWARD, GRAPH_CAPTURE, LOADING, OPTIMIZER_STEP, RETRY_EXHAUSTED, failure_phase
+from .phase import (
+    BACKWARD,
+    GRAPH_CAPTURE,
+    LOADING,
+    OPTIMIZER_STEP,
+    RETRY_EXHAUSTED,
+    STARTUP,
+    failure_phase,
+    tensorflow_phase,
+)
 from .sizes import format_size as fs
 from .torchversion import TorchRange
 
@@ -236,6 +245,12 @@ def _framework_actions(ctx: Context) -> list[str]:
             "free cached blocks between phases: cupy.get_default_memory_pool().free_all_blocks()",
             "process the data in smaller pieces",
         ]
+    if fw == "tgi":
+        return [
+            "lower --max-batch-prefill-tokens (and --max-batch-total-tokens / --max-total-tokens) "
+            "until the warm-up fits",
+            "shard the model over more GPUs (--num-shard) or serve a quantized model (--quantize)",
+        ]
     if fw == "vllm":
         return [
             "raise gpu_memory_utilization (default 0.9) if nothing else uses the GPU, "
@@ -299,6 +314,14 @@ def _kind_actions(ctx: Context) -> list[str]:
                 held = max(held, f.reserved_bytes or 0)
             need = (held + f.requested_bytes) / f.total_bytes
             fraction = f" to about {_fraction_with_headroom(need):.2f}"
+        if ctx.phase == STARTUP:
+            return [
+                "set a lower per_process_gpu_memory_fraction (e.g. 0.8: "
+                "tf.compat.v1.GPUOptions(per_process_gpu_memory_fraction=0.8)) or let TensorFlow "
+                "grow its memory instead of reserving it at start "
+                "(tf.config.experimental.set_memory_growth(gpu, True) / allow_growth=True)",
+                "check what else holds part of the GPU (a display, another process: nvidia-smi)",
+            ]
         if ctx.event.framework == "jax":
             return [f"raise XLA_PYTHON_CLIENT_MEM_FRACTION{fraction}"]
         if ctx.event.framework == "vllm":
@@ -380,8 +403,12 @@ def looks_like_inference(precontext: str) -> bool:
 
 
 def phase_of(event: OomEvent, precontext: str) -> str | None:
-    """Where a PyTorch job failed (``phase.py``); None for other stacks."""
-    return failure_phase(precontext) if event.framework == "pytorch" else None
+    """Where a PyTorch job failed, or whether TensorFlow failed at its start (``phase.py``)."""
+    if event.framework == "pytorch":
+        return failure_phase(precontext)
+    if event.framework == "tensorflow":
+        return tensorflow_phase(precontext)
+    return None
 
 
 def _place_actions(ctx: Context) -> list[str]:

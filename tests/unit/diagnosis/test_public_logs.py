@@ -1,8 +1,9 @@
-"""Real OOM logs from public issue threads (evaluation/public), the calibration half only.
+"""Real OOM logs from public issue threads (evaluation/public), the first public set.
 
 Each case is a log as its poster pasted it, with the cause and fix its thread established
-(``labels.json``, written before the tool saw the logs). The held-out half is never pinned here:
-it judges the rules (``evaluation/public/score.py``), it does not shape them.
+(``labels.json``, written before the tool saw the logs). Its held-out half judged the rules once
+(evaluation/results/public-score-after.md, at 3116c7f) and is calibration since; the second
+public set (evaluation/public2) is held out now and is never pinned here.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def label(log_id: str) -> dict[str, Any]:
 
 def calibration(log_id: str) -> str:
     split = json.loads((PUBLIC / "split.json").read_text())
-    assert log_id in split["calibration"], f"{log_id} is held out: it may not shape a test"
+    assert log_id in split["calibration"] + split["held-out"], log_id
     return (PUBLIC / "logs" / f"{log_id}.log").read_text(errors="replace")
 
 
@@ -125,3 +126,70 @@ def test_failures_that_were_not_out_of_memory_are_not_called_one(log_id: str) ->
     to initialize, NCCL's shared memory segment: none is an OOM."""
     assert label(log_id)["is_oom"] is False
     assert not diagnose(calibration(log_id)).detected
+
+
+@pytest.mark.parametrize(
+    ("log_id", "family", "requested"),
+    [
+        ("a-022", "torch-raw", None),  # torch 0.x: cuda runtime error (2) : out of memory
+        ("a-045", "host-alloc", 26214400),  # DefaultCPUAllocator: not enough memory (Windows)
+        ("b-011", "cupy", 1073741824),  # older CuPy: out of memory to allocate N bytes (total M)
+        ("b-014", "onnxruntime", 643840),  # BFCArena::AllocateRawInternal Failed to allocate
+        ("b-016", "mxnet", None),  # AITemplate: DeviceMalloc(...) API call failed: out of memory
+        ("b-028", "torch-raw", None),  # vLLM's cumem allocator: CUDA Error: out of memory
+        ("b-032", "tgi", None),  # TGI: Not enough memory to handle 4096 prefill tokens
+    ],
+)
+def test_older_and_other_stacks_words_are_out_of_memory_failures(
+    log_id: str, family: str, requested: int | None
+) -> None:
+    d = diagnose(calibration(log_id))
+    assert d.detected, log_id
+    assert d.to_json_dict()["message"]
+    assert d.figures.requested_bytes == requested
+
+
+def test_older_cupy_prints_the_request_and_the_devices_total() -> None:
+    d = diagnose(calibration("b-011"))
+    assert (d.framework, d.figures.total_bytes) == ("cupy", 12373894656)
+
+
+def test_tgis_prefill_warmup_is_capacity_with_its_own_levers() -> None:
+    d = diagnose(calibration("b-032"))
+    assert (d.framework, d.kind) == ("tgi", "capacity")
+    assert d.recommendation.actions[0].startswith("lower --max-batch-prefill-tokens")
+
+
+def test_a_host_allocation_failure_is_host_memory() -> None:
+    d = diagnose(calibration("a-045"))
+    assert (d.kind, label("a-045")["cause"]) == ("host-oom-killed", "host-oom-killed")
+
+
+def test_tensorflow_finding_the_gpu_nearly_full_at_start_is_another_process() -> None:
+    """TensorFlow 1.x printed "Total memory: 7.92GiB / Free memory: 190.31MiB" when it found
+    the GPU, then failed reserving it before any step: something held the GPU already."""
+    d = diagnose(calibration("b-006"))
+    assert (d.kind, label("b-006")["cause"]) == ("gpu-shared", "gpu-shared")
+    assert d.summary.startswith("gpu-shared: TensorFlow found 190.31 MiB free of the 7.92 GiB")
+    assert d.to_json_dict()["phase"] == "startup"
+
+
+def test_tensorflow_failing_its_start_up_reservation_is_its_memory_fraction() -> None:
+    """TensorFlow maps (nearly) the whole GPU at start; on a 6 GB card it could not get 5.93 GiB:
+    a lower per_process_gpu_memory_fraction fixed it (the thread)."""
+    d = diagnose(calibration("b-039"))
+    assert (d.kind, label("b-039")["cause"]) == ("memory-fraction-cap", "memory-fraction-cap")
+    assert d.recommendation.actions[0].startswith("set a lower per_process_gpu_memory_fraction")
+
+
+def test_tensorflow_failing_after_its_steps_is_not_its_start_up() -> None:
+    log = (
+        "I tensorflow/core/common_runtime/gpu/gpu_device.cc:1030] Creating TensorFlow device "
+        "(/gpu:0) -> (device: 0, name: GeForce GTX 1060 6GB)\n"
+        "step 100 loss 0.51\nstep 200 loss 0.43\n"
+        "E tensorflow/stream_executor/cuda/cuda_driver.cc:924] failed to allocate 1.00G "
+        "(1073741824 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY\n"
+    )
+    d = diagnose(log)
+    assert "phase" not in d.to_json_dict()
+    assert d.kind == "capacity"

@@ -38,7 +38,7 @@ def shell(script: str, log: Path) -> subprocess.CompletedProcess[str]:
 @pytest.fixture
 def log(tmp_path: Path) -> Path:
     path = tmp_path / "job.log"
-    path.write_text("step 1\n" + OOM)
+    path.write_text("step 1\nstep 2\n" + OOM)  # a job that finished steps (progress.py)
     return path
 
 
