@@ -14,7 +14,7 @@ from node_agent.agent import Agent, heap_trimmer
 from node_agent.collector import AgentCollector
 from node_agent.config import Config, api_configured, node_name, parse
 from node_agent.dra import DraSlices
-from node_agent.exposition import Exposition, process_families, render
+from node_agent.exposition import Exposition, process_text, render
 from node_agent.fake_source import FakeNvmlSource
 from node_agent.history import History
 from node_agent.pods import ApiPods, ClusterPods, FakePods, PodSource
@@ -95,7 +95,7 @@ def collector_for(agent: Agent, cfg: Config) -> AgentCollector:
 
 def exposition_for(agent: Agent, cfg: Config) -> Exposition:
     """/metrics: the agent's families rendered after each pass, plus live process_* metrics."""
-    exposition = Exposition(collector_for(agent, cfg).collect, process_families)
+    exposition = Exposition(collector_for(agent, cfg).collect, process_text)
     agent.listeners.append(exposition.prime)
     return exposition
 

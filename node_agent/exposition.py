@@ -8,7 +8,8 @@ needs:
 - ``render``: families → the text format, with label values and help escaped as the format
   says, integers written exactly (byte figures are exact up to 2**63-1, not rounded to a float);
 - ``process_families``: the standard ``process_*`` metrics of this process (as every Prometheus
-  client library names them), read from ``/proc/self`` on each scrape;
+  client library names them), read from ``/proc/self`` on each scrape; ``process_text`` the
+  same already rendered, with fewer system calls and no Family objects (what /metrics serves);
 - ``Exposition``: the body of /metrics, rendered once per sampling pass (every scrape between two
   passes would render the same bytes) plus the live ``process_*`` families per scrape, gzip
   when the scraper accepts it.
@@ -107,42 +108,102 @@ def _btime(proc: str) -> float:
     return _boot_time
 
 
-def _read(path: str, limit: int = 4096) -> bytes:
-    fd = os.open(path, os.O_RDONLY)
+_STAT_FDS: dict[str, int] = {}  # proc root -> its self/stat, kept open
+
+
+def _read_stat(proc: str) -> bytes:
+    """``<proc>/self/stat``, read with one ``pread`` on a descriptor kept open (procfs renders
+    it afresh on every read from offset 0): one system call a scrape instead of three."""
+    fd = _STAT_FDS.get(proc)
+    if fd is None:
+        fd = os.open(f"{proc}/self/stat", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        if _STAT_FDS.setdefault(proc, fd) != fd:  # another thread opened it meanwhile
+            os.close(fd)
+            fd = _STAT_FDS[proc]
     try:
-        return os.read(fd, limit)
-    finally:
-        os.close(fd)
+        return os.pread(fd, 4096, 0)
+    except OSError:
+        if _STAT_FDS.get(proc) == fd:
+            del _STAT_FDS[proc]
+            os.close(fd)
+        raise
+
+
+_FD_COUNT_BY_SIZE: dict[str, bool] = {}  # proc root -> stat's size of self/fd is the count
+
+
+def _open_fds(proc: str) -> int:
+    """Open descriptors. Linux 6.2+ gives their number as the size of ``/proc/self/fd``: one
+    ``stat`` (older kernels say 0); else the directory is listed (one system call per entry,
+    its own descriptor counted, as prometheus_client counts). Which one is found out once."""
+    path = f"{proc}/self/fd"
+    by_size = _FD_COUNT_BY_SIZE.get(proc)
+    if by_size:
+        return os.stat(path).st_size
+    listed = len(os.listdir(path))
+    if by_size is None:
+        size = os.stat(path).st_size
+        # the listing counted its own descriptor; a descriptor opened or closed meanwhile by
+        # another thread makes them differ: listed, as before, and asked again next time
+        if size and size == listed - 1:
+            _FD_COUNT_BY_SIZE[proc] = True
+            return size
+        if size == 0:
+            _FD_COUNT_BY_SIZE[proc] = False
+    return listed
+
+
+_PROCESS = (
+    ("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.", COUNTER),
+    ("process_virtual_memory_bytes", "Virtual memory size in bytes.", GAUGE),
+    ("process_resident_memory_bytes", "Resident memory size in bytes.", GAUGE),
+    ("process_start_time_seconds", "Start time of the process since unix epoch in seconds.",
+     GAUGE),
+    ("process_open_fds", "Number of open file descriptors.", GAUGE),
+    ("process_max_fds", "Maximum number of open file descriptors.", GAUGE),
+)
+# each family's HELP and TYPE lines and its sample's name, rendered once
+_PROCESS_TEXT = tuple(f"# HELP {name} {escape_help(doc)}\n# TYPE {name} {kind}\n{name} "
+                      for name, doc, kind in _PROCESS)
+
+
+def _process_values(proc: str) -> list[float] | None:
+    """The ``_PROCESS`` figures in order (``process_max_fds`` where the platform has it), or
+    None where ``/proc`` cannot be read."""
+    try:
+        parts = _read_stat(proc).rsplit(b")", 1)[-1].split()
+        utime, stime = int(parts[11]), int(parts[12])
+        start, vsize, rss = int(parts[19]), int(parts[20]), int(parts[21])
+        start_seconds = _btime(proc) + start / _TICKS
+        fds = _open_fds(proc)
+    except (OSError, IndexError, ValueError):
+        return None
+    values: list[float] = [(utime + stime) / _TICKS, vsize, rss * _PAGE, start_seconds, fds]
+    if _NOFILE is not None:
+        soft = _NOFILE()
+        values.append(math.inf if soft < 0 else soft)
+    return values
 
 
 def process_families(proc: str = "/proc") -> list[Family]:
     """``process_*`` of this process, as Prometheus client libraries name them; empty where
-    ``/proc`` cannot be read (never an exception: a scrape must not fail for it). Read on every
-    scrape, so cheaply: one read of ``stat``, one listing of ``fd``, ``getrlimit``."""
-    try:
-        parts = _read(f"{proc}/self/stat").rsplit(b")", 1)[-1].split()
-        utime, stime = int(parts[11]), int(parts[12])
-        start, vsize, rss = int(parts[19]), int(parts[20]), int(parts[21])
-        start_seconds = _btime(proc) + start / _TICKS
-        fds = len(os.listdir(f"{proc}/self/fd"))
-    except (OSError, IndexError, ValueError):
+    ``/proc`` cannot be read (never an exception: a scrape must not fail for it)."""
+    values = _process_values(proc)
+    if values is None:
         return []
-    families = [
-        Family("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.",
-               COUNTER, (), [((), (utime + stime) / _TICKS)]),
-        Family("process_virtual_memory_bytes", "Virtual memory size in bytes.", GAUGE, (),
-               [((), vsize)]),
-        Family("process_resident_memory_bytes", "Resident memory size in bytes.", GAUGE, (),
-               [((), rss * _PAGE)]),
-        Family("process_start_time_seconds", "Start time of the process since unix epoch in "
-               "seconds.", GAUGE, (), [((), start_seconds)]),
-        Family("process_open_fds", "Number of open file descriptors.", GAUGE, (), [((), fds)]),
-    ]
-    if _NOFILE is not None:
-        soft = _NOFILE()
-        families.append(Family("process_max_fds", "Maximum number of open file descriptors.",
-                               GAUGE, (), [((), math.inf if soft < 0 else soft)]))
-    return families
+    return [Family(name, doc, kind, (), [((), value)])
+            for (name, doc, kind), value in zip(_PROCESS, values, strict=False)]
+
+
+def process_text(proc: str = "/proc") -> bytes:
+    """``render(process_families(proc))``, as cheaply as a scrape allows: the figures read with
+    two system calls (``pread`` of ``stat``, ``stat`` of ``fd``; and ``getrlimit``) into lines
+    whose HELP and TYPE are written once."""
+    values = _process_values(proc)
+    if values is None:
+        return b""
+    return "".join([text + number(value) + "\n"
+                    for text, value in zip(_PROCESS_TEXT, values, strict=False)]).encode()
 
 
 def _nofile() -> Callable[[], int] | None:
@@ -178,7 +239,7 @@ class Exposition:
     (in ``prime`` from the first gzip scrape on), each scrape compresses only the live part."""
 
     def __init__(self, families: Callable[[], Iterable[Family]],
-                 live: Callable[[], Iterable[Family]] | None = None) -> None:
+                 live: Callable[[], Iterable[Family] | bytes] | None = None) -> None:
         self._families = families
         self._live = live
         self._lock = threading.Lock()
@@ -223,7 +284,9 @@ class Exposition:
         if gzip:
             self._gzip_wanted = True
         r = self._current(snapshot, gzip)
-        live = render(self._live()) if self._live is not None else b""
+        live = self._live() if self._live is not None else b""
+        if not isinstance(live, bytes):
+            live = render(live)
         if not gzip:
             return ([r.text, live] if live else [r.text]), CONTENT_TYPE, None
         assert r.gzip_head is not None

@@ -19,6 +19,7 @@ from node_agent.exposition import (
     Exposition,
     Family,
     process_families,
+    process_text,
     render,
 )
 from node_agent.model import Snapshot
@@ -148,13 +149,37 @@ def test_process_metrics_describe_this_process() -> None:
     with open("/proc/self/status") as f:
         vm_rss = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS"))
     assert 0.5 * vm_rss < rss < 2 * vm_rss
-    assert families["process_open_fds"].samples[0][1] == len(os.listdir("/proc/self/fd"))
+    # the listing's own descriptor is one of those listed; the size of /proc/self/fd (Linux
+    # 6.2+: what the agent reads) does not count it
+    assert families["process_open_fds"].samples[0][1] in (len(os.listdir("/proc/self/fd")) - 1,
+                                                           len(os.listdir("/proc/self/fd")))
     start = families["process_start_time_seconds"].samples[0][1]
     assert abs(start - os.stat(f"/proc/{os.getpid()}").st_mtime) < 3600 * 24 * 365
 
 
 def test_process_metrics_without_a_readable_proc_are_left_out(tmp_path: Path) -> None:
     assert process_families(str(tmp_path)) == []
+    assert process_text(str(tmp_path)) == b""
+
+
+def test_process_text_is_the_rendered_families(tmp_path: Path) -> None:
+    """What /metrics serves per scrape (``process_text``) is ``render(process_families())``
+    byte for byte, on a /proc whose figures do not move; and stat is read afresh each time
+    through the descriptor kept open."""
+    (tmp_path / "self" / "fd").mkdir(parents=True)
+    for fd in range(3):
+        (tmp_path / "self" / "fd" / str(fd)).touch()
+    (tmp_path / "stat").write_text("cpu 1 2 3\nbtime 1700000000\n")
+    fields = ["S"] + ["0"] * 10 + ["250", "50"] + ["0"] * 6 + ["12345", "999424", "300"]
+    stat = tmp_path / "self" / "stat"
+    stat.write_text(f"42 (agent) {' '.join(fields)}\n")
+    text = process_text(str(tmp_path))
+    assert text == render(process_families(str(tmp_path)))
+    assert b"\nprocess_cpu_seconds_total 3.0\n" in text
+    assert b"\nprocess_open_fds 3\n" in text
+    with stat.open("r+") as f:  # the same file, new figures: the kept descriptor sees them
+        f.write(f"42 (agent) {' '.join(fields).replace('250', '550')}\n")
+    assert b"\nprocess_cpu_seconds_total 6.0\n" in process_text(str(tmp_path))
 
 
 def test_cached_says_whether_this_snapshot_is_rendered(setup) -> None:

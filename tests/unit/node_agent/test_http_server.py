@@ -531,3 +531,61 @@ def test_connections_that_send_nothing_never_reach_the_loop() -> None:
         finally:
             for s in silent:
                 s.close()
+
+
+class _Kernel:
+    """A socket whose kernel takes ``takes[i]`` bytes on the i-th write, then none (EAGAIN)."""
+
+    def __init__(self, takes: list[int]) -> None:
+        self.takes = list(takes)
+        self.calls: list[list[bytes]] = []
+        self.closed = False
+
+    def _take(self, buffers: list[bytes]) -> int:
+        if not self.takes:
+            raise BlockingIOError
+        self.calls.append([bytes(b) for b in buffers])
+        return min(self.takes.pop(0), sum(len(b) for b in buffers))
+
+    def send(self, data: bytes) -> int:
+        return self._take([data])
+
+    def sendmsg(self, buffers: list[bytes]) -> int:
+        return self._take(buffers)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_response_leaves_in_one_system_call_and_a_partial_write_resumes_where_it_stopped(
+) -> None:
+    """Head and body pieces are gathered into one sendmsg (a small response is one segment:
+    nothing for Nagle to hold back until the client acknowledges the head), never more than
+    CHUNK bytes a call (no copy of a shared body per client); when the kernel takes part of it,
+    the next write starts at the first byte it did not take, across piece boundaries."""
+    from node_agent import http_server
+
+    server = MetricsServer(lambda gzip: Body([BODY], "text/plain"), lambda: (True, "ok"),
+                           "127.0.0.1", 0)
+    try:
+        whole = http_server._Conn(_Kernel([10**6]), "127.0.0.1")  # type: ignore[arg-type]
+        server._respond(whole, "GET", 200, Body([b"a" * 3000, b"b" * 500], "text/plain"), False)
+        kernel = whole.sock
+        assert isinstance(kernel, _Kernel) and len(kernel.calls) == 1 and kernel.closed
+        assert len(kernel.calls[0]) == 3 and kernel.calls[0][1:] == [b"a" * 3000, b"b" * 500]
+
+        big = [b"x" * (http_server.CHUNK + 100), b"y" * 7]
+        partial = http_server._Conn(_Kernel([50, 200, 3]), "127.0.0.1")  # type: ignore[arg-type]
+        server._respond(partial, "GET", 200, Body(big, "text/plain"), False)
+        kernel = partial.sock
+        assert isinstance(kernel, _Kernel) and not kernel.closed and partial.out
+        kernel.takes = [10**6] * 4  # the client reads: the rest goes
+        server._on_write(partial)
+        assert kernel.closed and not partial.out
+        assert all(sum(len(b) for b in call) <= http_server.CHUNK for call in kernel.calls)
+        sent = b"".join(b"".join(call)[:took] for call, took in zip(
+            kernel.calls, [50, 200, 3] + [10**6] * 4, strict=False))
+        head, _, body = sent.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 OK") and body == b"".join(big)
+    finally:
+        server.server_close()
