@@ -16,9 +16,24 @@ it goes), /metrics scrape latency, CPU.
 
 The figures issue 25 asks for are printed at the end (the agent's RSS at or below
 nvitop-exporter's; its scrape p99 at least 5x faster; per-process bytes equal to NVML's),
-computed from this run only. Needs torch; nvidia-ml-py, h2, protobuf (the agent's extra), nvitop
-and nvitop-exporter: their wheels under ``.whl/``, installed to ``/tmp/site`` by
-``evaluation/gpu/device_run.sh``. Finishes in well under 120 s on an H200 (``--deadline-s``).
+computed from this run only. ``--scrapes`` is 1000 (about 9 s on the H200, near one of the
+agent's 10 s sampling intervals): with 200 (2 s) the p99 is the second- or third-slowest
+scrape, so a single sampling pass overlapping a few scrapes can set it, and whether one falls
+in those 2 s is chance (the idle wait is 10 s, the interval too: the agent's second pass comes
+about when the warm-up starts, later or earlier by how long nvitop-exporter took to be ready).
+The agent's last pass duration (its own gauge) is recorded beside its latencies.
+
+``--also-agent NAME=PATH`` (repeatable; default from ``AGENT_VS_NVITOP_ALSO``, comma-separated)
+runs one more agent, from another source tree (a directory, or a ``.tar.gz`` of one such as
+``git archive 13fdd4e node_agent operator``), as a third server with the same flags, scraped in
+the same rounds, so a change of the agent is compared on the same machine in the same run; it
+is reported as ``agent-NAME`` and left out of the verdict.
+
+Needs torch; nvidia-ml-py, h2, protobuf (the agent's extra), nvitop and nvitop-exporter: their
+wheels under ``.whl/``, installed to ``/tmp/site`` by ``evaluation/gpu/device_run.sh``. Finishes
+in well under 120 s on an H200 (``--deadline-s``). Without a GPU (to check the script itself): a
+libnvidia-ml.so.1 built from tests/unit/node_agent/fakenvml/fake_nvml.c on LD_LIBRARY_PATH, a
+stand-in ``nvidia-smi`` on PATH, ``--procs 0``.
 
     python3 bench/gpu/agent_vs_nvitop.py --out-json a.json --out-md a.md
 """
@@ -32,6 +47,7 @@ import re
 import statistics
 import subprocess
 import sys
+import tarfile
 import time
 import urllib.request
 from pathlib import Path
@@ -199,17 +215,47 @@ def py_json(code: str, env: dict[str, str]) -> object:
     return json.loads(done.stdout.splitlines()[-1])
 
 
-def byte_compile() -> None:
+def byte_compile(more: list[Path]) -> None:
     """Byte-compile what the measured processes import (wheels installed with --no-compile
     under PYTHONPATH, the repository's packages), as the image does at install time: a module
     compiled on import (pynvml is 8,000 lines) would count its compilation in the RSS."""
     import compileall
 
     folders = [Path(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    folders += [REPO / "node_agent", REPO / "operator" / "gpu_auditor"]
+    folders += [REPO / "node_agent", REPO / "operator" / "gpu_auditor", *more]
     for folder in folders:
         if folder.is_dir() and os.access(folder, os.W_OK):
             compileall.compile_dir(str(folder), quiet=1)
+
+
+def also_trees(specs: list[str]) -> dict[str, Path]:
+    """NAME=PATH → a source tree (a .tar.gz is unpacked under /tmp first)."""
+    trees = {}
+    for spec in specs:
+        name, _, path = spec.strip().partition("=")
+        if not name or not path:
+            raise SystemExit(f"--also-agent wants NAME=PATH, got {spec!r}")
+        tree = Path(path)
+        if not tree.is_absolute():
+            tree = REPO / tree
+        if tree.name.endswith((".tar.gz", ".tgz")):
+            target = Path(f"/tmp/agent-vs-nvitop-{name}")
+            target.mkdir(parents=True, exist_ok=True)
+            with tarfile.open(tree) as tar:
+                tar.extractall(target, filter="data")
+            tree = target
+        if not (tree / "node_agent").is_dir():
+            raise SystemExit(f"--also-agent {name}: no node_agent/ in {tree}")
+        trees[name] = tree
+    return trees
+
+
+def pass_seconds(text: str) -> float | None:
+    """The agent's last sampling pass, as its own gauge says."""
+    for name, _, value in samples(text):
+        if name == "gpu_auditor_agent_collect_duration_seconds":
+            return value
+    return None
 
 
 def main() -> int:
@@ -217,15 +263,20 @@ def main() -> int:
     ap.add_argument("--out-json", required=True)
     ap.add_argument("--out-md", required=True)
     ap.add_argument("--procs", type=int, default=12)
-    ap.add_argument("--scrapes", type=int, default=200)
+    ap.add_argument("--scrapes", type=int, default=1000)
     ap.add_argument("--agent-port", type=int, default=19401)
     ap.add_argument("--nvitop-port", type=int, default=19402)
     ap.add_argument("--idle-s", type=float, default=10.0)
     ap.add_argument("--deadline-s", type=float, default=110.0,
                     help="stop scraping early (and say so) past this many seconds")
+    ap.add_argument("--also-agent", action="append", metavar="NAME=PATH",
+                    default=[x for x in os.environ.get("AGENT_VS_NVITOP_ALSO", "").split(",")
+                             if x.strip()],
+                    help="one more agent from this source tree, scraped in the same rounds")
     a = ap.parse_args()
     t_start = time.monotonic()
-    byte_compile()
+    also = also_trees(a.also_agent)
+    byte_compile([tree / d for tree in also.values() for d in ("node_agent", "operator")])
 
     def left() -> float:
         return a.deadline_s - (time.monotonic() - t_start)
@@ -248,7 +299,8 @@ def main() -> int:
         "print(json.dumps(out))", env_agent)
     holders: list[subprocess.Popen] = []
     servers: dict[str, subprocess.Popen] = {}
-    errs = {n: open(f"/tmp/{n}.stderr", "w") for n in ("agent", "nvitop-exporter")}  # noqa: SIM115
+    names = ["agent", "nvitop-exporter", *(f"agent-{n}" for n in also)]
+    errs = {n: open(f"/tmp/{n}.stderr", "w") for n in names}  # noqa: SIM115
     try:
         for i in range(a.procs):  # all at once: CUDA contexts come up in parallel
             holders.append(subprocess.Popen(
@@ -293,6 +345,16 @@ def main() -> int:
              str(a.nvitop_port)], stdout=subprocess.DEVNULL, stderr=errs["nvitop-exporter"])
         urls = {"agent": f"http://127.0.0.1:{a.agent_port}/metrics",
                 "nvitop-exporter": f"http://127.0.0.1:{a.nvitop_port}/metrics"}
+        for i, (name, tree) in enumerate(also.items()):
+            port = a.nvitop_port + 1 + i
+            env_tree = dict(os.environ)
+            env_tree["PYTHONPATH"] = os.pathsep.join(
+                [str(tree), str(tree / "operator"), os.environ.get("PYTHONPATH", "")])
+            servers[f"agent-{name}"] = subprocess.Popen(
+                [*agent_cmd, "--port", str(port)], env=env_tree, stdout=subprocess.DEVNULL,
+                stderr=errs[f"agent-{name}"], cwd=tree)
+            urls[f"agent-{name}"] = f"http://127.0.0.1:{port}/metrics"
+        res["also_agent"] = {f"agent-{n}": str(t) for n, t in also.items()}
         ready = {n: wait_ready(urls[n], p, min(60.0, max(5.0, left() - 40))) for n, p in
                  servers.items()}
         res["ready_s"] = ready
@@ -314,16 +376,19 @@ def main() -> int:
         size: dict[str, int] = {}
         c1 = {n: cpu_s(servers[n].pid) for n in live}
         done = 0
-        for _ in range(a.scrapes):
+        t_scrapes = time.monotonic()
+        for i in range(a.scrapes):
             if left() < 10:
                 res["scrapes_cut_short"] = True
                 break
-            for n in live:
+            k = i % len(live)  # each server first, second, ... in turn
+            for n in live[k:] + live[:k]:
                 dt, body = get(urls[n])
                 lat[n].append(dt)
                 size[n] = len(body)
             done += 1
         res["scrapes"] = done
+        res["scrapes_s"] = round(time.monotonic() - t_scrapes, 2)
         last = {n: get(urls[n])[1].decode() for n in live}
         out = {}
         for n in live:
@@ -345,6 +410,9 @@ def main() -> int:
             }
         if "agent" in live:
             out["agent"]["process_bytes_sum"] = parse_agent(last["agent"])["process_bytes_sum"]
+        for n in live:
+            if n.startswith("agent"):
+                out[n]["pass_s"] = pass_seconds(last[n])
         res["results"] = out
         if {"agent", "nvitop-exporter"} <= set(out):
             ag, nt = out["agent"], out["nvitop-exporter"]
@@ -389,9 +457,12 @@ def markdown(res: dict, a: argparse.Namespace) -> str:
         "# gpu-auditor-agent vs nvitop-exporter on a real GPU", "",
         f"GPU: {res['gpu']}. Python {res['python']}; versions {res.get('versions')}. "
         f"{a.procs} live torch processes holding 1..3 GiB each. {res.get('scrapes')} scrapes "
-        "of `/metrics` per exporter, interleaved, after 10 warm-up scrapes, from a Python "
+        "of `/metrics` per exporter, interleaved (each first in turn), after 10 warm-up scrapes, "
+        "from a Python "
         "urllib client on the same machine. Generated by `bench/gpu/agent_vs_nvitop.py` at "
-        f"{res['generated']} in {res.get('wall_s')} s.", "",
+        f"{res['generated']} in {res.get('wall_s')} s."
+        + "".join(f" *{n}*: the agent of `{t}`, same flags, scraped in the same rounds (not "
+                  "in the verdict)." for n, t in res.get("also_agent", {}).items()), "",
         "| exporter | p50 ms | p90 ms | p99 ms | max ms | body bytes | series | RSS MiB ready | "
         "RSS MiB idle | RSS MiB after scrapes | peak RSS MiB | threads | idle CPU % of a core "
         "| CPU ms per scrape |",
@@ -406,6 +477,11 @@ def markdown(res: dict, a: argparse.Namespace) -> str:
             f"{r['cpu_idle_pct_core']} | {r['cpu_ms_per_scrape']} |")
     if res.get("verdict"):
         lines += ["", f"Verdict (this run): {json.dumps(res['verdict'])}"]
+    passes = {n: r["pass_s"] for n, r in res.get("results", {}).items() if r.get("pass_s")}
+    if passes:
+        lines += ["", f"The scrapes took {res.get('scrapes_s')} s; the agent samples every 10 s; "
+                  "its last sampling pass took (its own gauge): " + ", ".join(
+                      f"{n} {v * 1e3:.1f} ms" for n, v in passes.items()) + "."]
     for key, title in (("nvml_rss_steps", "NVML's own share (a fresh interpreter, VmRSS)"),):
         rows = res.get(key)
         if isinstance(rows, list):
