@@ -3,12 +3,16 @@
 each thread before the tool was run on them (``labels.json``, hash in ``labels.sha256``).
 
     python evaluation/public/score.py [--tree TREE] [--half calibration|held-out|all]
-                                      [--md OUT.md] [--json OUT.json]
+                                      [--set FOLDER] [--md OUT.md] [--json OUT.json]
 
 ``TREE`` is a checkout whose ``operator/`` is imported (default: this one): run it on a
 ``git worktree add --detach`` of another commit to score the rules as they were there.
 The logs are read as a new user would give them: ``gpu-auditor diagnose LOG``, no torch version,
 no allocator setting, no node report.
+
+``--set`` scores another folder of the same shape (``evaluation/public2``: a second set,
+collected after the first one's held-out half was spent; without a ``split.json`` every log is
+held out).
 
 Scores, per half (``split.json``, made before any rule changed):
 - detection: OOM logs detected as an OOM; negatives (``is_oom`` false) called an OOM;
@@ -59,9 +63,8 @@ def judge(label: dict[str, Any], out: dict[str, Any]) -> dict[str, Any]:
     if rec is not None:
         failed = {s.replace(" ", "") for s in label.get("alloc_settings_failed") or []}
         keys = {part.split(":")[0] for part in rec.split(",")}
-        fixed_keys = {
-            part.split(":")[0] for part in (label.get("alloc_setting_fixed") or "").split(",") if part
-        }
+        fixed = (label.get("alloc_setting_fixed") or "").split(",")
+        fixed_keys = {part.split(":")[0] for part in fixed if part}
         row["setting_ok"] = bool(fixed_keys) and rec.replace(" ", "") not in failed
         row["setting_same_key"] = bool(keys & fixed_keys)
     else:
@@ -126,19 +129,25 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tree", type=Path, default=HERE.parents[1])
     ap.add_argument("--half", choices=("calibration", "held-out", "all"), default="all")
+    ap.add_argument("--set", type=Path, default=HERE, help="the folder of labels.json and logs/")
     ap.add_argument("--md", type=Path)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     diagnose = load(args.tree.resolve())
-    labels = json.loads((HERE / "labels.json").read_text())
-    split = json.loads((HERE / "split.json").read_text())
+    folder = args.set.resolve()
+    labels = json.loads((folder / "labels.json").read_text())
+    split_file = folder / "split.json"
+    if split_file.is_file():
+        split = json.loads(split_file.read_text())
+    else:
+        split = {"held-out": [label["id"] for label in labels]}
     half_of = {i: name for name, ids in split.items() for i in ids}
     rows = []
     for label in labels:
         half = half_of[label["id"]]
         if args.half != "all" and half != args.half:
             continue
-        text = (HERE / "logs" / f"{label['id']}.log").read_bytes()
+        text = (folder / "logs" / f"{label['id']}.log").read_bytes()
         row = judge(label, diagnose(text).to_json_dict())
         row["half"] = half
         rows.append(row)

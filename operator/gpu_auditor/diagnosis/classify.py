@@ -55,6 +55,9 @@ from .thresholds import (
     FRAG_MIN_SHARE_OF_RESERVED,
     FRAG_MIN_SHARE_WITHOUT_PROGRESS,
     FRAG_MIN_UNALLOCATED_BYTES,
+    FRAG_SHORT_RUN_NEAR_FIT,
+    FRAG_SHORT_RUN_REQUESTS,
+    FRAG_STEADY_STEPS,
     GPU_SHARED_MIN_BYTES,
     LEAK_OUTRUNS_CACHE_POINTS,
     NEAR_FULL_FREE_SHARE,
@@ -143,8 +146,8 @@ class _Facts:
     family: str
     record: ProbeRecord | None = None
     phase: str | None = None
-    progressed: bool = False
-    """The log shows a step finished before the failure (``progress.py``)."""
+    steps: int = 0
+    """Steps the log shows finished before the failure (``progress.finished_steps``)."""
 
     @property
     def free(self) -> int | None:
@@ -269,11 +272,22 @@ class _Facts:
             and self.slack >= FRAG_MIN_SHARE_OF_RESERVED * reserved
         )
 
-    def slack_enough_before_a_step(self) -> bool:
-        """With a finished step in the log the material share above is enough; before one, the
-        idle cache must be a quarter of what PyTorch holds (``FRAG_MIN_SHARE_WITHOUT_PROGRESS``)."""
+    def slack_enough_for_the_run(self) -> bool:
+        """After a steady run (``FRAG_STEADY_STEPS``) the material share above is enough; a few
+        steps in, the idle cache must hold ``FRAG_SHORT_RUN_REQUESTS`` requests of this size or
+        the room must have covered all but ``FRAG_SHORT_RUN_NEAR_FIT`` of it;
+        before a step, and in either case as an alternative, a quarter of what PyTorch holds
+        (``FRAG_MIN_SHARE_WITHOUT_PROGRESS``)."""
         reserved = self.f.reserved_bytes or 0
-        return self.progressed or self.slack >= FRAG_MIN_SHARE_WITHOUT_PROGRESS * reserved
+        if self.steps >= FRAG_STEADY_STEPS:
+            return True
+        if self.slack >= FRAG_MIN_SHARE_WITHOUT_PROGRESS * reserved:
+            return True
+        r = self.f.requested_bytes
+        if self.steps < 1 or r is None:
+            return False
+        near_fit = self.need() <= FRAG_SHORT_RUN_NEAR_FIT * r
+        return self.slack >= FRAG_SHORT_RUN_REQUESTS * r or near_fit
 
     def need(self) -> int:
         """The part of the request the room lacks: what only reclaimed cache could serve."""
@@ -289,7 +303,7 @@ class _Facts:
             self.phase not in (OPTIMIZER_STEP, LOADING)
             and self.slack_covers()
             and self.slack_material()
-            and self.slack_enough_before_a_step()
+            and self.slack_enough_for_the_run()
             and self.need() <= FRAG_MAX_NEED_SHARE * self.slack
         )
 
@@ -437,12 +451,12 @@ def classify(
     rate_growth: Growth | None = None,
     record: ProbeRecord | None = None,
     phase: str | None = None,
-    progressed: bool = False,
+    steps: int = 0,
 ) -> Verdict:
     """The verdict for one failure; ``growth`` is a leak series, ``rate_growth`` the node's rate,
     ``record`` the allocator's state the OOM probe wrote at the failure (only an ``ok`` one),
-    ``phase`` where the job failed (``phase.py``), ``progressed`` whether its log shows a step
-    finished before (``progress.py``).
+    ``phase`` where the job failed (``phase.py``), ``steps`` how many steps its log shows finished
+    before (``progress.finished_steps``).
 
     A leak series takes the primary slot from any kind but ``gpu-shared`` (a finding of its own)
     and ``fragmentation`` a setting is measured to fix (that setting removed the OOM of a job
@@ -451,7 +465,7 @@ def classify(
     ``leak`` contributes."""
     figures = with_node(event.figures, node)
     usable = record if record is not None and record.status == "ok" else None
-    facts = _Facts(figures, event.family, usable, phase, progressed)
+    facts = _Facts(figures, event.family, usable, phase, steps)
     if growth is not None and not facts.growth_explains(growth):
         # a rise smaller than the shortfall is not the cause; from the node's samples it is
         # still a rise worth naming, from figures the job printed (labels read, not known) not
@@ -572,13 +586,22 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
                 else ""
             )
             gpu = f" on a {fs(t)} GPU" if t is not None else ""
-            if x.fragmentation_contributes() and not x.slack_enough_before_a_step():
+            if x.fragmentation_contributes() and not x.slack_enough_for_the_run():
                 share = x.slack / (f.reserved_bytes or 1)
-                tail += (
-                    f"; packed, the idle cache would cover this request, but no step finished "
-                    f"before the failure and the {fs(x.slack)} idle is {share:.0%} of what PyTorch "
-                    "holds: the rest of the step needs more than a setting can recover"
-                )
+                if x.steps == 0:
+                    tail += (
+                        f"; packed, the idle cache would cover this request, but no step finished "
+                        f"before the failure and the {fs(x.slack)} idle is {share:.0%} of what "
+                        "PyTorch holds: the rest of the step needs more than a setting can recover"
+                    )
+                else:
+                    times = x.slack / (r or 1)
+                    tail += (
+                        f"; packed, the idle cache would cover this request, but only "
+                        f"{x.steps} steps finished before the failure and the {fs(x.slack)} idle "
+                        f"holds {times:.1f} requests of this size ({share:.0%} of what PyTorch "
+                        "holds): a job this early needs more than a setting can recover"
+                    )
             elif x.fragmentation_contributes():
                 tail += (
                     f"; packed, the idle cache would cover it, but {fs(x.need())} of its "

@@ -15,7 +15,7 @@ from .model import Diagnosis, Figures, Growth, MemorySample, NodeEvidence, Recom
 from .parse import parse_hit, tensorflow_banner
 from .phase import STARTUP
 from .proberecord import ProbeRecord, find_record, record_verdict
-from .progress import made_progress
+from .progress import finished_steps
 from .recommend import Context, host_recommendation, phase_of, recommend
 from .sizes import format_size
 from .torchversion import UNKNOWN, TorchRange, find_banner, infer_from_message, parse_torch_version
@@ -129,8 +129,8 @@ def diagnose_scan(
             total_bytes=f.total_bytes if f.total_bytes is not None else total,
             free_bytes=f.free_bytes if f.free_bytes is not None else free,
         ))
-    progressed = made_progress(hit.precontext)
-    verdict = classify(event, node, growth, rate, record, phase, progressed)
+    steps = finished_steps(hit.precontext)
+    verdict = classify(event, node, growth, rate, record, phase, steps)
     ctx = Context(event, verdict, release, current, chosen, node, growth, hit.precontext, phase)
     recommendation = recommend(ctx)
     extra: list[tuple[str, object]] = [
@@ -141,7 +141,7 @@ def diagnose_scan(
     if phase is not None:
         extra.append(("phase", phase))
     if record is not None:
-        inferred = classify(event, node, growth, rate, None, phase, progressed).kind
+        inferred = classify(event, node, growth, rate, None, phase, steps).kind
         extra.append(("probe", {
             "status": record.status,
             "verdict": record_verdict(record).to_json_dict(),

@@ -15,8 +15,9 @@ Progress is any of, in the text before the failure (at most ``MAX_PROGRESS_BYTES
 - a progress bar (tqdm) past its first iteration (``331/1063 [01:06<03:59``);
 - two lines reporting a loss (``loss 0.5680``, ``'loss': 2.31``): steps that ran to the end.
 
-Every pattern is a bounded regular expression over lowercased lines (linear time); a line's first
-``MAX_LINE_CHARS`` characters are read.
+``finished_steps`` says how many (classify reads a few steps apart from a steady run:
+``thresholds.FRAG_STEADY_STEPS``). Every pattern is a bounded regular expression over lowercased
+lines (linear time); a line's first ``MAX_LINE_CHARS`` characters are read.
 """
 
 from __future__ import annotations
@@ -35,22 +36,38 @@ _BAR: Final = re.compile(r"(?<![\d.])(\d{1,9})/(\d{1,9}) \[\d")
 _LOSS: Final = re.compile(r"\bloss\b['\"]?[ \t:=]{1,4}-?\d")
 
 
-def made_progress(precontext: str) -> bool:
-    """The job finished at least one step before the failure (module doc)."""
+STEADY: Final = 1_000_000
+"""What a finished epoch counts as: many steps."""
+
+_EPOCH: Final = "epoch"
+
+
+def finished_steps(precontext: str) -> int:
+    """How many steps the log shows finished before the failure (0: none; an advanced epoch
+    counter counts as ``STEADY``): the most of a step-like counter's value (once it advanced, or
+    on a line saying it finished), a progress bar's count, and the lines reporting a loss."""
     seen: dict[str, set[int]] = {}
     losses = 0
+    best = 0
     for raw in precontext[-MAX_PROGRESS_BYTES:].splitlines():
         line = raw[:MAX_LINE_CHARS].lower()
         for bar in _BAR.finditer(line):
-            if 1 <= int(bar.group(1)) <= int(bar.group(2)):
-                return True
+            done, total = int(bar.group(1)), int(bar.group(2))
+            if 1 <= done <= total:
+                best = max(best, done)
         if _LOSS.search(line):
             losses += 1
             if losses >= 2:
-                return True
+                best = max(best, losses)
         for match in _COUNTER.finditer(line):
-            values = seen.setdefault(match.group(1), set())
-            values.add(int(match.group(2)))
+            name, value = match.group(1), int(match.group(2))
+            values = seen.setdefault(name, set())
+            values.add(value)
             if len(values) >= 2 or _DONE.search(line, match.end()):
-                return True
-    return False
+                best = max(best, STEADY if name == _EPOCH else max(values))
+    return best
+
+
+def made_progress(precontext: str) -> bool:
+    """The job finished at least one step before the failure (module doc)."""
+    return finished_steps(precontext) >= 1

@@ -65,6 +65,29 @@ between 17.7 % and 37.5 %. It holds at every card size because it is a share of 
 of the card or a byte count. With progress the shares above apply: the H200 jobs that fragmented
 over time (held-out A-D: 3.5-5 % idle after hundreds of steps) were fixed by a setting."""
 
+FRAG_STEADY_STEPS: Final = 10
+FRAG_SHORT_RUN_REQUESTS: Final = 3
+"""A job that finished fewer than ``FRAG_STEADY_STEPS`` steps has not seen its steps' shapes yet:
+a later allocation of the failing step, or the next step's larger batch, needs more than this
+request. Fragmentation (and a setting) then needs an idle cache of at least
+``FRAG_SHORT_RUN_REQUESTS`` requests of this size, or the quarter of the reservation a job without
+progress needs. Measured on emulated small cards (evaluation/results/cards-2026-12-02, device
+calls 1 and 3): jobs 15-30 % over a 4 or 8 GiB card failed at steps 3-5 with 1.7-2.4 requests'
+worth idle (6.8-8.8 % of the reservation), and neither expandable_segments nor
+max_split_size_mb let them finish (4g/8g cnn_multiscale far, 4g/8g lora_finetune far); jobs 1-4 %
+over failed the same way with 1.5-1.6 and a setting did let them finish (4g mlp_capacity near2,
+4g lora_finetune near2): the message cannot tell the two apart, so the rule gives those up
+(precision first). Three sits just above 2.4. The H200 jobs that fragmented over a steady run
+(held-out A-D, the proof's frag_varlen) failed after 30 to 449 steps: any step count from 6 to
+30 separates them from the cards' first steps; 10 is the choice, not a measurement."""
+
+FRAG_SHORT_RUN_NEAR_FIT: Final = 0.10
+"""...or, a few steps in, the room already covered all but this share of the request: the job
+was at the edge of the card when it failed, not past it. proof:frag_pinned_fullgpu (one warm-up
+step, 4.20 GiB asked with 3.86 GiB free: 8 % short) and 4g lora_finetune near2 (200 MiB with
+185.56 free: 8 % short) were fixed by expandable_segments; the cards' jobs past the edge were
+54-84 % short (4g mlp_capacity near2, 54 % short, was fixed too: given up)."""
+
 FRAG_MIN_UNALLOCATED_BYTES: Final = 20 * MIB
 """...and at least one large segment of the native allocator (20 MiB): a floor for small caps,
 where the share of a small reservation is a few MiB."""

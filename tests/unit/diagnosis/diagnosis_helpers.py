@@ -16,9 +16,9 @@ FIXTURES = ROOT / "tests" / "fixtures" / "oom"
 SHARED_CORPUS = ROOT.parent / "shared" / "corpus" / "oom"
 
 PROGRESS = "step 100 loss 2.31\nstep 200 loss 2.05\n"
-"""Log lines of a job that finished steps before its OOM (``progress.made_progress``): prepended
-to a message, fragmentation is read at the share for a job that progressed
-(``FRAG_MIN_SHARE_OF_RESERVED``), not the quarter a job without progress needs."""
+"""Log lines of a job that finished 200 steps before its OOM (``progress.finished_steps``): a
+steady run, so fragmentation is read at the share for such a job (``FRAG_MIN_SHARE_OF_RESERVED``),
+not the quarter a job without progress needs nor the requests' worth a job a few steps in needs."""
 
 
 def torch_oom(

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from gpu_auditor.diagnosis import MemorySample, NodeEvidence, OtherPod, diagnose, formats
-from gpu_auditor.diagnosis.classify import Verdict, classify
+from gpu_auditor.diagnosis.classify import Verdict, classify, full_gpu_margin
 from gpu_auditor.diagnosis.model import (
     Figures,
     Growth,
@@ -17,6 +17,7 @@ from gpu_auditor.diagnosis.model import (
     OtherProcess,
 )
 from gpu_auditor.diagnosis.proberecord import ProbeRecord, parse_record
+from gpu_auditor.diagnosis.thresholds import FRAG_STEADY_STEPS
 
 from .diagnosis_helpers import GIB, PROGRESS, torch_oom
 
@@ -264,7 +265,11 @@ def verdict(
     phase: str | None = None,
     growth: Growth | None = None,
     progressed: bool = False,
+    steps: int | None = None,
 ) -> Verdict:
+    """``progressed``: a steady run (``FRAG_STEADY_STEPS`` steps); ``steps`` says how many."""
+    if steps is None:
+        steps = FRAG_STEADY_STEPS if progressed else 0
     process = (None if A is None else A + U + 512 * M) if P is DEFAULT else P
     figures = Figures(
         requested_bytes=R,
@@ -277,7 +282,7 @@ def verdict(
         other_processes=tuple(OtherProcess(1000 + i, b) for i, b in enumerate(others)),
     )
     event = OomEvent(family, "pytorch", "CUDA out of memory", figures)
-    return classify(event, growth=growth, phase=phase, progressed=progressed)
+    return classify(event, growth=growth, phase=phase, steps=steps)
 
 
 def kind(**kw: object) -> str:
@@ -854,15 +859,16 @@ def test_the_records_large_pool_is_the_idle_cache_of_a_large_request() -> None:
     # unused.
     figures = Figures(10 * G, 80 * G, 6 * G + MARGIN, 60 * G + 512 * M, 60 * G, 0)
     event = OomEvent(formats.TORCH, "pytorch", "x", figures)
-    assert classify(event, progressed=True).kind == "capacity"
-    v = classify(event, record=_record(10 * G, 10 * G), progressed=True)
+    assert classify(event, steps=FRAG_STEADY_STEPS).kind == "capacity"
+    v = classify(event, record=_record(10 * G, 10 * G), steps=FRAG_STEADY_STEPS)
     assert v.kind == "fragmentation"
     assert v.summary.startswith(
         "fragmentation: 10.00 GiB free in the cache's blocks (probe record) + 6.01 GiB free"
     )
-    assert classify(event, record=_record(10 * G, 10 * G - 1), progressed=True).kind == "capacity"
+    under = _record(10 * G, 10 * G - 1)
+    assert classify(event, record=under, steps=FRAG_STEADY_STEPS).kind == "capacity"
     no_hooks = _record(10 * G, 10 * G, status="no-hooks")
-    assert classify(event, record=no_hooks, progressed=True).kind == "capacity"
+    assert classify(event, record=no_hooks, steps=FRAG_STEADY_STEPS).kind == "capacity"
     # without progress 17 % is under the quarter: the record's pool is not material
     assert classify(event, record=_record(10 * G, 10 * G)).kind == "capacity"
 
@@ -873,13 +879,13 @@ def test_a_small_request_reads_the_records_small_pool() -> None:
     figures = Figures(2 * M, 80 * G, 3 * M // 2, 1 * G + 512 * M, 1 * G, 0)
     event = OomEvent(formats.TORCH, "pytorch", "x", figures)
     small = _record(2 * M, 0, small_free=20 * M)
-    assert classify(event, record=small, progressed=True).kind == "fragmentation"
+    assert classify(event, record=small, steps=FRAG_STEADY_STEPS).kind == "fragmentation"
     large = _record(2 * M, 20 * M, small_free=0)
-    assert classify(event, record=large, progressed=True).kind == "capacity"
+    assert classify(event, record=large, steps=FRAG_STEADY_STEPS).kind == "capacity"
     big = Figures(2 * M + 1, 80 * G, 3 * M // 2, 1 * G + 512 * M, 1 * G, 0)
     event = OomEvent(formats.TORCH, "pytorch", "x", big)
     large = _record(2 * M + 1, 20 * M, small_free=0)
-    assert classify(event, record=large, progressed=True).kind == "fragmentation"
+    assert classify(event, record=large, steps=FRAG_STEADY_STEPS).kind == "fragmentation"
 
 
 # What mutation testing found loose in the classifier (``scripts/mutation.py --modules
@@ -960,7 +966,7 @@ def test_unseen_memory_is_named_from_one_byte() -> None:
 def test_a_cap_that_leaves_more_than_the_free_memory_is_not_named() -> None:
     # the cap leaves 5 GiB (70 - 65), the device 1 GiB: the room is the device's free memory
     # (a job that made progress: 5 GiB idle is 7.7 % of the 65 GiB reserved)
-    v = verdict(R=2 * G, T=80 * G, F=1 * G, A=60 * G, U=5 * G, L=70 * G, progressed=True)
+    v = verdict(R=2 * G, T=80 * G, F=1 * G, A=60 * G, U=5 * G, L=70 * G, steps=FRAG_STEADY_STEPS)
     assert (v.kind, v.contributing) == ("fragmentation", ())
     assert v.summary == (
         "fragmentation: 5.00 GiB reserved but unallocated + 1.00 GiB free would cover the "
@@ -1018,7 +1024,7 @@ def test_others_without_free_but_with_total_are_the_finding() -> None:
 
 
 def test_fragmentation_without_a_total_gets_no_thin_headroom() -> None:
-    v = verdict(R=2 * G, T=None, F=1 * G, A=60 * G, U=5 * G, progressed=True)
+    v = verdict(R=2 * G, T=None, F=1 * G, A=60 * G, U=5 * G, steps=FRAG_STEADY_STEPS)
     assert (v.kind, v.contributing) == ("fragmentation", ())
 
 
@@ -1043,7 +1049,7 @@ def test_unseen_memory_contributes_only_to_an_unknown_and_after_fragmentation() 
     # unknown: 16.5 GiB unseen (less than the 60 GiB reserved) covers the 8 GiB shortfall; the
     # idle cache would cover the request but 8 of its 10 GiB would have to be reclaimed (a job
     # that made progress: 10 GiB idle is 17 % of reserved)
-    v = verdict(R=10 * G, T=80 * G, F=2 * G, A=50 * G, U=10 * G, P=None, progressed=True)
+    v = verdict(R=10 * G, T=80 * G, F=2 * G, A=50 * G, U=10 * G, P=None, steps=FRAG_STEADY_STEPS)
     assert (v.kind, v.contributing) == (
         "unknown", ("fragmentation", "gpu-shared", "non-pytorch-memory"))
     # fragmentation is decided before the unseen rule: nothing unseen is added to it
@@ -1242,13 +1248,14 @@ def _card_verdict(
     progressed: bool = False,
     growth: Growth | None = None,
     family: str = formats.TORCH,
+    steps: int | None = None,
 ) -> Verdict:
     process = (None if A is None else A + U + CONTEXT) if P is DEFAULT else P
     used = F + (process if isinstance(process, int) else (A or 0) + U) + sum(others)
     assert used <= total, f"{used / G:.2f} GiB of figures on a {total / G:.2f} GiB card"
     return verdict(
         R=R, T=total, F=F, A=A, U=U, P=P, others=others, progressed=progressed,
-        growth=growth, family=family,
+        growth=growth, family=family, steps=steps,
     )  # fmt: skip
 
 
@@ -1289,7 +1296,7 @@ def test_idle_cache_a_quarter_of_the_reservation_is_fragmentation_without_progre
         # the idle cache would cover the request: it contributes, with no setting
         assert (below.kind, below.contributing) == ("capacity", ("fragmentation",)), U
         assert "no step finished before the failure" in below.summary, U
-        # ...which a job that made progress reads as fragmentation (0.5 % is enough there)
+        # ...which a job after a steady run reads as fragmentation (0.5 % is enough there)
         assert at(U, progressed=True).kind == "fragmentation", U
 
 
@@ -1728,3 +1735,46 @@ def test_another_process_with_a_request_and_no_free_figure_is_the_finding() -> N
         "gpu-shared: other processes hold 2.00 GiB of the GPU (pid 1000: 2.00 GiB); the 2.00 GiB "
         "request needed"
     )
+
+
+@pytest.mark.parametrize("total", CARDS)
+def test_a_few_steps_in_the_idle_cache_must_hold_three_requests_on_every_card(total: int) -> None:
+    # PyTorch reserves 70 % of the card, 8 % of it idle; the room covers half the request. A
+    # job that finished 4 steps: fragmentation from 3 requests' worth idle (U = 3 R), capacity
+    # with fragmentation contributing a byte under; after a steady run (10 steps) the share rule
+    # alone decides; 9 steps is still a few
+    reserved = _mib(total, 0.70)
+    U = _mib(total, 0.70 * 0.08)
+    R = U // 3
+    F = R // 2 + MARGIN
+    A = reserved - U
+
+    def at(request: int, steps: int) -> Verdict:
+        return _card_verdict(total, R=request, F=F, A=A, U=U, steps=steps)
+
+    assert at(R, 4).kind == "fragmentation"
+    early = at(R + 1, 4)
+    assert (early.kind, early.contributing) == ("capacity", ("fragmentation",))
+    assert "only 4 steps finished before the failure" in early.summary
+    assert at(R + 1, 9).kind == "capacity"
+    assert at(R + 1, 10).kind == "fragmentation"
+
+
+@pytest.mark.parametrize("total", CARDS)
+def test_a_few_steps_in_a_request_the_room_nearly_covered_is_fragmentation_on_every_card(
+    total: int,
+) -> None:
+    # the idle cache holds 1.5 requests (under the 3 above); the room covers all but 10 % of the
+    # request (the card's edge): fragmentation; all but 10 % and a byte: capacity
+    R = _mib(total, 0.04)
+    U = R * 3 // 2
+    A = _mib(total, 0.60)
+    short = R // 10  # the request's tenth, what the room may lack
+    # the margin of figures printed in R's unit (F is near R): the rule under test is the tenth
+    margin = full_gpu_margin(Figures(requested_bytes=R, free_bytes=R), exact=False)
+
+    def at(lacks: int) -> Verdict:
+        return _card_verdict(total, R=R, F=R - lacks + margin, A=A, U=U, steps=4)
+
+    assert at(short).kind == "fragmentation"
+    assert at(short + 1).kind == "capacity"

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_auditor.diagnosis.progress import MAX_LINE_CHARS, MAX_PROGRESS_BYTES, made_progress
+from gpu_auditor.diagnosis.progress import (
+    MAX_LINE_CHARS,
+    MAX_PROGRESS_BYTES,
+    STEADY,
+    finished_steps,
+    made_progress,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -85,3 +91,21 @@ def test_two_counters_each_at_one_value_are_not_progress() -> None:
 def test_a_finish_word_counts_only_after_its_counter() -> None:
     assert not made_progress("loading done, step 1\n")
     assert made_progress("step 1 done\n")
+
+
+@pytest.mark.parametrize(
+    ("text", "steps"),
+    [
+        ("", 0),
+        ("step 50 loss 0.5\nstep 100 loss 0.4\n", 100),  # the counter's highest value
+        ("batch 1/8 domain=legal\nbatch 5/8 domain=code\n", 5),
+        ("step 1 warmup done: kept 161 blocks\n", 1),
+        (" 31%|███      | 331/1063 [01:06<03:59,  3.06it/s]", 331),
+        ("{'loss': 2.3}\n{'loss': 2.2}\n{'loss': 2.1}\n", 3),  # lines reporting a loss
+        ("Epoch 1\nEpoch 2\n", STEADY),  # a finished epoch is many steps
+        ("step 3\nstep 4\n{'loss': 1}\n{'loss': 1}\n{'loss': 1}\n{'loss': 1}\n{'loss': 1}\n", 5),
+    ],
+)
+def test_finished_steps_is_the_most_any_progress_line_shows(text: str, steps: int) -> None:
+    assert finished_steps(text) == steps
+    assert made_progress(text) is (steps >= 1)
