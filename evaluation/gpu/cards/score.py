@@ -10,7 +10,7 @@ by a tree's ``operator/``; truth from the re-runs, not from the rules.
 - kind right: fragmentation exactly when a setting helped; else capacity; the leaking jobs must
   name leak (primary, or contributing beside a fragmentation a setting fixed).
 
-    python3 evaluation/gpu/cards/score.py [--tree TREE] [--rows ROWS.jsonl] [--md OUT]
+    python3 evaluation/gpu/cards/score.py [--tree TREE] [--rows ROWS.jsonl] [--logs DIR] [--md OUT]
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ SETTINGS = {"es": "expandable_segments:True", "ms128": "max_split_size_mb:128"}
 SKIP = ("margin", "first_call", "ctx_check")
 
 
-def card_log(row: dict[str, Any]) -> str:
-    text = (HERE / row["log"]).read_text(errors="replace")
+def card_log(row: dict[str, Any], logs: Path) -> str:
+    text = (logs / row["log"]).read_text(errors="replace")
     raw = row["message"]
     at = text.find(raw[:200])
     if at < 0:
@@ -37,7 +37,7 @@ def card_log(row: dict[str, Any]) -> str:
     return text[:at] + row["message_as_card"] + text[at + len(raw) :]
 
 
-def judge(tree: Path, rows_path: Path) -> list[dict[str, Any]]:
+def judge(tree: Path, rows_path: Path, logs: Path = HERE) -> list[dict[str, Any]]:
     sys.path.insert(0, str(tree / "operator"))
     from gpu_auditor.diagnosis import diagnose
 
@@ -54,7 +54,7 @@ def judge(tree: Path, rows_path: Path) -> list[dict[str, Any]]:
         }
         helped = {SETTINGS[k] for k, run in tried.items() if run and run["outcome"] == "finished"}
         measured = any(run is not None for run in tried.values())
-        d = diagnose(card_log(r))
+        d = diagnose(card_log(r, logs))
         conf = d.recommendation.alloc_conf
         leak_job = r["job"].startswith("leak")
         row: dict[str, Any] = {
@@ -81,9 +81,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tree", type=Path, default=REPO)
     ap.add_argument("--rows", type=Path, default=ROWS)
+    ap.add_argument("--logs", type=Path, default=HERE, help="the folder holding the rows' logs/")
     ap.add_argument("--md", type=Path)
     a = ap.parse_args()
-    rows = judge(a.tree.resolve(), a.rows)
+    rows = judge(a.tree.resolve(), a.rows, a.logs)
     scored = [r for r in rows if r["measured"]]
     recs = [r for r in scored if r["setting"]]
     shown = a.rows.relative_to(REPO) if a.rows.is_relative_to(REPO) else a.rows
