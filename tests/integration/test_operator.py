@@ -145,7 +145,7 @@ def test_a_fragmentation_oom_in_the_current_log_recommends_expandable_segments(
 def test_the_recommendation_keeps_the_jobs_other_allocator_keys(
     env: dict[str, Any], ns: str, tmp_path: Path
 ) -> None:
-    log = write_log(tmp_path, "frag.log", cri(corpus_log("seed_example_fragmentation.log")))
+    log = write_log(tmp_path, "frag.log", cri(corpus_log("frag_pinned_segments_fullgpu.log")))
     failing_pod(env, ns, "tuned", container={"env": [
         {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "garbage_collection_threshold:0.6"}]})
     logs_object(env, ns, "tuned", current=log)

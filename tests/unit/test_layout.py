@@ -76,6 +76,10 @@ TOPICS = {  # test files named after what they span, not after one module
     "diagnosis/test_oom_fixtures.py": "one hand-written fixture per message family and kind",
     "diagnosis/test_h200_proof_logs.py": "the OOMs of the GPU proof suite on an H200",
     "diagnosis/test_heldout_logs.py": "held-out set A, written blind to the rules",
+    "diagnosis/test_public_logs.py": "the first public set's logs (evaluation/public): every rule "
+    "they pinned",
+    "diagnosis/test_cards_logs.py": "the emulated small cards' real OOMs (evaluation/gpu/cards), "
+    "truth from their re-runs",
     "diagnosis/test_allocconf_real_torch.py": "allocconf against a real torch's parser, run alone "
     "in a torch venv by `make real-torch`",
     "node_agent/test_gpu_pod_test_plumbing.py": "the GPU test's own plumbing, on a CPU",
@@ -102,8 +106,6 @@ NO_TEST_FILE = {  # modules without a test file of their own, and why
     "by base/test_contract.py, counts asserted where they are counted",
     "operator/gpu_auditor/controller/retry.py": "attempts and back-off, pinned through the paths "
     "that retry (controller/test_oom.py, test_sharing.py)",
-    "operator/gpu_auditor/commands/explain.py": "explain's shell (kubeconfig, reads, output): run "
-    "against a real API server by tests/integration/test_explain_demo.py",
     "operator/gpu_auditor/commands/podreads.py": "explain's API reads: "
     "tests/integration/test_explain_demo.py",
     "operator/gpu_auditor/webhook/main.py": "the server's entry point: started by "
@@ -111,10 +113,6 @@ NO_TEST_FILE = {  # modules without a test file of their own, and why
     "operator/gpu_auditor/webhook/metrics.py": "declarations: names held to docs/contracts.md by "
     "base/test_contract.py, counts asserted in webhook/test_server.py",
     "node_agent/model.py": "plain data of one sampling pass, no behaviour of its own",
-    "node_agent/names.py": "the name checks at the edge, pinned where names arrive "
-    "(node_agent/test_pods.py, test_dra.py)",
-    "node_agent/relist.py": "when a list is made again, pinned through its users "
-    "(node_agent/test_pods.py, test_dra.py)",
     "node_agent/sampler.py": "one sampling pass, run by every pass test (test_collector.py, "
     "test_report.py, test_dra.py, test_sharing.py)",
     "node_agent/podresources/model.py": "plain values of the client's answer",

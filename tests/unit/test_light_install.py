@@ -22,7 +22,7 @@ pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("kopf", "kubernetes", "grpcio", "nvidia-ml-py", "protobuf", "prometheus-client",
          "pyyaml", "h2")
-LOG = ROOT / "tests" / "fixtures" / "oom" / "corpus" / "seed_example_fragmentation.log"
+LOG = ROOT / "tests" / "fixtures" / "oom" / "corpus" / "frag_pinned_segments_fullgpu.log"
 
 
 @pytest.fixture(scope="module")

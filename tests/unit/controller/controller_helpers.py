@@ -266,7 +266,7 @@ def record_of(name: str) -> str:
 
 
 def fragmentation_kube(pod: dict[str, Any]) -> FakeKube:
-    return FakeKube(pod, log=(FIXTURE / "seed_example_fragmentation.log").read_bytes())
+    return FakeKube(pod, log=(FIXTURE / "frag_pinned_segments_fullgpu.log").read_bytes())
 
 
 # -- the pod view, as annotations and the pod's tests build it ------------------------------------

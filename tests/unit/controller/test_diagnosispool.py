@@ -40,7 +40,7 @@ def _pool(pools: list[DiagnosisPool], **kw: object) -> DiagnosisPool:
 
 def test_a_worker_answers_what_the_core_answers_and_is_kept(pools: list[DiagnosisPool]) -> None:
     pool = _pool(pools, size=1, budget=30)
-    log = (FIXTURE / "seed_example_fragmentation.log").read_bytes()
+    log = (FIXTURE / "frag_pinned_segments_fullgpu.log").read_bytes()
     first = pool.diagnose(log, alloc_conf="garbage_collection_threshold:0.6")
     again = pool.diagnose(log, alloc_conf="garbage_collection_threshold:0.6")
     assert first == again == diagnose(log, alloc_conf="garbage_collection_threshold:0.6")

@@ -31,7 +31,9 @@ pytestmark = pytest.mark.unit
 NCCL = (b"[rank5]:[E1129 10:00:05.100 ProcessGroupNCCL.cpp:1664] [PG 0 Rank 5] Watchdog caught "
         b"collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE) ran for 600000 "
         b"milliseconds before timing out.\n")
-CUDA_OOM = (b"Traceback (most recent call last):\ntorch.OutOfMemoryError: CUDA out of memory. "
+# a job 200 steps in (a steady run: its idle cache reads as fragmentation, issue 24)
+CUDA_OOM = (b"step 100 loss 2.31\nstep 200 loss 2.05\n"
+            b"Traceback (most recent call last):\ntorch.OutOfMemoryError: CUDA out of memory. "
             b"Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which "
             b"1.00 GiB is free. Of the allocated memory 70.00 GiB is allocated by PyTorch, and "
             b"6.00 GiB is reserved by PyTorch but unallocated.\n")

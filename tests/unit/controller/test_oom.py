@@ -51,7 +51,7 @@ def _due(services: Services, key: tuple[str, str], seconds: float) -> None:
 
 
 def test_a_cuda_oom_is_written_once_however_often_the_pod_event_repeats() -> None:
-    kube = FakeKube(job_pod(ERROR), log=(FIXTURE / "seed_example_fragmentation.log").read_bytes())
+    kube = FakeKube(job_pod(ERROR), log=(FIXTURE / "frag_pinned_segments_fullgpu.log").read_bytes())
     services = make_services(kube)
     for _ in range(3):
         services.handle_pod(kube.pod)
@@ -63,14 +63,14 @@ def test_a_cuda_oom_is_written_once_however_often_the_pod_event_repeats() -> Non
 
 
 def test_a_restarted_operator_finds_the_work_done_and_posts_no_second_event() -> None:
-    kube = FakeKube(job_pod(ERROR), log=(FIXTURE / "seed_example_fragmentation.log").read_bytes())
+    kube = FakeKube(job_pod(ERROR), log=(FIXTURE / "frag_pinned_segments_fullgpu.log").read_bytes())
     make_services(kube).handle_pod(kube.pod)
     make_services(kube).handle_pod(kube.pod)  # a new process: no memory of the first
     assert (len(kube.patches), len(kube.events), kube.log_reads) == (1, 1, 1)
 
 
 def test_the_annotation_is_written_before_the_event() -> None:
-    kube = FakeKube(job_pod(ERROR), log=(FIXTURE / "seed_example_fragmentation.log").read_bytes())
+    kube = FakeKube(job_pod(ERROR), log=(FIXTURE / "frag_pinned_segments_fullgpu.log").read_bytes())
     order: list[str] = []
     patch, post = kube.patch_pod_annotations, kube.post_event
     kube.patch_pod_annotations = (  # type: ignore[method-assign]
@@ -82,7 +82,7 @@ def test_the_annotation_is_written_before_the_event() -> None:
 
 
 def test_an_event_that_fails_is_tried_again_alone_and_the_annotation_stays_done() -> None:
-    kube = FakeKube(job_pod(ERROR), log=(FIXTURE / "seed_example_fragmentation.log").read_bytes())
+    kube = FakeKube(job_pod(ERROR), log=(FIXTURE / "frag_pinned_segments_fullgpu.log").read_bytes())
     post = kube.post_event
     kube.post_event = lambda *a, **k: (_ for _ in ()).throw(  # type: ignore[method-assign]
         APIServerError("down", status=503))
@@ -141,7 +141,7 @@ def test_a_transient_log_failure_schedules_its_own_retry_and_then_succeeds() -> 
     services.handle_pod(kube.pod)  # an event right after: too early for another read
     assert kube.log_reads == 1 and kube.patches == []
     assert [delay for delay, _ in scheduled] == [5.0]  # a terminated pod sends no more events
-    kube.log_error, kube.log = None, (FIXTURE / "seed_example_fragmentation.log").read_bytes()
+    kube.log_error, kube.log = None, (FIXTURE / "frag_pinned_segments_fullgpu.log").read_bytes()
     _due(services, ("uid-1", "main/0"), 5.0)
     scheduled[0][1]()  # the retry reads the pod again and diagnoses it
     assert kube.reads == [("ml", "train-x")]
@@ -161,7 +161,7 @@ def test_retries_back_off() -> None:
 def test_the_recommendation_merges_with_the_jobs_current_setting() -> None:
     env = [{"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "garbage_collection_threshold:0.6"}]
     kube = FakeKube(job_pod(ERROR, env=env),
-                    log=(FIXTURE / "seed_example_fragmentation.log").read_bytes())
+                    log=(FIXTURE / "frag_pinned_segments_fullgpu.log").read_bytes())
     make_services(kube).handle_pod(kube.pod)
     conf = kube.pod["metadata"]["annotations"][f"{PREFIX}recommended-alloc-conf"]
     assert set(conf.split(",")) == {"garbage_collection_threshold:0.6", "expandable_segments:True"}
@@ -180,7 +180,7 @@ def test_a_300_kb_alloc_conf_is_not_echoed_and_the_annotations_stay_within_16_ki
     value = "garbage_collection_threshold:0.6," + "x" * 299_967
     assert len(value) == 300_000
     kube = FakeKube(job_pod(ERROR, env=[{"name": "PYTORCH_CUDA_ALLOC_CONF", "value": value}]),
-                    log=(FIXTURE / "seed_example_fragmentation.log").read_bytes())
+                    log=(FIXTURE / "frag_pinned_segments_fullgpu.log").read_bytes())
     make_services(kube).handle_pod(kube.pod)
     notes = kube.pod["metadata"]["annotations"]
     assert notes[f"{PREFIX}recommended-alloc-conf"] == "expandable_segments:True"
@@ -198,7 +198,7 @@ def test_an_alloc_conf_of_1024_characters_is_read_and_one_more_is_not() -> None:
         value = "expandable_segments:False," + "garbage_collection_threshold:0.6,"
         value += " " * (length - len(value))
         kube = FakeKube(job_pod(ERROR, env=[{"name": "PYTORCH_CUDA_ALLOC_CONF", "value": value}]),
-                        log=(FIXTURE / "seed_example_fragmentation.log").read_bytes())
+                        log=(FIXTURE / "frag_pinned_segments_fullgpu.log").read_bytes())
         make_services(kube).handle_pod(kube.pod)
         conf = kube.pod["metadata"]["annotations"][f"{PREFIX}recommended-alloc-conf"]
         assert ("garbage_collection_threshold:0.6" in conf) is read, length
@@ -207,7 +207,7 @@ def test_an_alloc_conf_of_1024_characters_is_read_and_one_more_is_not() -> None:
 def test_a_torch_version_of_300_kb_of_digits_is_not_passed_on() -> None:
     env = [{"name": "TORCH_VERSION", "value": "2." + "1" * 300_000}]
     kube = FakeKube(job_pod(ERROR, env=env),
-                    log=(FIXTURE / "seed_example_fragmentation.log").read_bytes())
+                    log=(FIXTURE / "frag_pinned_segments_fullgpu.log").read_bytes())
     make_services(kube).handle_pod(kube.pod)
     assert kube.pod["metadata"]["annotations"][f"{PREFIX}diagnosis"] == "fragmentation"
 
@@ -263,7 +263,7 @@ def test_a_bug_of_ours_on_one_pod_is_counted_and_not_retried() -> None:
 
 def test_a_later_successful_diagnosis_clears_the_failure() -> None:
     kube = FakeKube(job_pod(ERROR, restarted=True),
-                    log=(FIXTURE / "seed_example_fragmentation.log").read_bytes())
+                    log=(FIXTURE / "frag_pinned_segments_fullgpu.log").read_bytes())
     kube.pod["metadata"]["annotations"] = {f"{PREFIX}diagnosis-failed": "main/5: timeout"}
     make_services(kube).handle_pod(kube.pod)
     notes = kube.pod["metadata"]["annotations"]
@@ -337,7 +337,7 @@ def test_every_pod_write_names_the_pods_uid() -> None:
 
 
 def test_a_stale_event_queued_before_our_own_patch_writes_nothing_twice() -> None:
-    kube = FakeKube(job_pod(ERROR), log=(FIXTURE / "seed_example_fragmentation.log").read_bytes())
+    kube = FakeKube(job_pod(ERROR), log=(FIXTURE / "frag_pinned_segments_fullgpu.log").read_bytes())
     services = make_services(kube)
     stale = copy.deepcopy(kube.pod)  # the status event kopf queued while we were writing
     services.handle_pod(kube.pod)
@@ -432,7 +432,7 @@ def test_pending_reads_diagnosed_key_under_the_configured_prefix() -> None:
 
 
 def test_a_diagnosed_termination_is_not_diagnosed_again_a_new_one_is() -> None:
-    log = (FIXTURE / "seed_example_fragmentation.log").read_bytes()
+    log = (FIXTURE / "frag_pinned_segments_fullgpu.log").read_bytes()
     done = FakeKube(failed_pod("main/0"), log=log)
     diagnoser = Inline()
     make_services(done, diagnoser).handle_pod(done.pod)
@@ -520,7 +520,7 @@ def test_a_termination_waiting_for_its_retry_is_not_pending_until_due() -> None:
 
 
 def test_the_log_is_read_with_the_configured_tail_and_byte_limit() -> None:
-    log = (FIXTURE / "seed_example_fragmentation.log").read_bytes()
+    log = (FIXTURE / "frag_pinned_segments_fullgpu.log").read_bytes()
     kube = LogKwargs(failed_pod(None), log=log)
     config = OperatorConfig(log_tail_lines=123, log_limit_bytes=4567)
     services = Services(kube=kube, config=config, diagnoser=Inline(),  # type: ignore[arg-type]
