@@ -23,7 +23,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from typing import TextIO
+from collections.abc import Callable
+from typing import TextIO, TypeVar
 
 from gpu_auditor.base import jobkinds, names
 from gpu_auditor.base.client import ApiClient
@@ -75,15 +76,16 @@ def _target(args: argparse.Namespace, cfg: ClusterConfig) -> tuple[str, str]:
     return names.namespace(namespace), names.object_name(name)
 
 
-def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    job = jobreads.target(args.pod)
-    if job is not None:
-        return run_job(args, job, out, err)
+T = TypeVar("T")
+
+
+def _read(args: argparse.Namespace, err: TextIO, what: str,
+          read: Callable[[ClusterConfig, ApiClient], T]) -> T | int:
+    """What ``read`` returns with the user's kubeconfig, or the usage exit code with the error
+    said (a bad config or name, PyYAML missing, the API's answer): one place for both views."""
     try:
         cfg = _config(args)
-        namespace, name = _target(args, cfg)
-        api = ApiClient(cfg, user_agent=USER_AGENT)
-        reads = podreads.read_all(api, namespace, name)
+        return read(cfg, ApiClient(cfg, user_agent=USER_AGENT))
     except (ConfigError, names.InvalidName) as exc:
         print(f"gpu-auditor explain: {exc}", file=err)
         return EXIT_USAGE
@@ -94,10 +96,24 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
               "pip install 'gpu-auditor[kubectl]'", file=err)
         return EXIT_USAGE
     except APIError as exc:
-        what = ("not found" if isinstance(exc, APINotFoundError) else
+        said = ("not found" if isinstance(exc, APINotFoundError) else
                 "forbidden to your account" if isinstance(exc, APIForbiddenError) else str(exc))
-        print(f"gpu-auditor explain: pod {args.pod}: {what}", file=err)
+        print(f"gpu-auditor explain: {what}: {said}", file=err)
         return EXIT_USAGE
+
+
+def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    job = jobreads.target(args.pod)
+    if job is not None:
+        return run_job(args, job, out, err)
+
+    def read(cfg: ClusterConfig, api: ApiClient) -> podreads.PodReads:
+        namespace, name = _target(args, cfg)
+        return podreads.read_all(api, namespace, name)
+
+    reads = _read(args, err, f"pod {args.pod}", read)
+    if isinstance(reads, int):
+        return reads
     explanation = explain(reads.pod, events=reads.events, owners=reads.owners,
                           report=reads.report, report_note=reads.report_note,
                           prefix=args.annotation_prefix, notes=reads.notes)
@@ -118,25 +134,14 @@ def run_job(args: argparse.Namespace, job: tuple[tuple[jobkinds.JobKind, ...], s
     """`explain KIND/NAME`: a distributed job's view (its root cause, rank, consequences);
     `-n` gives the namespace. Exit 1 with `--exit-code` when the job names a root cause."""
     kinds, name = job
-    try:
-        cfg = _config(args)
+
+    def read(cfg: ClusterConfig, api: ApiClient) -> jobreads.JobReads:
         namespace = names.namespace(args.namespace or cfg.namespace or "default")
-        api = ApiClient(cfg, user_agent=USER_AGENT)
-        reads = jobreads.read_all(api, kinds, namespace, name)
-    except (ConfigError, names.InvalidName) as exc:
-        print(f"gpu-auditor explain: {exc}", file=err)
-        return EXIT_USAGE
-    except ModuleNotFoundError as exc:
-        if exc.name != "yaml":
-            raise
-        print("gpu-auditor explain: reading a kubeconfig needs PyYAML: "
-              "pip install 'gpu-auditor[kubectl]'", file=err)
-        return EXIT_USAGE
-    except APIError as exc:
-        what = ("not found" if isinstance(exc, APINotFoundError) else
-                "forbidden to your account" if isinstance(exc, APIForbiddenError) else str(exc))
-        print(f"gpu-auditor explain: {args.pod}: {what}", file=err)
-        return EXIT_USAGE
+        return jobreads.read_all(api, kinds, namespace, name)
+
+    reads = _read(args, err, args.pod, read)
+    if isinstance(reads, int):
+        return reads
     view = job_view(reads.kind, reads.obj, pods=reads.pods, events=reads.events,
                     prefix=args.annotation_prefix, notes=reads.notes)
     if args.json:
