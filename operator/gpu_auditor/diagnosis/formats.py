@@ -20,6 +20,7 @@ TORCH = "torch"  # CUDA/HIP out of memory. Tried to allocate ... (1.x and 2.x wo
 TORCH_ASYNC = "torch-async"  # backend:cudaMallocAsync: would exceed allowed memory
 TORCH_RAW = "torch-raw"  # CUDA error: out of memory (no figures)
 TENSORFLOW = "tensorflow"  # OOM when allocating tensor ...
+BFC = "bfc"  # Allocator (GPU_0_bfc) ran out of memory trying to allocate X ... requested by op
 XLA = "xla"  # RESOURCE_EXHAUSTED: Out of memory while trying to allocate ...
 CUPY = "cupy"  # cupy.cuda.memory.OutOfMemoryError: Out of memory allocating ...
 NCCL = "nccl"  # Cuda failure 'out of memory'
@@ -53,6 +54,7 @@ PRIORITY: Final[dict[str, int]] = {
     TORCH_RAW: 3,
     HOST_ALLOC: 2,
     RETRY_EXHAUSTED: 2,
+    BFC: 2,
     HOST_KILLED: 1,
 }
 
@@ -73,6 +75,12 @@ KEYWORDS: Final[tuple[bytes, ...]] = (
     b"to allocate memory",
     b"Not enough memory to handle",
     b"not enough memory",
+    b"Tried to allocate",
+    b"killed",
+    b"Out Of Memory",
+    b"oom_kill",
+    b"Failed to allocate request",
+    b"Cannot malloc",
 )
 """Byte strings at least one of which every family's failure line contains (second filter)."""
 
@@ -84,6 +92,11 @@ ANCHORS: Final[tuple[bytes, ...]] = (
     b"in KV cache",
     b"executable batch",
     b"Killed",
+    b"to allocate",
+    b"killed",
+    b"Memory",
+    b"oom_kill",
+    b"Cannot malloc",
 )
 """Fewer, shorter strings, one inside every keyword: the scan searches the whole input only for
 these (each search is one C pass over the chunk), then checks the hit's line for a keyword."""
@@ -151,21 +164,33 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"\b(?:CUDA|HIP) out of memory\. (?:Tried to allocate|GPU \d)|"
             r"\b(?:CUDA|HIP) out of memory\.\s{0,64}$|OutOfMemoryError: (?:CUDA|HIP) out of memory|"
             # the same message lower-cased, as people paste it into issue titles
-            r"\b(?:cuda|hip) out of memory\. tried to allocate \d"
+            r"\b(?:cuda|hip) out of memory\. tried to allocate \d|"
+            # the message pasted from its second sentence (1.x: "(GPU 0; 7.92 GiB total ...")
+            r"^Tried to allocate [\d.]{1,24} [KMG]iB \(GPU \d{1,5}; "
         ),
     ),
     (TORCH_ASYNC, re.compile(r"would exceed allowed memory\.? \(out of memory\)")),
     (TENSORFLOW, re.compile(r"\bOOM when allocating tensor\b")),
+    # the BFC allocator (TensorFlow, XLA) failing an op's allocation; its "not a failure" warning
+    # says "caller" instead. The framework's own error, when it follows, is the richer line.
+    (BFC, re.compile(r"ran out of memory trying to allocate [^\n]{0,64}requested by op\b")),
     (
         XLA,
         re.compile(
             r"RESOURCE_EXHAUSTED:.{0,80}?(?:Out of memory|out of memory|"
             r"CUDA_ERROR_OUT_OF_MEMORY)|"
             # older XLA/JAX releases
-            r"Resource exhausted: Out of memory while trying to allocate"
+            r"Resource exhausted: Out of memory while trying to allocate|"
+            r"(?:RESOURCE_EXHAUSTED|Resource exhausted): Failed to allocate request for \d"
         ),
     ),
-    (PADDLE, re.compile(r"Out of memory error on GPU \d{1,5}\. Cannot allocate")),
+    (
+        PADDLE,
+        re.compile(
+            r"Out of memory error on GPU \d{1,5}\. Cannot allocate|"
+            r"Cannot malloc [\d.]{1,24} MB GPU memory"
+        ),
+    ),
     (TENSORRT, re.compile(r"Error Code 1: Cuda Runtime \(out of memory\)")),
     (
         MXNET,
@@ -198,8 +223,8 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
         TORCH_RAW,
         re.compile(
             r"\b(?:CUDA|HIP) [Ee]rror: out of memory\b|"
-            # torch 0.x's THC wording
-            r"\bcuda runtime error \(2\) : out of memory"
+            # torch 0.x's THC wording; CTranslate2 (faster-whisper)
+            r"\bcuda runtime error \(2\) : out of memory|\bCUDA failed with error out of memory\b"
         ),
     ),
     (HOST_ALLOC, re.compile(r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)")),
@@ -212,7 +237,11 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
         HOST_KILLED,
         re.compile(
             r"DataLoader worker \(pid\(?s?\)? [\d, ]{1,64}\)? is killed by signal: Killed|"
-            r"(?:^|\])[ \t]{0,8}Killed[ \t]{0,8}$|\bline \d{1,9}: {1,8}\d{1,9} Killed\b"
+            r"(?:^|\])[ \t]{0,8}Killed[ \t]{0,8}$|\bline \d{1,9}: {1,8}\d{1,9} Killed\b|"
+            # zsh's job report; the kernel's own words (dmesg); Slurm's cgroup OOM killer
+            r"(?:^|\])\[\d{1,5}\][ \t]{1,16}\d{1,9} killed[ \t]{1,16}\S|"
+            r"\bOut of memory: Kill(?:ed)? process \d{1,9}\b|"
+            r"\bDetected \d{1,9} oom_kill events? in \w|\btask \d{1,9}: Out Of Memory\b"
         ),
     ),
 )
@@ -276,6 +305,7 @@ _FAMILY_FRAMEWORK: Final[dict[str, str | None]] = {
     ONNXRUNTIME: "onnxruntime",
     TGI: "tgi",
     HOST_KILLED: None,
+    BFC: None,
     NCCL: "nccl",
     CUDA_LIBRARY: "pytorch",
     VLLM: "vllm",
@@ -289,7 +319,7 @@ def framework_of(family: str, line: str) -> str | None:
     """The stack that raised the failure: the family's own, refined by markers on the line."""
     if family == XLA and re.search(r"tensorflow|ResourceExhaustedError", line):
         return "tensorflow"
-    if family in (TORCH_RAW, DRIVER, CUDA_LIBRARY, HOST_KILLED):
+    if family in (TORCH_RAW, DRIVER, CUDA_LIBRARY, HOST_KILLED, BFC):
         for name, marker in _FRAMEWORK_MARKERS:
             if marker.search(line):
                 return name

@@ -126,7 +126,7 @@ _TF_DTYPE_BYTES: Final[dict[str, int]] = {
 }
 _BFC_LIMIT: Final = re.compile(rf"^\s*Limit:\s+({_INT})\s*$")
 _BFC_IN_USE: Final = re.compile(rf"^\s*InUse:\s+({_INT})\s*$")
-_XLA_REQUEST: Final = _size_re(r"(?:trying to allocate|allocating) {S}")
+_XLA_REQUEST: Final = _size_re(r"(?:trying to allocate|allocating|allocate request for) {S}")
 _CUPY: Final = re.compile(
     r"Out of memory allocating ([\d,]{1,32}) bytes \(allocated so far: ([\d,]{1,32}) bytes\)"
 )
@@ -143,6 +143,7 @@ _DRIVER_REQUEST: Final = re.compile(r"failed to allocate [^(\n]{0,200}\((\d{1,32
 _TENSORRT_REQUEST: Final = re.compile(
     r"Requested amount of GPU memory \((\d{1,32}) bytes\) could not be allocated"
 )
+_PADDLE_MALLOC: Final = _size_re(r"Cannot malloc {S} GPU memory")
 _PADDLE: Final = re.compile(
     rf"Cannot allocate ({_S}) memory on GPU \d{{1,5}}, available memory is only\s{{0,64}}({_S})"
 )
@@ -312,6 +313,8 @@ def parse_hit(hit: Hit) -> OomEvent:
         figures, backend = _async_figures(message), "cudaMallocAsync"
     elif family == formats.TENSORFLOW:
         figures = _tensorflow_figures(message, hit)
+    elif family == formats.BFC:
+        figures = Figures(_find(_XLA_REQUEST, message))
     elif family == formats.XLA:
         limit, in_use = _bfc_stats(hit.before)
         figures = Figures(_find(_XLA_REQUEST, message), allowed_bytes=limit, allocated_bytes=in_use)
@@ -331,6 +334,9 @@ def parse_hit(hit: Hit) -> OomEvent:
         figures = Figures(_find(_VLLM_NEEDED, message), free_bytes=_find(_VLLM_AVAILABLE, message))
     elif family == formats.PADDLE:
         match = _PADDLE.search(message)
+        malloc = _PADDLE_MALLOC.search(message)
+        if malloc is not None:
+            figures = Figures(_binary_bytes(malloc.group(1)))
         if match is not None:
             # each size pattern holds three groups (the size, its number, its unit)
             requested, free = _binary_bytes(match.group(1)), _binary_bytes(match.group(4))

@@ -193,3 +193,42 @@ def test_tensorflow_failing_after_its_steps_is_not_its_start_up() -> None:
     d = diagnose(log)
     assert "phase" not in d.to_json_dict()
     assert d.kind == "capacity"
+
+
+PUBLIC2 = PUBLIC.parent / "public2"
+
+
+def second_set(log_id: str) -> str:
+    """A log of the second public set: held out until it was scored blind
+    (evaluation/results/public2-score-after.md, at 2bb226f), calibration since."""
+    return (PUBLIC2 / "logs" / f"{log_id}.log").read_text(errors="replace")
+
+
+@pytest.mark.parametrize(
+    ("log_id", "kind"),
+    [
+        ("p-005", "gpu-shared"),  # "Tried to allocate ..." pasted without its head; 7.92 GiB card
+        ("p-022", "capacity"),  # the same, a 1.96 GiB card
+        ("p-015", "host-oom-killed"),  # zsh: "[1]    26478 killed     python test.py" after tqdm
+        ("p-034", None),  # CTranslate2: "CUDA failed with error out of memory"
+        ("q-001", None),  # XLA: "RESOURCE_EXHAUSTED: Failed to allocate request for 5.66GiB"
+        ("q-005", "capacity"),  # Paddle: "Cannot malloc 11053.8 MB GPU memory"
+        ("q-017", None),  # BFC: "ran out of memory trying to allocate ... requested by op"
+        ("q-020", "host-oom-killed"),  # Slurm: "Detected 1 oom_kill event in StepId=..."
+        ("q-026", "host-oom-killed"),  # the kernel: "Out of memory: Kill process 10192 (python)"
+    ],
+)
+def test_the_second_sets_words_are_out_of_memory_failures(log_id: str, kind: str | None) -> None:
+    d = diagnose(second_set(log_id))
+    assert d.detected, log_id
+    if kind is not None:
+        assert d.kind == kind, d.summary
+
+
+def test_a_request_printed_before_the_framework_error_gives_way_to_it() -> None:
+    """XLA's BFC allocator prints its failed op before JAX raises RESOURCE_EXHAUSTED: the
+    framework's own error is the failure reported, with the BFC figures before it."""
+    d = diagnose((PUBLIC.parents[1] / "tests" / "fixtures" / "oom" / "corpus" / "jax_oom.log")
+                 .read_text())
+    assert (d.framework, d.to_json_dict()["message"].startswith("jax.errors.JaxRuntimeError"))\
+        == ("jax", True)
