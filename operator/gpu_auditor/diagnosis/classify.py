@@ -42,6 +42,7 @@ when defragmenting leaves less than ``THIN_HEADROOM_SHARE`` of T spare).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from . import formats
@@ -225,6 +226,13 @@ class _Facts:
         failures print figures (the TORCH family); a raw error there is the context's."""
         return self.family == formats.TORCH_RAW and self.phase in (CUDA_INIT, LOADING)
 
+    def held_at_start(self) -> int | None:
+        """What others held of the GPU when the job checked it at start (vLLM's own check)."""
+        f = self.f
+        if f.total_bytes is None or f.free_bytes is None:
+            return None
+        return f.total_bytes - f.free_bytes
+
     def taken_before_start(self) -> bool:
         """TensorFlow failed reserving the GPU at its start, and the device it found then was
         (near) full: another process held it before the job began."""
@@ -398,6 +406,11 @@ class _Facts:
 def _primary(x: _Facts) -> str:
     if x.family in (formats.HOST_ALLOC, formats.HOST_KILLED):
         return "host-oom-killed"
+    if x.family == formats.VLLM_STARTUP:  # vLLM checked the free memory before it started
+        held = x.held_at_start()
+        return "gpu-shared" if held is not None and held >= GPU_SHARED_MIN_BYTES else (
+            "memory-fraction-cap"
+        )
     if x.phase == STARTUP:  # TensorFlow's reservation at start, not the model's work
         return "gpu-shared" if x.taken_before_start() else "memory-fraction-cap"
     if x.too_big():
@@ -519,6 +532,14 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
             f"memory-fraction-cap: {fs(a)} allocated + the {fs(r)} request exceed the "
             f"{fs(f.allowed_bytes)} allowed by the memory fraction, while the GPU had "
             f"{fs(free)} free"
+        )
+    if x.family == formats.VLLM_STARTUP:
+        share = math.floor((free or 0) / (t or 1) * 100) / 100
+        lead = "gpu-shared" if kind == "gpu-shared" else "memory-fraction-cap"
+        return (
+            f"{lead}: vLLM found {fs(free)} free of the {fs(t)} GPU at start, less than the "
+            f"{fs(r)} its gpu_memory_utilization asks: {fs(x.held_at_start())} was held by other "
+            f"processes; at most {share:.2f} of the GPU is there to take"
         )
     if kind == "gpu-shared" and x.taken_before_start():
         return (

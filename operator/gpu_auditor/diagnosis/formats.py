@@ -21,6 +21,7 @@ TORCH_ASYNC = "torch-async"  # backend:cudaMallocAsync: would exceed allowed mem
 TORCH_RAW = "torch-raw"  # CUDA error: out of memory (no figures)
 TENSORFLOW = "tensorflow"  # OOM when allocating tensor ...
 BFC = "bfc"  # Allocator (GPU_0_bfc) ran out of memory trying to allocate X ... requested by op
+VLLM_STARTUP = "vllm-startup"  # vLLM: Free memory on device (F/T GiB) on startup is less than ...
 XLA = "xla"  # RESOURCE_EXHAUSTED: Out of memory while trying to allocate ...
 CUPY = "cupy"  # cupy.cuda.memory.OutOfMemoryError: Out of memory allocating ...
 NCCL = "nccl"  # Cuda failure 'out of memory'
@@ -55,6 +56,7 @@ PRIORITY: Final[dict[str, int]] = {
     HOST_ALLOC: 2,
     RETRY_EXHAUSTED: 2,
     BFC: 2,
+    VLLM_STARTUP: 8,
     HOST_KILLED: 1,
 }
 
@@ -81,6 +83,7 @@ KEYWORDS: Final[tuple[bytes, ...]] = (
     b"oom_kill",
     b"Failed to allocate request",
     b"Cannot malloc",
+    b"Free memory on device",
 )
 """Byte strings at least one of which every family's failure line contains (second filter)."""
 
@@ -205,6 +208,10 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
     ),
     (TGI, re.compile(r"Not enough memory to handle \d{1,9} prefill tokens")),
     (
+        VLLM_STARTUP,
+        re.compile(r"Free memory on device \([\d./ ]{1,32}GiB\) on startup is less than desired"),
+    ),
+    (
         CUPY,
         re.compile(r"OutOfMemoryError: (?:Out of memory allocating|out of memory to allocate) \d"),
     ),
@@ -306,6 +313,7 @@ _FAMILY_FRAMEWORK: Final[dict[str, str | None]] = {
     TGI: "tgi",
     HOST_KILLED: None,
     BFC: None,
+    VLLM_STARTUP: "vllm",
     NCCL: "nccl",
     CUDA_LIBRARY: "pytorch",
     VLLM: "vllm",

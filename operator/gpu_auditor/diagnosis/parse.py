@@ -135,6 +135,10 @@ _CUPY_OLD: Final = re.compile(
 )
 _ONNX_REQUEST: Final = re.compile(r"requested buffer of size (\d{1,32})\b")
 _VLLM_NEEDED: Final = _size_re(r"\({S} KV cache is needed")
+_VLLM_STARTUP: Final = re.compile(
+    r"Free memory on device \(([\d.]{1,24})/([\d.]{1,24}) GiB\) on startup is less than desired "
+    r"GPU memory utilization \([\d.]{1,24}, ([\d.]{1,24}) GiB\)"
+)
 _VLLM_AVAILABLE: Final = _size_re(r"available KV cache memory \({S}\)")
 _BYTES_REQUEST: Final = re.compile(
     r"(?:allocate|calloc|malloc|alloc)\w{0,24}\s{1,8}([\d,]{1,32}) bytes"
@@ -313,6 +317,11 @@ def parse_hit(hit: Hit) -> OomEvent:
         figures, backend = _async_figures(message), "cudaMallocAsync"
     elif family == formats.TENSORFLOW:
         figures = _tensorflow_figures(message, hit)
+    elif family == formats.VLLM_STARTUP:
+        match = _VLLM_STARTUP.search(message)
+        if match is not None:
+            free, total, wanted = (to_bytes(match.group(i), "GiB") for i in (1, 2, 3))
+            figures = Figures(wanted, total_bytes=total, free_bytes=free)
     elif family == formats.BFC:
         figures = Figures(_find(_XLA_REQUEST, message))
     elif family == formats.XLA:

@@ -274,6 +274,12 @@ def _framework_actions(ctx: Context) -> list[str]:
 
 def _kind_actions(ctx: Context) -> list[str]:
     kind, f, fam = ctx.verdict.kind, ctx.verdict.figures, ctx.event.family
+    if fam == formats.VLLM_STARTUP and f.free_bytes is not None and f.total_bytes:
+        most = math.floor(f.free_bytes / f.total_bytes * 100) / 100
+        return [
+            f"lower gpu_memory_utilization to at most {most:.2f} (what was free at start), or "
+            "stop what else holds the GPU (nvidia-smi; the node's GPUNodeReport names pods)",
+        ]
     if kind == "gpu-shared":
         if f.other_processes:
             out = [

@@ -174,8 +174,9 @@ def _real_log_lines() -> list[str]:
         split = json.loads((public / "split.json").read_text())
         ids = sorted(split["calibration"] + split["held-out"])
         paths += [public / "logs" / f"{log_id}.log" for log_id in ids]
-    # the second public set, scored blind at 2bb226f and calibration since
+    # the second and third public sets, scored blind (2bb226f, 7084003) and calibration since
     paths += sorted((root / "evaluation" / "public2" / "logs").glob("*.log"))
+    paths += sorted((root / "evaluation" / "public3" / "logs").glob("*.log"))
     lines: list[str] = []
     for path in paths:
         text = path.read_bytes().decode("utf-8", errors="replace")

@@ -232,3 +232,13 @@ def test_a_request_printed_before_the_framework_error_gives_way_to_it() -> None:
                  .read_text())
     assert (d.framework, d.to_json_dict()["message"].startswith("jax.errors.JaxRuntimeError"))\
         == ("jax", True)
+
+
+def test_vllm_finding_less_free_than_its_utilization_at_start_names_the_others() -> None:
+    """The third public set (scored blind at 7084003, calibration since): vLLM's start-up check
+    found 67.24 of 79.25 GiB free for a 0.9 utilization; other processes held the rest."""
+    text = (PUBLIC.parent / "public3" / "logs" / "r-022.log").read_text(errors="replace")
+    d = diagnose(text)
+    assert (d.framework, d.kind) == ("vllm", "gpu-shared")
+    assert "at most 0.84 of the GPU is there to take" in d.summary
+    assert d.recommendation.actions[0].startswith("lower gpu_memory_utilization to at most 0.84")
