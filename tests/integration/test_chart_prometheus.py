@@ -51,7 +51,8 @@ GRAFANA_VARIABLES = {"$__rate_interval": "1m", "$__interval": "1m", "$__range": 
 OPERATOR_METRICS = {"gpu_auditor_diagnoses_total", "gpu_auditor_sharing_findings_total",
                     "gpu_auditor_operator_log_fetch_failures_total",
                     "gpu_auditor_operator_diagnosis_latency_seconds_bucket",
-                    "gpu_auditor_operator_diagnosis_latency_seconds_count"}
+                    "gpu_auditor_operator_diagnosis_latency_seconds_count",
+                    "gpu_auditor_recommendation_outcomes_total"}
 MIB = 2**20
 
 
@@ -242,6 +243,8 @@ def test_every_dashboard_panel_query_runs_and_agent_panels_show_data(
     assert set(empty_operator_panels) == {
         "CUDA OOM diagnoses by kind", "Diagnoses in the selected range",
         "Sharing findings annotated", "Diagnosis latency", "Log fetch failures", "Operator up",
+        "Recommendation precision", "Recommendation outcomes",
+        "Outcomes by setting in the selected range",
     }
 
 
