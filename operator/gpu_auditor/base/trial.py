@@ -28,6 +28,7 @@ from enum import StrEnum
 from typing import Any, Final
 
 from gpu_auditor.base.contract import Annotation
+from gpu_auditor.base.timestamps import parse_time, stamp
 from gpu_auditor.diagnosis import allocconf
 from gpu_auditor.diagnosis.torchversion import UNKNOWN, TorchRange, parse_torch_version
 
@@ -163,7 +164,7 @@ def trial_annotations(trial: Trial, prefix: str) -> dict[str, str | None]:
         "setting": trial.setting, "value": trial.value, "kind": trial.kind,
         "container": trial.container, "failedPod": trial.failed_pod,
         "failedPodUID": trial.failed_uid,
-        "failedAt": _stamp(trial.failed_at) if trial.failed_at else None,
+        "failedAt": stamp(trial.failed_at) if trial.failed_at else None,
         "ranSeconds": round(trial.ran_seconds, 3) if trial.ran_seconds is not None else None,
         "release": trial.release, "judgedPod": trial.judged_pod,
         "counted": [str(o) for o in trial.counted], "rejected": list(trial.rejected),
@@ -204,7 +205,7 @@ def parse_trial(annotations: Mapping[str, Any], prefix: str) -> Trial | None:
         kind=_text(data.get("kind"), 64), container=_text(data.get("container"), MAX_TEXT),
         failed_pod=_text(data.get("failedPod"), MAX_TEXT),
         failed_uid=_text(data.get("failedPodUID"), 64),
-        failed_at=_time(data.get("failedAt")),
+        failed_at=parse_time(data.get("failedAt")),
         ran_seconds=float(ran) if isinstance(ran, int | float) and not isinstance(ran, bool)
         and 0 <= ran < 10**9 else None,
         release=_release(data.get("release")),
@@ -250,17 +251,3 @@ def release_range(hint: str | None) -> TorchRange:
 
 def _release(value: object) -> str | None:
     return value if isinstance(value, str) and _HINT.fullmatch(value) else None
-
-
-def _stamp(when: dt.datetime) -> str:
-    return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _time(value: object) -> dt.datetime | None:
-    if not isinstance(value, str) or len(value) > 40:
-        return None
-    try:
-        found = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return found if found.tzinfo else found.replace(tzinfo=dt.UTC)

@@ -24,6 +24,7 @@ from gpu_auditor.base.contract import (
     EventReason,
 )
 from gpu_auditor.base.nodereport import Finding
+from gpu_auditor.base.timestamps import stamp
 from gpu_auditor.controller import bounded
 from gpu_auditor.controller.pod import AllocConf, DiagnosedKeys, Pod, Termination, recorded
 from gpu_auditor.controller.probe import ProbeUse
@@ -173,7 +174,7 @@ def diagnosis_annotations(
         Annotation.EVIDENCE: bounded.json_object(
             fields, LIMITS[Annotation.EVIDENCE], string_limit=ITEM_LIMIT,
             list_limit=EVIDENCE_LIST_LIMIT),
-        Annotation.DIAGNOSED_AT: _timestamp(now),
+        Annotation.DIAGNOSED_AT: stamp(now),
         Annotation.DIAGNOSED_KEY: diagnosed_key(previous_keys, termination),
     }
     if recommended:
@@ -212,7 +213,7 @@ def failure_annotations(
     return {
         f"{prefix}{Annotation.DIAGNOSIS_FAILED}": value(
             Annotation.DIAGNOSIS_FAILED, f"{termination.key}: {reason}: {detail}"),
-        f"{prefix}{Annotation.DIAGNOSED_AT}": _timestamp(now),
+        f"{prefix}{Annotation.DIAGNOSED_AT}": stamp(now),
         f"{prefix}{Annotation.DIAGNOSED_KEY}": diagnosed_key(previous_keys, termination),
     }
 
@@ -280,7 +281,3 @@ def _joined(items: list[str], name: Annotation) -> str:
             break
         kept.append(item)
     return ",".join([*kept, f"(+{len(items) - len(kept)} more)"])
-
-
-def _timestamp(now: dt.datetime) -> str:
-    return now.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpu_auditor.base.contract import Annotation, EventReason
+from gpu_auditor.base.timestamps import stamp
 from gpu_auditor.controller import bounded
 from gpu_auditor.controller.annotations import (
     EVENT_MESSAGE_LIMIT,
@@ -130,7 +131,7 @@ def job_annotations(root: RootCause, verdict: Verdict, *, prefix: str, now: dt.d
         Annotation.EVIDENCE: bounded.json_object(
             fields, LIMITS[Annotation.EVIDENCE], string_limit=ITEM_LIMIT,
             list_limit=EVIDENCE_LIST_LIMIT),
-        Annotation.DIAGNOSED_AT: _timestamp(now),
+        Annotation.DIAGNOSED_AT: stamp(now),
         Annotation.DIAGNOSED_POD: bounded.clip(f.ref, LIMITS[Annotation.DIAGNOSED_POD]),
         Annotation.ROOT_CAUSE_POD: bounded.clip(f.ref, JOB_LIMITS[Annotation.ROOT_CAUSE_POD]),
         Annotation.ROOT_CAUSE_RANK: str(root.rank) if root.rank is not None else None,
@@ -173,7 +174,7 @@ def pointer_annotations(failure: Failure, termination: Termination, root: RootCa
         f"{prefix}{Annotation.ROOT_CAUSE_POD}": bounded.clip(
             root.failure.ref, JOB_LIMITS[Annotation.ROOT_CAUSE_POD]),
         f"{prefix}{Annotation.CONSEQUENCE}": consequence_text(failure, root, verdict),
-        f"{prefix}{Annotation.DIAGNOSED_AT}": _timestamp(now),
+        f"{prefix}{Annotation.DIAGNOSED_AT}": stamp(now),
         f"{prefix}{Annotation.DIAGNOSED_KEY}": diagnosed_key(previous_keys, termination),
     }
 
@@ -202,7 +203,3 @@ def keys_of(raw: str | None) -> DiagnosedKeys:
 
 def _iso(when: dt.datetime | None) -> str | None:
     return when.astimezone(dt.UTC).isoformat().replace("+00:00", "Z") if when else None
-
-
-def _timestamp(now: dt.datetime) -> str:
-    return now.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

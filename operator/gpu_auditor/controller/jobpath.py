@@ -38,10 +38,10 @@ from collections import OrderedDict
 from collections.abc import Callable, Collection
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
 
 from gpu_auditor.base.contract import Annotation, EventReason
 from gpu_auditor.base.errors import APIError, APIForbiddenError, APINotFoundError
+from gpu_auditor.base.timestamps import parse_time
 from gpu_auditor.controller import annotations as notes
 from gpu_auditor.controller import jobnotes, jobowners, metrics
 from gpu_auditor.controller.diagnosispool import DiagnosisFailed
@@ -465,7 +465,7 @@ def remembered_root(job: VerifiedJob, prefix: str, namespace: str) -> RootCause 
     if not isinstance(evidence, dict) or "/" not in ref:
         return None
     ns, _, pod = ref.partition("/")
-    failed_at = _time(evidence.get("failedAt"))
+    failed_at = parse_time(evidence.get("failedAt"))
     uid, container = evidence.get("rootCausePodUID"), evidence.get("container")
     restart = evidence.get("restartCount")
     if ns != namespace or failed_at is None or not isinstance(uid, str) or not isinstance(
@@ -506,14 +506,6 @@ def _failure(pod: Pod, member: JobMember, t: Termination, found: Diagnosed) -> F
                    position=member.position, index=member.index)
 
 
-def _time(value: Any) -> dt.datetime | None:
-    if not isinstance(value, str) or len(value) > 40:
-        return None
-    try:
-        found = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return found if found.tzinfo else found.replace(tzinfo=dt.UTC)
 
 
 def _shown(key: GroupKey) -> str:

@@ -20,6 +20,7 @@ from gpu_auditor.base.containerenv import container_env
 from gpu_auditor.base.contract import IGNORE_LABEL, Annotation
 from gpu_auditor.base.jobkinds import COMPLETION_INDEX
 from gpu_auditor.base.podspec import ALLOC_CONF_VARIABLES, torch_version_hint
+from gpu_auditor.base.timestamps import parse_time
 
 MAX_ALLOC_CONF = 1024
 """Characters of a job's allocator setting the operator reads: every key torch has, each with a
@@ -122,8 +123,8 @@ def _termination(
     return Termination(
         container=container, restart_count=restart_count, reason=reason, exit_code=exit_code,
         message=str(terminated.get("message") or ""),
-        finished_at=_time(terminated.get("finishedAt")), previous=previous,
-        started_at=_time(terminated.get("startedAt")),
+        finished_at=parse_time(terminated.get("finishedAt")), previous=previous,
+        started_at=parse_time(terminated.get("startedAt")),
     )
 
 
@@ -291,7 +292,7 @@ def parse_pod(body: Mapping[str, Any], prefix: str) -> Pod:
         terminations=failed,
         completion_index=_index(raw_notes.get(COMPLETION_INDEX, labels.get(COMPLETION_INDEX)))
         if failed else None,
-        created_at=_time(meta.get("creationTimestamp")) if failed else None,
+        created_at=parse_time(meta.get("creationTimestamp")) if failed else None,
     )
 
 
@@ -366,13 +367,3 @@ def _int(value: object) -> int:
     except ValueError:
         return 0
     return number if -(2**31) <= number < 2**31 else 0
-
-
-def _time(value: object) -> dt.datetime | None:
-    if not isinstance(value, str) or len(value) > 64:
-        return None
-    try:
-        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)

@@ -34,6 +34,7 @@ from gpu_auditor.base import jobkinds as jk
 from gpu_auditor.base import names
 from gpu_auditor.base.contract import Annotation, EventReason
 from gpu_auditor.base.errors import TRANSIENT, APIError, APINotFoundError
+from gpu_auditor.base.timestamps import parse_time
 from gpu_auditor.base.trial import (
     Outcome,
     Trial,
@@ -306,7 +307,7 @@ class Trials:
                         controller_reference(meta.get("ownerReferences")), labels)
         if f"{self.prefix}{Annotation.RECOMMENDED_ALLOC_CONF}" in found:
             if key is not None and self.index.get(key) is None:
-                self.index.add(key, _time(meta.get("creationTimestamp")) or _EPOCH)
+                self.index.add(key, parse_time(meta.get("creationTimestamp")) or _EPOCH)
             return False  # the failed pod itself: the OOM path's
         seen = _seen(body)
         if seen is None or self.handled.get((meta.get("uid"), seen)) is not None:
@@ -314,7 +315,7 @@ class Trials:
         if f"{self.prefix}{Annotation.RECOMMENDATION_APPLIED}" in found:
             return True
         after = self.index.get(key) if key is not None else None
-        created = _time(meta.get("creationTimestamp"))
+        created = parse_time(meta.get("creationTimestamp"))
         return after is not None and (created is None or created >= after)
 
     def follow(self, body: Mapping[str, Any]) -> None:
@@ -371,7 +372,7 @@ class Trials:
         if _attempt(facts, trial).carries(trial.setting) is not Carries.WITH:
             return
         state = _map(_map(facts.statuses.get(trial.container)).get("state"))
-        started_at = _time(_map(state.get("running")).get("startedAt"))
+        started_at = parse_time(_map(state.get("running")).get("startedAt"))
         if started_at is None:
             return
         at = ran_past_at(trial, started_at)
@@ -390,7 +391,7 @@ class Trials:
         now = _facts(body, self.prefix)
         running = _map(_map(now.statuses.get(container)).get("state")).get("running")
         if now.uid != facts.uid or not isinstance(running, Mapping) or \
-                _time(running.get("startedAt")) != started_at:
+                parse_time(running.get("startedAt")) != started_at:
             return  # gone, or restarted meanwhile (a failure: the OOM path's)
         try:
             self._judge(now, Seen.RAN_PAST)
@@ -573,7 +574,7 @@ def _facts(body: Mapping[str, Any], prefix: str) -> Facts:
                   and index.isdigit() and len(index) <= 9 else None)
     return Facts(
         namespace=str(meta.get("namespace") or ""), name=str(meta.get("name") or ""),
-        uid=str(meta.get("uid") or ""), created_at=_time(meta.get("creationTimestamp")),
+        uid=str(meta.get("uid") or ""), created_at=parse_time(meta.get("creationTimestamp")),
         labels=labels, controller=controller_reference(meta.get("ownerReferences")),
         containers=containers, statuses=statuses,
         applied=applied if isinstance(applied, str) else "", seen=_seen(body), pod=pod)
@@ -635,16 +636,3 @@ def _map(value: object) -> Mapping[str, Any]:
 
 def _list(value: object) -> list[Any]:
     return value if isinstance(value, list) else []
-
-
-def _time(value: object) -> dt.datetime | None:
-    if not isinstance(value, str) or len(value) > 40:
-        return None
-    try:
-        found = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return found if found.tzinfo else found.replace(tzinfo=dt.UTC)
-
-
-__all__ = ["Prepared", "Trials", "outcome_message", "owner_key"]
