@@ -49,12 +49,11 @@ from gpu_auditor.diagnosis import allocconf
 from gpu_auditor.diagnosis.torchversion import TorchRange, parse_torch_version
 
 from .findings import shown
+from .objects import opted_in
 
 APPLY_LABEL: Final = "gpu-auditor.io/apply-recommendation"
 """On a namespace or a pod (template): ``true`` opts in; on a pod, ``false`` opts out of its
 namespace's."""
-OPT_IN: Final = "true"
-OPT_OUT: Final = "false"
 CUDA_VARIABLE, GENERIC_VARIABLE = ALLOC_CONF_VARIABLES
 GENERIC_FROM: Final = (2, 9)
 """The first torch release that reads `PYTORCH_ALLOC_CONF` (when the old name is not set)."""
@@ -86,14 +85,7 @@ class Application:
 
 def wants_recommendation(pod: Mapping[str, Any], *, namespace_opted_in: bool) -> bool:
     """The pod's own label decides; without one, its namespace's opt-in (never by default)."""
-    meta = pod.get("metadata")
-    labels = meta.get("labels") if isinstance(meta, Mapping) else None
-    label = labels.get(APPLY_LABEL) if isinstance(labels, Mapping) else None
-    if label == OPT_IN:
-        return True
-    if label == OPT_OUT:
-        return False
-    return namespace_opted_in
+    return opted_in(pod, APPLY_LABEL, namespace_opted_in=namespace_opted_in)
 
 
 def recommended(annotations: Mapping[str, Any], prefix: str, owner: str) -> Recommended | None:

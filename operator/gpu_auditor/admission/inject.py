@@ -29,11 +29,10 @@ from typing import Any, Final
 from gpu_auditor.base.containerenv import container_env
 
 from .findings import shown
+from .objects import opted_in
 
 PROBE_LABEL: Final = "gpu-auditor.io/probe"
 """On a pod or a namespace: ``true`` opts in; on a pod, ``false`` opts out of its namespace's."""
-OPT_IN: Final = "true"
-OPT_OUT: Final = "false"
 VOLUME: Final = "gpu-auditor-probe"
 PROBE_DIR: Final = "/opt/gpu-auditor/probe"
 COPY_TO: Final = "/probe"
@@ -51,14 +50,7 @@ class Injection:
 
 def wants_probe(pod: Mapping[str, Any], *, namespace_opted_in: bool) -> bool:
     """The pod's own label decides; without one, its namespace's opt-in (never by default)."""
-    meta = pod.get("metadata")
-    labels = meta.get("labels") if isinstance(meta, Mapping) else None
-    label = labels.get(PROBE_LABEL) if isinstance(labels, Mapping) else None
-    if label == OPT_IN:
-        return True
-    if label == OPT_OUT:
-        return False
-    return namespace_opted_in
+    return opted_in(pod, PROBE_LABEL, namespace_opted_in=namespace_opted_in)
 
 
 def init_container(image: str, pull_policy: str | None) -> dict[str, Any]:

@@ -12,6 +12,23 @@ from typing import Any, Final
 
 from .findings import NOT_CHECKED, Budget, Finding, OverBudget, check_container, shown
 
+OPT_IN: Final = "true"
+OPT_OUT: Final = "false"
+
+
+def opted_in(pod: Mapping[str, Any], label: str, *, namespace_opted_in: bool) -> bool:
+    """The pod's own ``label`` decides (``OPT_IN``/``OPT_OUT``); without one, its namespace's
+    opt-in (never by default)."""
+    meta = pod.get("metadata")
+    labels = meta.get("labels") if isinstance(meta, Mapping) else None
+    value = labels.get(label) if isinstance(labels, Mapping) else None
+    if value == OPT_IN:
+        return True
+    if value == OPT_OUT:
+        return False
+    return namespace_opted_in
+
+
 TEMPLATE: Final = ("spec", "template", "spec")
 POD_SPEC_PATHS: Final[dict[str, tuple[str, ...]]] = {
     "Pod": ("spec",),
