@@ -9,9 +9,10 @@ the explanation was built (`explanation.text`).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
-from gpu_auditor.commands.explanation import Context, Explanation, GpuTenants
+from gpu_auditor.commands.explanation import Context, Event, Explanation, GpuTenants
 from gpu_auditor.diagnosis.model import Diagnosis, Figures, OtherProcess
 from gpu_auditor.diagnosis.sizes import format_size
 
@@ -137,14 +138,21 @@ def render(e: Explanation) -> str:
         lines += [INDENT * 2 + line for line in s.yaml.splitlines()]
     elif e.setting_withheld:
         lines += ["", f"No setting offered: {e.setting_withheld}"]
-    if e.events:
-        lines += ["", "Events from gpu-auditor:"]
-        for ev in e.events:
-            times = f" (x{ev.count})" if ev.count > 1 else ""
-            lines.append(f"{INDENT}{ev.last_seen}  {ev.type} {ev.reason}{times}: {ev.message}")
+    lines += event_lines(e.events)
     if e.notes:
         lines += ["", "Not shown:", *(f"{INDENT}- {n}" for n in e.notes)]
     return "\n".join(lines)
+
+
+def event_lines(events: Sequence[Event]) -> list[str]:
+    """The Events block of a pod's or a job's view ([] when there are none)."""
+    if not events:
+        return []
+    lines = ["", "Events from gpu-auditor:"]
+    for ev in events:
+        times = f" (x{ev.count})" if ev.count > 1 else ""
+        lines.append(f"{INDENT}{ev.last_seen}  {ev.type} {ev.reason}{times}: {ev.message}")
+    return lines
 
 
 def _plain(value: Any) -> Any:

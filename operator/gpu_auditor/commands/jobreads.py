@@ -13,7 +13,8 @@ from typing import Any
 from gpu_auditor.base import jobkinds as jk
 from gpu_auditor.base import names
 from gpu_auditor.base.client import ApiClient
-from gpu_auditor.base.errors import APIError, APIForbiddenError, APINotFoundError
+from gpu_auditor.base.errors import APIError, APINotFoundError
+from gpu_auditor.commands.podreads import why
 
 TIMEOUT = 15.0
 POD_LIMIT = 1000
@@ -38,14 +39,6 @@ def target(word: str) -> tuple[tuple[jk.JobKind, ...], str] | None:
         return None
     kinds = jk.by_word(kind)
     return (kinds, name) if kinds else None
-
-
-def _why(exc: APIError) -> str:
-    if isinstance(exc, APIForbiddenError):
-        return "forbidden to your account"
-    if isinstance(exc, APINotFoundError):
-        return "not found"
-    return str(exc)[:300]
 
 
 def read_object(api: ApiClient, kinds: tuple[jk.JobKind, ...], namespace: str, name: str
@@ -97,7 +90,7 @@ def read_all(api: ApiClient, kinds: tuple[jk.JobKind, ...], namespace: str, name
             if more:
                 notes.append(f"pods past the first {POD_LIMIT}: not read")
         except APIError as exc:
-            notes.append(f"the {kind.kind}'s pods: {_why(exc)}")
+            notes.append(f"the {kind.kind}'s pods: {why(exc)}")
     uid = (obj.get("metadata") or {}).get("uid")
     events: list[Any] = []
     try:
@@ -106,5 +99,5 @@ def read_all(api: ApiClient, kinds: tuple[jk.JobKind, ...], namespace: str, name
         items = body.get("items") if isinstance(body, dict) else None
         events = items if isinstance(items, list) else []
     except APIError as exc:
-        notes.append(f"Events: {_why(exc)}")
+        notes.append(f"Events: {why(exc)}")
     return JobReads(kind=kind, obj=obj, pods=pods, events=events, notes=tuple(notes))

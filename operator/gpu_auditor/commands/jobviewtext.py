@@ -15,6 +15,7 @@ from gpu_auditor.commands.explaintext import (
     _diagnosis_json,
     _figures,
     _plain,
+    event_lines,
 )
 from gpu_auditor.commands.explanation import Context
 from gpu_auditor.commands.jobview import JobView
@@ -53,11 +54,7 @@ def render(v: JobView) -> str:
     if others:
         lines += ["", "Pods with a diagnosis of their own:"]
         lines += [f"{INDENT}{p.pod}  {p.says}" for p in others]
-    if v.events:
-        lines += ["", "Events from gpu-auditor:"]
-        for ev in v.events:
-            times = f" (x{ev.count})" if ev.count > 1 else ""
-            lines.append(f"{INDENT}{ev.last_seen}  {ev.type} {ev.reason}{times}: {ev.message}")
+    lines += event_lines(v.events)
     if v.notes:
         lines += ["", "Not shown:", *(f"{INDENT}- {n}" for n in v.notes)]
     return "\n".join(lines)

@@ -52,7 +52,8 @@ def _ns_path(namespace: str, *parts: str) -> str:
                      *(names.segment(p) for p in parts)])
 
 
-def _why(exc: APIError) -> str:
+def why(exc: APIError) -> str:
+    """What an API refusal says to a person: not found, forbidden, or its own text (300 chars)."""
     if isinstance(exc, APIForbiddenError):
         return "forbidden to your account"
     if isinstance(exc, APINotFoundError):
@@ -98,7 +99,7 @@ def read_owners(api: ApiClient, namespace: str, pod: Mapping[str, Any],
         try:
             obj = api.request("GET", path, timeout=TIMEOUT)
         except APIError as exc:
-            notes.append(f"{kind}/{name}: {_why(exc)}; its own owner not looked up")
+            notes.append(f"{kind}/{name}: {why(exc)}; its own owner not looked up")
             break
         meta = (obj.get("metadata") or {}) if isinstance(obj, dict) else {}
     return tuple(chain)
@@ -109,7 +110,7 @@ def read_events(api: ApiClient, namespace: str, uid: str, notes: list[str]) -> l
     try:
         body = api.request("GET", _ns_path(namespace, "events"), query=query, timeout=TIMEOUT)
     except APIError as exc:
-        notes.append(f"Events: {_why(exc)}")
+        notes.append(f"Events: {why(exc)}")
         return []
     items = body.get("items") if isinstance(body, dict) else None
     return items if isinstance(items, list) else []
@@ -127,7 +128,7 @@ def read_report(api: ApiClient, node: object) -> tuple[NodeReport | None, str]:
     except APINotFoundError:
         return None, f"unknown: no {KIND} {node} (is the agent running on that node?)"
     except APIError as exc:
-        return None, f"unknown: {KIND} {node}: {_why(exc)}"
+        return None, f"unknown: {KIND} {node}: {why(exc)}"
     except InvalidReport as exc:
         return None, f"unknown: {KIND} {node} is unusable ({exc})"
     when = f", generated {report.generated_at}" if report.generated_at else ""
