@@ -131,7 +131,9 @@ def diagnose_scan(
         ))
     steps = finished_steps(hit.precontext)
     verdict = classify(event, node, growth, rate, record, phase, steps)
-    ctx = Context(event, verdict, release, current, chosen, node, growth, hit.precontext, phase)
+    ctx = Context(
+        event, verdict, release, current, chosen, node, growth, hit.precontext, phase, steps
+    )
     recommendation = recommend(ctx)
     extra: list[tuple[str, object]] = [
         ("backend", chosen if event.framework == "pytorch" else None)

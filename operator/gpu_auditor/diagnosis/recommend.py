@@ -35,6 +35,7 @@ from .phase import (
     tensorflow_phase,
 )
 from .sizes import format_size as fs
+from .thresholds import SETTING_MIN_FINISHED_STEPS
 from .torchversion import TorchRange
 
 MAX_SPLIT_SIZE_MB: Final = 128
@@ -142,6 +143,8 @@ class Context:
     """The log before the failure (bounded by the scanner): the job's own output and traceback."""
     phase: str | None = None
     """Where a PyTorch job failed (``phase.py``), read once by the caller."""
+    steps: int = 0
+    """Steps the log shows finished before the failure (``progress.finished_steps``)."""
 
 
 def _setting(ctx: Context) -> tuple[dict[str, str] | None, list[str]]:
@@ -197,6 +200,13 @@ def _alloc_conf(ctx: Context) -> tuple[str | None, list[str]]:
     if allocconf.check(value, ctx.release, ctx.backend, rocm=ctx.event.rocm).problems:
         return None, notes
     u = ctx.verdict.figures.reserved_unallocated_bytes
+    if ctx.steps < SETTING_MIN_FINISHED_STEPS:  # one message shows one allocation, not the step
+        return None, [
+            f"{ALLOC_CONF_ENV}={value} may let this allocation through (the allocator could "
+            f"reuse the {fs(u)} reserved but unallocated), but the log shows no finished step, "
+            "so it cannot show that the rest of the job fits: try it on one run, not as the fix",
+            REDUCE_PEAK[0],
+        ]
     notes.append(
         f"set {ALLOC_CONF_ENV}={value}: lets the allocator reuse the {fs(u)} reserved "
         "but unallocated"

@@ -65,6 +65,21 @@ between 17.7 % and 37.5 %. It holds at every card size because it is a share of 
 of the card or a byte count. With progress the shares above apply: the H200 jobs that fragmented
 over time (held-out A-D: 3.5-5 % idle after hundreds of steps) were fixed by a setting."""
 
+SETTING_MIN_FINISHED_STEPS: Final = 1
+"""An allocator setting is *recommended* for fragmentation only when the log shows at least this
+many finished steps; before that it is an action to try, beside reducing the peak.
+
+One message shows one allocation, not the step it belongs to: a setting can serve the failing
+request and the job still run out later in the step. Public threads (evaluation/public,
+public2, public3: 204 threads), every log the rules called fragmentation with no step in the
+log: none was fixed by the setting (a-006: releasing the cache after each eval; a-035: a leak of
+queued NCCL ops; r-034: less work; p-031: never settled). The threads that a setting did fix
+(a-007, r-046) show room or another process, not an idle cache. On the H200 the capped sweep
+rows without progress lines were fixed by a setting (sweep:J-cap-u960-h512,
+sweep:J-cap-pin8-frag_pinned): those lose the recommendation and keep the action (precision
+first: a wrong setting on a pod is worse than none). Every H200 job that fragmented over a run
+(held-out A-D, proof:frag_varlen, the cards' near-edge jobs) printed its steps."""
+
 FRAG_STEADY_STEPS: Final = 10
 FRAG_SHORT_RUN_REQUESTS: Final = 3
 """A job that finished fewer than ``FRAG_STEADY_STEPS`` steps has not seen its steps' shapes yet:

@@ -293,11 +293,12 @@ def rec(
     node: NodeEvidence | None = None,
     growth: Growth | None = None,
     shows_room: bool = False,
+    steps: int = 20,
 ) -> Recommendation:
     event = OomEvent("torch", framework, "CUDA out of memory", figures, rocm=rocm)
     verdict = Verdict(kind, contributing, "", figures, shows_room)
     checked = allocconf.check(current, release, backend, rocm=rocm) if current is not None else None
-    ctx = Context(event, verdict, release, checked, backend, node, growth, precontext, phase)
+    ctx = Context(event, verdict, release, checked, backend, node, growth, precontext, phase, steps)
     return recommend(ctx)
 
 
@@ -703,10 +704,11 @@ CAP_ACTION = "(torch.cuda.set_per_process_memory_fraction): the cap, not the GPU
 
 
 def rec_of(kind: str, figures: Figures, *, framework: str = "pytorch", rocm: bool = False,
-        current: allocconf.Checked | None = None, precontext: str = "") -> Recommendation:
+        current: allocconf.Checked | None = None, precontext: str = "",
+        steps: int = 20) -> Recommendation:
     event = OomEvent("torch", framework, "CUDA out of memory", figures, rocm=rocm)
     ctx = Context(event, Verdict(kind, (), "", figures), TORCH_2_11, current, allocconf.NATIVE,
-                  None, None, precontext, None)
+                  None, None, precontext, None, steps)
     return recommend(ctx)
 
 
@@ -962,3 +964,15 @@ def test_another_process_no_one_named_gets_the_check_to_run_on_the_node() -> Non
         "isolate the GPU: other processes hold 60.00 GiB of it; stop them or make sure one pod "
         "gets the whole GPU (request nvidia.com/gpu; check time-slicing/MPS)",
     )
+
+
+def test_fragmentation_without_a_finished_step_gets_the_setting_as_an_action_only() -> None:
+    # thresholds.SETTING_MIN_FINISHED_STEPS: one message shows one allocation, not the step; in
+    # the public threads no log without progress that read as fragmentation was fixed by a setting
+    r = rec(steps=0)
+    assert r.alloc_conf is None and r.env is None
+    assert r.actions[0].startswith("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True may let")
+    assert "no finished step" in r.actions[0] and "not as the fix" in r.actions[0]
+    assert r.actions[1].startswith(SMALLER_BATCH)
+    # one finished step is enough here (classify asks a short run for more idle cache)
+    assert rec(steps=1).alloc_conf == "expandable_segments:True"
