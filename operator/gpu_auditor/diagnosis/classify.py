@@ -411,6 +411,10 @@ def _primary(x: _Facts) -> str:
         return "gpu-shared" if held is not None and held >= GPU_SHARED_MIN_BYTES else (
             "memory-fraction-cap"
         )
+    if x.family in (formats.ENGINE_NO_CACHE, formats.ONNXRUNTIME_LIMIT):
+        # the engine's budget (vLLM's gpu_memory_utilization, SGLang's --mem-fraction-static)
+        # spent before any KV cache fit; ONNX Runtime's arena at its gpu_mem_limit
+        return "memory-fraction-cap"
     if x.phase == STARTUP:  # TensorFlow's reservation at start, not the model's work
         return "gpu-shared" if x.taken_before_start() else "memory-fraction-cap"
     if x.too_big():
@@ -521,6 +525,18 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
             "(per_process_gpu_memory_fraction of the GPU, nearly all of it by default): the GPU "
             "had less free than the fraction asks"
         )
+    if x.family == formats.ENGINE_NO_CACHE:
+        return (
+            "memory-fraction-cap: the engine's memory budget (vLLM's gpu_memory_utilization, "
+            "SGLang's --mem-fraction-static) was spent on the weights and the profiling run "
+            "before any KV cache fit"
+        )
+    if x.family == formats.ONNXRUNTIME_LIMIT:
+        asked = f" the {fs(r)} request" if r is not None else " the request"
+        return (
+            "memory-fraction-cap: ONNX Runtime's CUDA arena reached its own limit "
+            f"(gpu_mem_limit) before{asked}"
+        )
     if kind == "memory-fraction-cap":
         if not x.cap_binding():
             return (
@@ -559,9 +575,10 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
             + held
         )
     if kind == "gpu-shared" and not f.other_processes and x.unseen_is_another_process():
+        own = "Paddle" if event.framework == "paddle" else "PyTorch"
         return (
             f"gpu-shared: {fs(x.unseen_outside())} of the {fs(t)} GPU is held outside this "
-            f"process's PyTorch, more than the {fs(f.reserved_bytes)} PyTorch holds: most likely "
+            f"process's {own}, more than the {fs(f.reserved_bytes)} {own} holds: most likely "
             f"another process (the message lists none; the node report names them); the "
             f"{fs(r)} request found {fs(free)} free"
         )

@@ -27,6 +27,7 @@ CUPY = "cupy"  # cupy.cuda.memory.OutOfMemoryError: Out of memory allocating ...
 NCCL = "nccl"  # Cuda failure 'out of memory'
 CUDA_LIBRARY = "cuda-library"  # CUBLAS_STATUS_ALLOC_FAILED, CUDNN_STATUS_ALLOC_FAILED
 VLLM = "vllm"  # KV cache does not fit
+ENGINE_NO_CACHE = "engine-no-cache"  # vLLM/SGLang: the weights leave no memory for a KV cache
 DRIVER = "cuda-driver"  # CUDA_ERROR_OUT_OF_MEMORY / cudaErrorMemoryAllocation in an error
 HOST_ALLOC = "host-alloc"  # DefaultCPUAllocator: can't allocate memory (host RAM)
 HOST_KILLED = "host-killed"  # the kernel killed the job or a DataLoader worker (host RAM)
@@ -34,6 +35,9 @@ TENSORRT = "tensorrt"  # TensorRT's allocator: Error Code 1: Cuda Runtime (out o
 PADDLE = "paddle"  # PaddlePaddle: Out of memory error on GPU N. Cannot allocate ...
 MXNET = "mxnet"  # MXNet's storage manager: cudaMalloc failed: out of memory (also AITemplate's)
 ONNXRUNTIME = "onnxruntime"  # BFCArena::AllocateRawInternal Failed to allocate memory
+ONNXRUNTIME_LIMIT = "onnxruntime-limit"  # BFCArena: Available memory of N is smaller than requested
+CUDA_ERROR = "cuda-error"  # any stack's own check of a CUDA call: CUDA error 2 ... out of memory
+TORCH_WARNING = "torch-warning"  # CUDACachingAllocator: memory allocation failed with OOM
 TGI = "tgi"  # text-generation-inference: Not enough memory to handle N prefill tokens
 RETRY_EXHAUSTED = "retry-exhausted"  # Accelerate's find_executable_batch_size reached zero
 
@@ -53,6 +57,10 @@ PRIORITY: Final[dict[str, int]] = {
     CUDA_LIBRARY: 5,
     DRIVER: 4,
     TORCH_RAW: 3,
+    CUDA_ERROR: 3,
+    TORCH_WARNING: 2,
+    ENGINE_NO_CACHE: 8,
+    ONNXRUNTIME_LIMIT: 6,
     HOST_ALLOC: 2,
     RETRY_EXHAUSTED: 2,
     BFC: 2,
@@ -84,6 +92,15 @@ KEYWORDS: Final[tuple[bytes, ...]] = (
     b"Failed to allocate request",
     b"Cannot malloc",
     b"Free memory on device",
+    b"OutOfMemory",
+    b"Available memory of",
+    b"memory for the KV cache",
+    b"Not enough memory",
+    b"bytes on memory",
+    b"allocating <=",
+    b"allocation failed with OOM",
+    b"Cannot allocate",
+    b"CUDA calloc",
 )
 """Byte strings at least one of which every family's failure line contains (second filter)."""
 
@@ -95,11 +112,10 @@ ANCHORS: Final[tuple[bytes, ...]] = (
     b"in KV cache",
     b"executable batch",
     b"Killed",
-    b"to allocate",
+    b"alloc",
     b"killed",
     b"Memory",
     b"oom_kill",
-    b"Cannot malloc",
 )
 """Fewer, shorter strings, one inside every keyword: the scan searches the whole input only for
 these (each search is one C pass over the chunk), then checks the hit's line for a keyword."""
@@ -167,16 +183,24 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"\b(?:CUDA|HIP) out of memory\. (?:Tried to allocate|GPU \d)|"
             r"\b(?:CUDA|HIP) out of memory\.\s{0,64}$|OutOfMemoryError: (?:CUDA|HIP) out of memory|"
             # the same message lower-cased, as people paste it into issue titles
-            r"\b(?:cuda|hip) out of memory\. tried to allocate \d|"
+            r"\b(?:cuda|hip) out of memory[.,] tried to allocate \d|"
             # the message pasted from its second sentence (1.x: "(GPU 0; 7.92 GiB total ...")
-            r"^Tried to allocate [\d.]{1,24} [KMG]iB \(GPU \d{1,5}; "
+            r"^Tried to allocate [\d.]{1,24} [KMG]iB \(GPU \d{1,5}; |"
+            # ...or from its 2.x second sentence, after words of the poster's own
+            r"(?<!memory\. )\bTried to allocate [\d.]{1,24} [KMG]iB\. GPU \d{1,5}\b"
         ),
     ),
     (TORCH_ASYNC, re.compile(r"would exceed allowed memory\.? \(out of memory\)")),
     (TENSORFLOW, re.compile(r"\bOOM when allocating tensor\b")),
     # the BFC allocator (TensorFlow, XLA) failing an op's allocation; its "not a failure" warning
     # says "caller" instead. The framework's own error, when it follows, is the richer line.
-    (BFC, re.compile(r"ran out of memory trying to allocate [^\n]{0,64}requested by op\b")),
+    (
+        BFC,
+        re.compile(
+            r"ran out of memory trying to allocate [^\n]{0,64}requested by op\b|"
+            r"ran out of memory trying to allocate [\d.]{1,24}[KMGT]?i?B \(rounded to \d{1,20}\)"
+        ),
+    ),
     (
         XLA,
         re.compile(
@@ -191,10 +215,19 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
         PADDLE,
         re.compile(
             r"Out of memory error on GPU \d{1,5}\. Cannot allocate|"
-            r"Cannot malloc [\d.]{1,24} MB GPU memory"
+            r"Cannot malloc [\d.]{1,24} MB GPU memory|"
+            # the legacy and the retry allocators' checks
+            r"\bCannot allocate [\d.]{1,24}[KMG]?B in GPU \d{1,5}, available|"
+            r"enforce allocating <= available failed, \d{1,20} > \d{1,20}"
         ),
     ),
-    (TENSORRT, re.compile(r"Error Code 1: Cuda Runtime \(out of memory\)")),
+    (
+        TENSORRT,
+        re.compile(
+            r"Error Code 1: Cuda Runtime \(out of memory\)|"
+            r"\bCuda Error in \w{1,40}: 2 \(out of memory\)"  # its safe runtime's allocator
+        ),
+    ),
     (
         MXNET,
         re.compile(
@@ -206,6 +239,8 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
         ONNXRUNTIME,
         re.compile(r"BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer"),
     ),
+    # the arena's own limit (the CUDA provider's gpu_mem_limit) reached, not the device
+    (ONNXRUNTIME_LIMIT, re.compile(r"Available memory of \d{1,20} is smaller than requested bytes")),
     (TGI, re.compile(r"Not enough memory to handle \d{1,9} prefill tokens")),
     (
         VLLM_STARTUP,
@@ -215,14 +250,23 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
         CUPY,
         re.compile(r"OutOfMemoryError: (?:Out of memory allocating|out of memory to allocate) \d"),
     ),
-    (NCCL, re.compile(r"Cuda failure (?:\d{1,4} )?'?out of memory'?")),
+    (NCCL, re.compile(r"Cuda failure (?:\d{1,4} )?'?out of memory'?|Failed to CUDA calloc \d{1,20} bytes")),
     (CUDA_LIBRARY, re.compile(r"\b(?:CUBLAS|CUDNN|CUSOLVER|CUFFT|CUSPARSE)_STATUS_ALLOC_FAILED\b")),
     (
         VLLM,
         re.compile(
-            r"No available memory for the cache blocks|"
             r"larger than the available KV cache memory|"
             r"larger than the maximum number of tokens that can be stored in KV cache"
+        ),
+    ),
+    # the engine's memory budget (vLLM's gpu_memory_utilization, SGLang's --mem-fraction-static)
+    # is spent on the weights before any KV cache: the budget is the limit that bites
+    (
+        ENGINE_NO_CACHE,
+        re.compile(
+            r"No available memory for the cache blocks|"
+            r"leave no GPU memory for the KV cache under --mem-fraction-static|"
+            r"Not enough memory\. Please try to increase --mem-fraction-static"
         ),
     ),
     (DRIVER, _WordBeforeCode()),
@@ -232,6 +276,31 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"\b(?:CUDA|HIP) [Ee]rror: out of memory\b|"
             # torch 0.x's THC wording; CTranslate2 (faster-whisper)
             r"\bcuda runtime error \(2\) : out of memory|\bCUDA failed with error out of memory\b"
+        ),
+    ),
+    # a CUDA call's out-of-memory error (code 2) as another stack's own check prints it: llama.cpp
+    # and AMReX ("CUDA error 2 at/in ...: out of memory"), Caffe and MXNet ("Check failed: error
+    # == cudaSuccess (2 vs. 0) out of memory"), TurboMind ("CUDA runtime error: out of memory"),
+    # XLA's kernels ("cudaFuncSetAttribute(...): out of memory"). No figures: the kind comes from
+    # the phase and the node, or stays unknown.
+    (
+        CUDA_ERROR,
+        re.compile(
+            r"\b(?:CUDA|Cuda|GPU) (?:[Ee]rror|ERROR|failure)\b:? ?\(?2?\)?[^\n]{0,200}?"
+            r"\bout of memory\b|"
+            r"\bcudaSuccess \(2 vs\. 0\)[^\n]{0,120}?\bout of memory\b|"
+            r"\bCUDA runtime error:? ?\(?2?\)?:? ?out of memory\b|"
+            r"\bcuda[A-Z]\w{1,40}\([^\n]{0,160}?\)\s{0,4}:\s{0,4}out of memory\b|"
+            # Legion/Realm (Legate, cuPyNumeric): the framebuffer memory of a GPU
+            r"Failed to allocate \d{1,20} bytes on memory \w{1,24} \(of kind GPU_FB_MEM\)"
+        ),
+    ),
+    # PyTorch's caching allocator warns before it raises or before a caller falls back
+    (
+        TORCH_WARNING,
+        re.compile(
+            r"memory allocation failed with OOM on device \d{1,5} while trying to allocate "
+            r"\d{1,20} bytes"
         ),
     ),
     (HOST_ALLOC, re.compile(r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)")),
@@ -310,6 +379,9 @@ _FAMILY_FRAMEWORK: Final[dict[str, str | None]] = {
     TENSORRT: "tensorrt",
     MXNET: "mxnet",
     ONNXRUNTIME: "onnxruntime",
+    ONNXRUNTIME_LIMIT: "onnxruntime",
+    CUDA_ERROR: None,
+    TORCH_WARNING: "pytorch",
     TGI: "tgi",
     HOST_KILLED: None,
     BFC: None,
@@ -317,6 +389,7 @@ _FAMILY_FRAMEWORK: Final[dict[str, str | None]] = {
     NCCL: "nccl",
     CUDA_LIBRARY: "pytorch",
     VLLM: "vllm",
+    ENGINE_NO_CACHE: "vllm",
     DRIVER: None,
     HOST_ALLOC: "pytorch",
     RETRY_EXHAUSTED: "pytorch",
@@ -327,7 +400,9 @@ def framework_of(family: str, line: str) -> str | None:
     """The stack that raised the failure: the family's own, refined by markers on the line."""
     if family == XLA and re.search(r"tensorflow|ResourceExhaustedError", line):
         return "tensorflow"
-    if family in (TORCH_RAW, DRIVER, CUDA_LIBRARY, HOST_KILLED, BFC):
+    if family == ENGINE_NO_CACHE and "mem-fraction-static" in line:
+        return "sglang"
+    if family in (TORCH_RAW, DRIVER, CUDA_LIBRARY, HOST_KILLED, BFC, CUDA_ERROR):
         for name, marker in _FRAMEWORK_MARKERS:
             if marker.search(line):
                 return name

@@ -149,8 +149,24 @@ _TENSORRT_REQUEST: Final = re.compile(
 )
 _PADDLE_MALLOC: Final = _size_re(r"Cannot malloc {S} GPU memory")
 _PADDLE: Final = re.compile(
-    rf"Cannot allocate ({_S}) memory on GPU \d{{1,5}}, available memory is only\s{{0,64}}({_S})"
+    rf"Cannot allocate ({_S}) memory on GPU \d{{1,5}}, "
+    # Paddle 2.x says what this process's allocator holds before the free figure
+    r"(?:\d{1,12}(?:\.\d{1,12})?[KMG]?B memory has been allocated and )?"
+    rf"available memory is only\s{{0,64}}({_S})"
 )
+_PADDLE_HELD: Final = _size_re(r"GPU \d{1,5}, {S} memory has been allocated")
+# the legacy allocator: the request, the device's free and total, what this process's Paddle uses
+_PADDLE_LEGACY: Final = re.compile(  # its sizes run into the next word ("5.937500MBtotal")
+    r"Cannot allocate (\d{1,12}(?:\.\d{1,12})? ?[KMG]?B) in GPU \d{1,5}, "
+    r"available (\d{1,12}(?:\.\d{1,12})? ?[KMG]?B),?\s{0,4}total (\d{1,20})"
+)
+_PADDLE_USED: Final = re.compile(r"GPU memory used: ?\s{0,8}(\d{1,12}(?:\.\d{1,12})? ?[kKMG]?B)")
+_PADDLE_ENFORCE: Final = re.compile(r"enforce allocating <= available failed, (\d{1,20}) > (\d{1,20})")
+_BFC_ROUNDED: Final = re.compile(r"\(rounded to (\d{1,20})\)")
+_TORCH_WARNING: Final = re.compile(
+    r"trying to allocate (\d{1,20}) bytes \(free: (\d{1,20}), total: (\d{1,20})\)"
+)
+_ONNX_LIMIT: Final = re.compile(r"smaller than requested bytes of (\d{1,20})")
 _TF_TOTAL: Final = _size_re(r"(?:Total memory|totalMemory):\s{0,8}{S}")
 _TF_FREE: Final = _size_re(r"(?:Free memory|freeMemory):\s{0,8}{S}")
 _TF_BANNER_CHARS: Final = 16384
@@ -323,7 +339,18 @@ def parse_hit(hit: Hit) -> OomEvent:
             free, total, wanted = (to_bytes(match.group(i), "GiB") for i in (1, 2, 3))
             figures = Figures(wanted, total_bytes=total, free_bytes=free)
     elif family == formats.BFC:
-        figures = Figures(_find(_XLA_REQUEST, message))
+        rounded = _BFC_ROUNDED.search(message)
+        figures = Figures(
+            _plain_bytes(rounded.group(1)) if rounded else _find(_XLA_REQUEST, message)
+        )
+    elif family == formats.TORCH_WARNING:
+        warned = _TORCH_WARNING.search(message)
+        if warned is not None:
+            requested, free, total = (_plain_bytes(warned.group(i)) for i in (1, 2, 3))
+            figures = Figures(requested, total_bytes=total, free_bytes=free)
+    elif family == formats.ONNXRUNTIME_LIMIT:
+        limit = _ONNX_LIMIT.search(message)
+        figures = Figures(_plain_bytes(limit.group(1)) if limit is not None else None)
     elif family == formats.XLA:
         limit, in_use = _bfc_stats(hit.before)
         figures = Figures(_find(_XLA_REQUEST, message), allowed_bytes=limit, allocated_bytes=in_use)
@@ -346,9 +373,29 @@ def parse_hit(hit: Hit) -> OomEvent:
         malloc = _PADDLE_MALLOC.search(message)
         if malloc is not None:
             figures = Figures(_binary_bytes(malloc.group(1)))
+        legacy = _PADDLE_LEGACY.search(message)
+        enforce = _PADDLE_ENFORCE.search(message)
         if match is not None:
             # each size pattern holds three groups (the size, its number, its unit)
             requested, free = _binary_bytes(match.group(1)), _binary_bytes(match.group(4))
+            held = _PADDLE_HELD.search(message)
+            figures = Figures(
+                requested,
+                free_bytes=free,
+                allocated_bytes=_binary_bytes(held.group(1)) if held is not None else None,
+            )
+        elif legacy is not None:
+            found = _PADDLE_USED.search(message)
+            used = _binary_bytes(found.group(1)) if found is not None else None
+            figures = Figures(
+                _binary_bytes(legacy.group(1)),
+                total_bytes=_plain_bytes(legacy.group(3)),
+                free_bytes=_binary_bytes(legacy.group(2)),
+                allocated_bytes=used,
+                reserved_unallocated_bytes=0 if used is not None else None,
+            )
+        elif enforce is not None:
+            requested, free = (_plain_bytes(enforce.group(i)) for i in (1, 2))
             figures = Figures(requested, free_bytes=free)
     elif family == formats.TENSORRT:
         nearby = [message] + [x.text for x in (*hit.before[-3:], *hit.after[:3])]
@@ -356,7 +403,7 @@ def parse_hit(hit: Hit) -> OomEvent:
             if (match := _TENSORRT_REQUEST.search(text)) is not None:
                 figures = Figures(_plain_bytes(match.group(1)))
                 break
-    elif family in (formats.NCCL, formats.HOST_ALLOC, formats.DRIVER):
+    elif family in (formats.NCCL, formats.HOST_ALLOC, formats.DRIVER, formats.CUDA_ERROR):
         nearby = [message] + [x.text for x in hit.before[-3:]]
         for text in nearby:
             match = _BYTES_REQUEST.search(text) or _DRIVER_REQUEST.search(text)

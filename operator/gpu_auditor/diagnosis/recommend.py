@@ -338,6 +338,23 @@ def _kind_actions(ctx: Context) -> list[str]:
                 "(tf.config.experimental.set_memory_growth(gpu, True) / allow_growth=True)",
                 "check what else holds part of the GPU (a display, another process: nvidia-smi)",
             ]
+        if fam == formats.ENGINE_NO_CACHE:
+            lever = (
+                "--mem-fraction-static" if ctx.event.framework == "sglang"
+                else "gpu_memory_utilization"
+            )
+            return [
+                f"raise {lever} if nothing else uses the GPU (the KV cache gets what the weights "
+                "leave of the budget)",
+                "serve a quantized or smaller model, or shard it over more GPUs "
+                "(tensor parallelism)",
+            ]
+        if fam == formats.ONNXRUNTIME_LIMIT:
+            return [
+                "raise the CUDA execution provider's gpu_mem_limit (or leave it unset) if the "
+                "GPU has room; arena_extend_strategy=kSameAsRequested wastes less of the limit",
+                "run smaller inputs or batches",
+            ]
         if ctx.event.framework == "jax":
             return [f"raise XLA_PYTHON_CLIENT_MEM_FRACTION{fraction}"]
         if ctx.event.framework == "vllm":

@@ -300,7 +300,7 @@ def test_a_richer_wording_later_in_the_order_is_still_found_past_equal_ones() ->
         "No available memory for the cache blocks"
     )
     found = formats.find_failure(line)
-    assert found is not None and found[0] == "vllm"
+    assert found is not None and found[0] == "engine-no-cache"
     assert line[found[1] : found[2]] == "No available memory for the cache blocks"
 
 
@@ -465,3 +465,102 @@ def test_the_new_driver_words_are_at_most_200_characters_before_the_code(
     # the look-back reaches the longest word ("failed to allocate", 18 characters) + 200
     assert start(word + " " * gap + CODE) == found
     assert start("x" * 300 + " " + word + " " * gap + CODE) == (None if found is None else 301)
+
+
+# -- the wordings of issue 24's second round (public3 and public4, calibration since) -----------
+
+
+@pytest.mark.parametrize(
+    ("line", "family", "wording"),
+    [
+        # llama.cpp (public4 t-012) and AMReX (public3 r-019): their own CUDA_CHECK
+        ("CUDA error 2 at ggml-cuda.cu:359: out of memory", "cuda-error",
+         "CUDA error 2 at ggml-cuda.cu:359: out of memory"),
+        ("amrex::Abort::0::CUDA error 2 in file ../../../../amrex/Src/Base/AMReX_Arena.cpp line "
+         "169: out of memory !!!", "cuda-error",
+         "CUDA error 2 in file ../../../../amrex/Src/Base/AMReX_Arena.cpp line 169: out of memory"),
+        # Caffe (public3 r-043, public4 t-015) and MXNet's mshadow (public4 t-030)
+        ("F0228 17:38:20.483613  4104 syncedmem.cpp:64] Check failed: error == cudaSuccess (2 vs. "
+         "0)  out of memory", "cuda-error", "cudaSuccess (2 vs. 0)  out of memory"),
+        ("Check failed: err == cudaSuccess (2 vs. 0) Name: MapPlanKernel ErrStr:out of memory",
+         "cuda-error", "cudaSuccess (2 vs. 0) Name: MapPlanKernel ErrStr:out of memory"),
+        # lmdeploy's TurboMind (public4 t-032); XLA's kernel launch (public4 t-018)
+        ("RuntimeError: [TM][ERROR] CUDA runtime error: out of memory "
+         "/lmdeploy/src/turbomind/utils/allocator.h:231", "cuda-error",
+         "CUDA runtime error: out of memory"),
+        ("RuntimeError: :0: cudaFuncSetAttribute(kernel_entry, "
+         "cudaFuncAttributeMaxDynamicSharedMemorySize, x): out of memory", "cuda-error",
+         "cudaFuncSetAttribute(kernel_entry, cudaFuncAttributeMaxDynamicSharedMemorySize, x): "
+         "out of memory"),
+        # Legion's framebuffer memory (public4 t-025)
+        ("Failed to allocate 4300800048 bytes on memory 1e00000000000003 (of kind GPU_FB_MEM) for "
+         "the temporary allocations", "cuda-error",
+         "Failed to allocate 4300800048 bytes on memory 1e00000000000003 (of kind GPU_FB_MEM)"),
+        # TensorRT's safe runtime (public3 r-050)
+        ("../rtSafe/safeRuntime.cpp (25) - Cuda Error in allocate: 2 (out of memory)", "tensorrt",
+         "Cuda Error in allocate: 2 (out of memory)"),
+        # PaddlePaddle's legacy allocator (public4 t-031) and its retry check (public3 r-026)
+        ("Cannot allocate 195.800781MB in GPU 0, available 5.937500MBtotal 7981694976", "paddle",
+         "Cannot allocate 195.800781MB in GPU 0, available"),
+        ("paddle.fluid.core.EnforceNotMet: enforce allocating <= available failed, 14802874401 > "
+         "12088311552", "paddle", "enforce allocating <= available failed, 14802874401 > "
+         "12088311552"),
+        # NCCL's own calloc (public3 r-027)
+        ("include/alloc.h:48 NCCL WARN Failed to CUDA calloc 8388608 bytes", "nccl",
+         "Failed to CUDA calloc 8388608 bytes"),
+        # ONNX Runtime's arena at its limit (public4 t-023)
+        ("onnxruntime::BFCArena::AllocateRawInternal(size_t, bool) Available memory of 0 is "
+         "smaller than requested bytes of 135383040", "onnxruntime-limit",
+         "Available memory of 0 is smaller than requested bytes"),
+        # TensorFlow's BFC failing path prints the rounded size (public4 t-022)
+        ("Allocator (GPU_0_bfc) ran out of memory trying to allocate 1.17GiB (rounded to "
+         "1251090432). ", "bfc", "ran out of memory trying to allocate 1.17GiB (rounded to "
+         "1251090432)"),
+        # PyTorch's caching allocator's warning (public3 r-025)
+        ("[W831 09:18:45.000000000 CUDACachingAllocator.cpp:4079] memory allocation failed with "
+         "OOM on device 0 while trying to allocate 38050725888 bytes (free: 11672748032, total: "
+         "25756696576).", "torch-warning", "memory allocation failed with OOM on device 0 while "
+         "trying to allocate 38050725888 bytes"),
+        # torch's message lower-cased with a comma (public3 r-052); from its 2.x second sentence
+        # after the poster's words (public4 s-013)
+        ("cuda out of memory, tried to allocate 50MiB(GPU 0; 1.96GiB totalcapacity;", "torch",
+         "cuda out of memory, tried to allocate 5"),
+        ("key messsage is Tried to allocate 13.20 GiB. GPU 0", "torch",
+         "Tried to allocate 13.20 GiB. GPU 0"),
+        # the engines' budget spent before a KV cache (public4 t-009, t-011)
+        ("ValueError: Loaded weights leave no GPU memory for the KV cache under "
+         "--mem-fraction-static=0.88.", "engine-no-cache",
+         "leave no GPU memory for the KV cache under --mem-fraction-static"),
+    ],
+)  # fmt: skip
+def test_each_second_round_wording_is_its_familys(line: str, family: str, wording: str) -> None:
+    found = formats.find_failure(line)
+    assert found is not None
+    assert (found[0], line[found[1] : found[2]]) == (family, wording)
+    assert diagnose(f"step 1\n{line}\n").detected
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # a CUDA word and "out of memory" far apart, or no error word between
+        "CUDA error 2 " + "x" * 201 + " out of memory",
+        "to avoid CUDA out of memory errors, lower the batch size",
+        "GPU memory: 3.2 GiB used, no out of memory so far",
+        # a CUDA error of another code
+        "CUDA error 700 at ggml-cuda.cu:359: an illegal memory access was encountered",
+        "Check failed: error == cudaSuccess (700 vs. 0)  an illegal memory access was encountered",
+        # TensorFlow's "not a failure" warning has no rounded size
+        "Allocator (GPU_0_bfc) ran out of memory trying to allocate 2.19GiB with "
+        "freed_by_count=0. The caller indicates that this is not a failure",
+        # the 2.x sentence right after torch's own message is the same failure, not a second
+        "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has",
+        # a Legion allocation of host memory
+        "Failed to allocate 4096 bytes on memory 1e00000000000000 (of kind SYSTEM_MEM)",
+    ],
+)
+def test_near_misses_of_the_second_round_wordings(line: str) -> None:
+    found = formats.find_failure(line)
+    assert found is None or found[0] == "torch"
+    if found is None:
+        assert not diagnose(f"step 1\n{line}\nstep 2\n").detected

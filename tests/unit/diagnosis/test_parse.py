@@ -554,3 +554,69 @@ def test_pytorch_1_x_message_lower_cased_gives_every_figure() -> None:
         20971520, 15848429322, 3932160, 1,
     )  # fmt: skip
     assert (f.allocated_bytes, f.reserved_unallocated_bytes) == (14173392077, 440234148)
+
+
+# -- the figures of issue 24's second-round wordings (public3, public4) ---------------------------
+
+MIB = 1024 * 1024
+
+
+def test_paddles_legacy_allocator_gives_request_free_total_and_what_paddle_holds() -> None:
+    # public4 t-031: its sizes run into the next word; "GPU memory used" is this process's Paddle
+    f = event(
+        "F0725 17:13:27.698644 175955 legacy_allocator.cc:201] Cannot allocate 195.800781MB in "
+        "GPU 0, available 5.937500MBtotal 7981694976GpuMinChunkSize 256.000000BGpuMaxChunkSize "
+        "21.694021MBGPU memory used: 324.750000kB\n"
+    ).figures
+    assert f.requested_bytes == round(195.800781 * MIB)
+    assert (f.free_bytes, f.total_bytes) == (int(5.9375 * MIB), 7981694976)
+    assert (f.allocated_bytes, f.reserved_unallocated_bytes) == (int(324.75 * 1024), 0)
+    d = diagnose("step 1\nCannot allocate 195.800781MB in GPU 0, available 5.937500MBtotal "
+                 "7981694976GpuMinChunkSize 256.000000BGPU memory used: 324.750000kB\n")
+    assert d.kind == "gpu-shared" and "this process's Paddle" in d.summary
+
+
+def test_paddle_2_says_what_its_allocator_holds_before_the_free_figure() -> None:
+    # public4 t-006
+    f = event(
+        "Out of memory error on GPU 0. Cannot allocate 80.000000MB memory on GPU 0, "
+        "10.647278GB memory has been allocated and available memory is only 108.750000MB.\n"
+    ).figures
+    assert (f.requested_bytes, f.free_bytes) == (80 * MIB, int(108.75 * MIB))
+    assert f.allocated_bytes == round(10.647278 * 1024 * MIB)
+
+
+def test_paddles_retry_check_gives_request_and_free_in_bytes() -> None:
+    f = event("enforce allocating <= available failed, 14802874401 > 12088311552\n").figures
+    assert (f.requested_bytes, f.free_bytes) == (14802874401, 12088311552)
+
+
+def test_torchs_allocator_warning_gives_request_free_and_total() -> None:
+    # public3 r-025: a 35 GiB request on a 24 GiB card
+    d = diagnose(
+        "[W831 09:18:45.000000000 CUDACachingAllocator.cpp:4079] memory allocation failed with "
+        "OOM on device 0 while trying to allocate 38050725888 bytes (free: 11672748032, total: "
+        "25756696576).\n"
+    )
+    f = d.figures
+    assert (f.requested_bytes, f.free_bytes, f.total_bytes) == (
+        38050725888, 11672748032, 25756696576)
+    assert (d.framework, d.kind) == ("pytorch", "capacity")
+
+
+def test_the_bfc_failing_path_gives_the_rounded_request() -> None:
+    f = event(
+        "Allocator (GPU_0_bfc) ran out of memory trying to allocate 1.17GiB (rounded to "
+        "1251090432). \n"
+    ).figures
+    assert f.requested_bytes == 1251090432
+
+
+def test_onnxruntimes_arena_limit_is_the_cap_with_the_request() -> None:
+    d = diagnose(
+        "onnxruntime::BFCArena::AllocateRawInternal(size_t, bool) Available memory of 0 is "
+        "smaller than requested bytes of 135383040\n"
+    )
+    assert (d.framework, d.kind, d.figures.requested_bytes) == (
+        "onnxruntime", "memory-fraction-cap", 135383040)
+    assert "gpu_mem_limit" in d.summary and "gpu_mem_limit" in d.recommendation.actions[0]

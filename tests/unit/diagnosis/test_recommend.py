@@ -158,13 +158,32 @@ def test_jax_capacity_names_the_xla_knob() -> None:
 
 
 def test_vllm_capacity_names_gpu_memory_utilization() -> None:
+    # the KV cache cannot hold one request of the model's length: the work, not the budget
     log = (
-        "ValueError: No available memory for the cache blocks. Try increasing "
-        "`gpu_memory_utilization` when initializing the engine.\n"
+        "ValueError: The model's max seq len (32768) is larger than the maximum number of tokens "
+        "that can be stored in KV cache (7344). Try increasing `gpu_memory_utilization` or "
+        "decreasing `max_model_len` when initializing the engine.\n"
     )
     diagnosis = diagnose(log)
     assert (diagnosis.framework, diagnosis.kind) == ("vllm", "capacity")
     assert any("gpu_memory_utilization" in a for a in diagnosis.recommendation.actions)
+
+
+def test_an_engine_budget_spent_on_the_weights_is_the_cap_that_bit() -> None:
+    # public2 p-029, public4 t-009 (vLLM) and t-011 (SGLang): each thread's cause is the budget
+    vllm = diagnose(
+        "ValueError: No available memory for the cache blocks. Try increasing "
+        "`gpu_memory_utilization` when initializing the engine.\n"
+    )
+    assert (vllm.framework, vllm.kind) == ("vllm", "memory-fraction-cap")
+    assert vllm.recommendation.actions[0].startswith("raise gpu_memory_utilization if nothing")
+    sglang = diagnose(
+        "ValueError: Loaded weights leave no GPU memory for the KV cache under "
+        "--mem-fraction-static=0.88.\n"
+    )
+    assert (sglang.framework, sglang.kind) == ("sglang", "memory-fraction-cap")
+    assert sglang.recommendation.actions[0].startswith("raise --mem-fraction-static")
+    assert sglang.summary.startswith("memory-fraction-cap: the engine's memory budget")
 
 
 # What mutation testing found loose in the recommendation (``scripts/mutation.py --modules
