@@ -94,13 +94,13 @@ KEYWORDS: Final[tuple[bytes, ...]] = (
     b"Free memory on device",
     b"OutOfMemory",
     b"Available memory of",
+    b"out_of_memory: ",
+    b"to allocate CUDA",
     b"memory for the KV cache",
     b"Not enough memory",
     b"bytes on memory",
-    b"allocating <=",
-    b"allocation failed with OOM",
-    b"Cannot allocate",
-    b"CUDA calloc",
+    b"memory allocation failed with OOM",
+    b"GPU memory used",
 )
 """Byte strings at least one of which every family's failure line contains (second filter)."""
 
@@ -112,10 +112,11 @@ ANCHORS: Final[tuple[bytes, ...]] = (
     b"in KV cache",
     b"executable batch",
     b"Killed",
-    b"alloc",
+    b"to allocate",
     b"killed",
     b"Memory",
     b"oom_kill",
+    b"Cannot malloc",
 )
 """Fewer, shorter strings, one inside every keyword: the scan searches the whole input only for
 these (each search is one C pass over the chunk), then checks the hit's line for a keyword."""
@@ -191,7 +192,14 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
         ),
     ),
     (TORCH_ASYNC, re.compile(r"would exceed allowed memory\.? \(out of memory\)")),
-    (TENSORFLOW, re.compile(r"\bOOM when allocating tensor\b")),
+    (
+        TENSORFLOW,
+        re.compile(
+            r"\bOOM when allocating tensor\b|"
+            # TensorFlow 2's eager ops
+            r"ResourceExhaustedError: {0,4}failed to allocate memory\b"
+        ),
+    ),
     # the BFC allocator (TensorFlow, XLA) failing an op's allocation; its "not a failure" warning
     # says "caller" instead. The framework's own error, when it follows, is the richer line.
     (
@@ -217,8 +225,7 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"Out of memory error on GPU \d{1,5}\. Cannot allocate|"
             r"Cannot malloc [\d.]{1,24} MB GPU memory|"
             # the legacy and the retry allocators' checks
-            r"\bCannot allocate [\d.]{1,24}[KMG]?B in GPU \d{1,5}, available|"
-            r"enforce allocating <= available failed, \d{1,20} > \d{1,20}"
+            r"\bCannot allocate [\d.]{1,24}[KMG]?B in GPU \d{1,5}, available"
         ),
     ),
     (
@@ -250,7 +257,7 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
         CUPY,
         re.compile(r"OutOfMemoryError: (?:Out of memory allocating|out of memory to allocate) \d"),
     ),
-    (NCCL, re.compile(r"Cuda failure (?:\d{1,4} )?'?out of memory'?|Failed to CUDA calloc \d{1,20} bytes")),
+    (NCCL, re.compile(r"Cuda failure (?:\d{1,4} )?'?out of memory'?")),
     (CUDA_LIBRARY, re.compile(r"\b(?:CUBLAS|CUDNN|CUSOLVER|CUFFT|CUSPARSE)_STATUS_ALLOC_FAILED\b")),
     (
         VLLM,
@@ -292,7 +299,11 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"\bCUDA runtime error:? ?\(?2?\)?:? ?out of memory\b|"
             r"\bcuda[A-Z]\w{1,40}\([^\n]{0,160}?\)\s{0,4}:\s{0,4}out of memory\b|"
             # Legion/Realm (Legate, cuPyNumeric): the framebuffer memory of a GPU
-            r"Failed to allocate \d{1,20} bytes on memory \w{1,24} \(of kind GPU_FB_MEM\)"
+            r"Failed to allocate \d{1,20} bytes on memory \w{1,24} \(of kind GPU_FB_MEM\)|"
+            # Thrust's allocator; RAPIDS' RMM (its pool's own limit, or the device)
+            r"\bbad_alloc: cudaErrorMemoryAllocation\b|\bout_of_memory: (?:RMM failure|CUDA error)|"
+            # llama.cpp's (ggml's) backend buffers
+            r"\b(?:failed|unable) to allocate CUDA\d{0,3} buffer\b"
         ),
     ),
     # PyTorch's caching allocator warns before it raises or before a caller falls back
@@ -359,12 +370,19 @@ def find_failure(
     return best
 
 
+_GGML: Final = re.compile(r"\bggml|\bllama[_.]|\bollama\b|\bCUDA\d{0,3} buffer\b")
+"""llama.cpp and what embeds it (ollama) print cudaMalloc's failure in MXNet's words."""
+
 _FRAMEWORK_MARKERS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     ("vllm", re.compile(r"\bvllm\b|gpu_memory_utilization", re.IGNORECASE)),
     ("cupy", re.compile(r"\bcupy")),
     ("jax", re.compile(r"\bjax|XlaRuntimeError|JaxRuntimeError")),
     ("tensorflow", re.compile(r"\btensorflow\b|ResourceExhaustedError|\btf\.")),
     ("numba", re.compile(r"\bnumba\b")),
+    ("onnxruntime", re.compile(r"\bonnxruntime\b")),
+    ("paddle", re.compile(r"\bpaddle\b", re.IGNORECASE)),
+    ("mxnet", re.compile(r"\bMXNet|\bmxnet\b|\bmshadow\b")),
+    ("caffe", re.compile(r"\bcaffe\b|\bsyncedmem\.cpp\b")),
     ("pytorch", re.compile(r"\btorch\b|RuntimeError|c10::|AcceleratorError")),
 )
 
@@ -402,6 +420,8 @@ def framework_of(family: str, line: str) -> str | None:
         return "tensorflow"
     if family == ENGINE_NO_CACHE and "mem-fraction-static" in line:
         return "sglang"
+    if family in (MXNET, CUDA_ERROR) and _GGML.search(line):
+        return "llama.cpp"
     if family in (TORCH_RAW, DRIVER, CUDA_LIBRARY, HOST_KILLED, BFC, CUDA_ERROR):
         for name, marker in _FRAMEWORK_MARKERS:
             if marker.search(line):

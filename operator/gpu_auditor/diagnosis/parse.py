@@ -161,7 +161,6 @@ _PADDLE_LEGACY: Final = re.compile(  # its sizes run into the next word ("5.9375
     r"available (\d{1,12}(?:\.\d{1,12})? ?[KMG]?B),?\s{0,4}total (\d{1,20})"
 )
 _PADDLE_USED: Final = re.compile(r"GPU memory used: ?\s{0,8}(\d{1,12}(?:\.\d{1,12})? ?[kKMG]?B)")
-_PADDLE_ENFORCE: Final = re.compile(r"enforce allocating <= available failed, (\d{1,20}) > (\d{1,20})")
 _BFC_ROUNDED: Final = re.compile(r"\(rounded to (\d{1,20})\)")
 _TORCH_WARNING: Final = re.compile(
     r"trying to allocate (\d{1,20}) bytes \(free: (\d{1,20}), total: (\d{1,20})\)"
@@ -374,7 +373,6 @@ def parse_hit(hit: Hit) -> OomEvent:
         if malloc is not None:
             figures = Figures(_binary_bytes(malloc.group(1)))
         legacy = _PADDLE_LEGACY.search(message)
-        enforce = _PADDLE_ENFORCE.search(message)
         if match is not None:
             # each size pattern holds three groups (the size, its number, its unit)
             requested, free = _binary_bytes(match.group(1)), _binary_bytes(match.group(4))
@@ -394,9 +392,7 @@ def parse_hit(hit: Hit) -> OomEvent:
                 allocated_bytes=used,
                 reserved_unallocated_bytes=0 if used is not None else None,
             )
-        elif enforce is not None:
-            requested, free = (_plain_bytes(enforce.group(i)) for i in (1, 2))
-            figures = Figures(requested, free_bytes=free)
+
     elif family == formats.TENSORRT:
         nearby = [message] + [x.text for x in (*hit.before[-3:], *hit.after[:3])]
         for text in nearby:
