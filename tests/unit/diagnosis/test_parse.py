@@ -178,12 +178,14 @@ def test_a_process_holding_exactly_what_pytorch_reserved_is_the_own_one() -> Non
 @pytest.mark.parametrize(
     ("allocated", "unallocated", "own"),
     [
-        ("0 bytes", "0 bytes", None),  # nothing reserved yet: every process is another's
+        # nothing reserved yet, one process listed: the job's own (it holds a CUDA context, so
+        # NVML lists it; in a container PyTorch cannot call it "this process"): public5 v-033
+        ("0 bytes", "0 bytes", 135151883387),
         ("1 bytes", "0 bytes", 135151883387),  # the smallest reservation there is
         ("0 bytes", "1 bytes", 135151883387),
     ],
 )
-def test_only_a_positive_reservation_finds_the_own_process(
+def test_a_lone_listed_process_at_or_above_the_reservation_is_the_own_process(
     allocated: str, unallocated: str, own: int | None
 ) -> None:
     got = event(torch2("Process 872 has 125.87 GiB memory in use. ", allocated, unallocated))
@@ -615,3 +617,22 @@ def test_onnxruntimes_arena_limit_is_the_cap_with_the_request() -> None:
     assert (d.framework, d.kind, d.figures.requested_bytes) == (
         "onnxruntime", "memory-fraction-cap", 135383040)
     assert "gpu_mem_limit" in d.summary and "gpu_mem_limit" in d.recommendation.actions[0]
+
+
+def test_of_two_listed_processes_with_nothing_reserved_neither_is_taken_for_the_own() -> None:
+    procs = "Process 871 has 518.00 MiB memory in use. Process 872 has 125.87 GiB memory in use. "
+    got = event(torch2(procs, "0 bytes", "0 bytes")).figures
+    assert got.process_bytes is None and len(got.other_processes) == 2
+
+
+def test_an_in_process_stack_beside_pytorch_is_non_pytorch_memory() -> None:
+    # public5 v-033: TensorRT-LLM's buffers in the job's own process, PyTorch holding nothing
+    d = diagnose(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 MiB. GPU 0 has a "
+        "total capacity of 22.19 GiB of which 1.50 MiB is free. Process 885415 has 22.18 GiB "
+        "memory in use. Of the allocated memory 0 bytes is allocated by PyTorch, and 0 bytes is "
+        "reserved by PyTorch but unallocated. If reserved but unallocated memory is large try "
+        "setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.\n"
+    )
+    assert d.kind == "non-pytorch-memory"
+    assert d.figures.process_bytes == round(22.18 * 1024**3)
