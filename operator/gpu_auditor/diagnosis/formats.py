@@ -328,7 +328,9 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             # zsh's job report; the kernel's own words (dmesg); Slurm's cgroup OOM killer
             r"(?:^|\])\[\d{1,5}\][ \t]{1,16}\d{1,9} killed[ \t]{1,16}\S|"
             r"\bOut of memory: Kill(?:ed)? process \d{1,9}\b|"
-            r"\bDetected \d{1,9} oom_kill events? in \w|\btask \d{1,9}: Out Of Memory\b"
+            r"\bDetected \d{1,9} oom_kill events? in \w|\btask \d{1,9}: Out Of Memory\b|"
+            # Open MPI's launcher: a rank SIGKILLed
+            r"\bexited on signal 9 \(Killed\)"
         ),
     ),
 )

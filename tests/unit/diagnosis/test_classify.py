@@ -1778,3 +1778,21 @@ def test_a_few_steps_in_a_request_the_room_nearly_covered_is_fragmentation_on_ev
 
     assert at(short).kind == "fragmentation"
     assert at(short + 1).kind == "capacity"
+
+
+def test_memory_outside_pytorch_blames_no_one_when_most_of_the_device_is_free() -> None:
+    # public6 w-020 (calibration since its blind score): a memory fraction refused a 2 MiB
+    # request with 244.65 GiB of 255.98 free; the 8.84 GiB outside PyTorch is no cause
+    d = diagnose(
+        "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 MiB. GPU 0 has a total "
+        "capacity of 255.98 GiB of which 244.65 GiB is free. 1.05 GiB allowed; Of the allocated "
+        "memory 1017.01 MiB is allocated by PyTorch, with 17.00 MiB allocated in private pools\n"
+    )
+    assert d.kind == "unknown" and "gpu-shared" not in d.contributing
+    # the same figures on a full device (5 % free or less) still name the memory outside
+    full = diagnose(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 10.76 "
+        "GiB total capacity; 2.42 GiB already allocated; 26.12 MiB free; 2.75 GiB reserved in "
+        "total by PyTorch)\n"
+    )
+    assert full.kind == "gpu-shared"

@@ -538,6 +538,9 @@ def test_the_new_driver_words_are_at_most_200_characters_before_the_code(
         ("E:onnxruntime:Default, cuda_call.cc:119 CudaCall] CUDA failure 2: out of memory ; "
          "GPU=0 ; expr=cudaMalloc((void**)&p, size);", "cuda-error",
          "CUDA failure 2: out of memory"),
+        # Open MPI's launcher reporting a SIGKILLed rank (public6 x-001, calibration since)
+        ("mpirun noticed that process rank 0 with PID 0 on node dagobert exited on signal 9 "
+         "(Killed).", "host-killed", "exited on signal 9 (Killed)"),
         # the engines' budget spent before a KV cache (public4 t-009, t-011)
         ("ValueError: Loaded weights leave no GPU memory for the KV cache under "
          "--mem-fraction-static=0.88.", "engine-no-cache",
