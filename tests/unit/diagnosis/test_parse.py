@@ -636,3 +636,40 @@ def test_an_in_process_stack_beside_pytorch_is_non_pytorch_memory() -> None:
     )
     assert d.kind == "non-pytorch-memory"
     assert d.figures.process_bytes == round(22.18 * 1024**3)
+
+
+def test_a_lone_process_holding_exactly_the_reservation_is_the_own_process() -> None:
+    got = event(torch2("Process 872 has 9.00 GiB memory in use. ", "8.00 GiB", "1.00 GiB"))
+    assert got.figures.process_bytes == 9 * 1024**3 and got.figures.other_processes == ()
+
+
+def test_of_two_processes_a_one_byte_reservation_still_finds_the_own_by_the_closest() -> None:
+    procs = "Process 871 has 518.00 MiB memory in use. Process 872 has 125.87 GiB memory in use. "
+    got = event(torch2(procs, "1 bytes", "0 bytes")).figures
+    assert got.process_bytes == 518 * 1024**2
+    assert got.other_processes == (OtherProcess(872, 135151883387),)
+
+
+def test_the_bfc_failing_path_without_a_rounded_size_reads_the_request_of_the_op() -> None:
+    f = event(
+        "Allocator (GPU_0_bfc) ran out of memory trying to allocate 1.17GiB requested by op "
+        "MatMul\n"
+    ).figures
+    assert f.requested_bytes == round(1.17 * 1024**3)
+
+
+def test_an_arena_limit_line_cut_before_its_byte_count_has_no_request() -> None:
+    d = diagnose("step 1\nAvailable memory of 0 is smaller than requested bytes\n")
+    assert (d.detected, d.kind, d.figures.requested_bytes) == (True, "memory-fraction-cap", None)
+
+
+def test_paddles_legacy_line_cut_before_what_paddle_uses_keeps_that_unknown() -> None:
+    # found through the warning line before it; the legacy line's free and total still read
+    f = event(
+        "W0725 system_allocator.cc:121] Cannot malloc 195.801 MB GPU memory. Please shrink "
+        "FLAGS_fraction_of_gpu_memory_to_use\n"
+        "F0725 legacy_allocator.cc:201] Cannot allocate 195.800781MB in GPU 0, available "
+        "5.937500MBtotal 7981694976GpuMinChunkSize 256.000000B\n"
+    ).figures
+    assert (f.free_bytes, f.total_bytes) == (round(5.9375 * 1024**2), 7981694976)
+    assert (f.allocated_bytes, f.reserved_unallocated_bytes) == (None, None)
