@@ -405,7 +405,24 @@ class _Facts:
 
     def fits(self) -> bool:
         r, room = self.f.requested_bytes, self.room
+        if self.paddle_full():
+            return False
         return r is not None and room is not None and room >= r and not self.cap_binding()
+
+    def paddle_full(self) -> bool:
+        """PaddlePaddle failing with free memory above the request but a sliver (at most
+        ``NEAR_FULL_FREE_SHARE``) of what its allocator holds plus that free: a full device. Its
+        message prints no total, and its allocator asks more than the tensor (chunks, alignment):
+        public4 t-006 (108.75 MiB free for 80 MiB, 10.65 GiB held) and public7 z-025 (45.69 MiB
+        for 17.27 MiB, 23.65 GiB held) were both a card too small for the work."""
+        f = self.f
+        return (
+            self.family == formats.PADDLE
+            and f.total_bytes is None
+            and f.allocated_bytes is not None
+            and f.free_bytes is not None
+            and f.free_bytes <= NEAR_FULL_FREE_SHARE * (f.allocated_bytes + f.free_bytes)
+        )
 
     def thin_headroom(self) -> bool:
         f, room = self.f, self.room
@@ -587,7 +604,7 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
             + held
         )
     if kind == "gpu-shared" and not f.other_processes and x.unseen_is_another_process():
-        own = "Paddle" if event.framework == "paddle" else "PyTorch"
+        own = _allocator(event)
         return (
             f"gpu-shared: {fs(x.unseen_outside())} of the {fs(t)} GPU is held outside this "
             f"process's {own}, more than the {fs(f.reserved_bytes)} {own} holds: most likely "
@@ -631,7 +648,8 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
     if kind == "capacity":
         if r is not None and free is not None:
             tail = (
-                f"; PyTorch holds {fs(a)} allocated and {fs(u)} reserved but unallocated"
+                f"; {_allocator(event)} holds {fs(a)} allocated and {fs(u)} reserved but "
+                "unallocated"
                 if a is not None
                 else ""
             )
@@ -682,6 +700,11 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
                 f"host-oom-killed: host (CPU) memory ran out, not GPU memory: could not allocate "
                 f"{fs(r)}"
             )
+        if "memory pressure" in event.message or "node running low" in event.message:
+            return (
+                "host-oom-killed: Ray's memory monitor killed a worker as the node's host (CPU) "
+                "memory ran low, not GPU memory"
+            )
         if "DataLoader worker" in event.message:
             return (
                 "host-oom-killed: the kernel killed a DataLoader worker (SIGKILL): host (CPU) "
@@ -710,11 +733,22 @@ def _within_margin(x: _Facts, gpu: str = "") -> str | None:
     r, free = x.f.requested_bytes, x.f.free_bytes
     if r is None or free is None or free < r:
         return None
+    if x.paddle_full():
+        return (
+            f"the {fs(r)} request found {fs(free)} free beside the "
+            f"{fs(x.f.allocated_bytes)} Paddle holds: a sliver of the card, and Paddle's "
+            "allocator asks more than the tensor: the GPU was full"
+        )
     return (
         f"the {fs(r)} request found {fs(free)} free{gpu}, within the {fs(free - (x.free or 0))} "
         "a new segment needs beyond the request near a full GPU (allocation granularity and the "
         "figures' rounding): the GPU was full"
     )
+
+
+def _allocator(event: OomEvent) -> str:
+    """Whose allocator the message's allocated and reserved figures are."""
+    return "Paddle" if event.framework == "paddle" else "PyTorch"
 
 
 def _who(p: OtherProcess) -> str:

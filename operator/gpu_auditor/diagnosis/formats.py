@@ -95,6 +95,9 @@ KEYWORDS: Final[tuple[bytes, ...]] = (
     b"OutOfMemory",
     b"Available memory of",
     b"out_of_memory: ",
+    b"killed due to memory pressure",
+    b"Task was killed due to the node running low on memory",
+    b"memory reserved for KV Cache is -",
     b"to allocate CUDA",
     b"memory for the KV cache",
     b"Not enough memory",
@@ -248,7 +251,12 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
     ),
     # the arena's own limit (the CUDA provider's gpu_mem_limit) reached, not the device
     (ONNXRUNTIME_LIMIT, re.compile(r"Available memory of \d{1,20} is smaller than requested bytes")),
-    (TGI, re.compile(r"Not enough memory to handle \d{1,9} prefill tokens")),
+    (
+        TGI,
+        re.compile(
+            r"Not enough memory to handle \d{1,9} (?:total tokens with \d{1,9} )?prefill tokens"
+        ),
+    ),
     (
         VLLM_STARTUP,
         re.compile(r"Free memory on device \([\d./ ]{1,32}GiB\) on startup is less than desired"),
@@ -273,7 +281,9 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
         re.compile(
             r"No available memory for the cache blocks|"
             r"leave no GPU memory for the KV cache under --mem-fraction-static|"
-            r"Not enough memory\. Please try to increase --mem-fraction-static"
+            r"Not enough memory\. Please try to increase --mem-fraction-static|"
+            # vLLM's profile, printed before the error: the budget less the weights is negative
+            r"the rest of the memory reserved for KV Cache is -\d"
         ),
     ),
     (DRIVER, _WordBeforeCode()),
@@ -330,7 +340,10 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"\bOut of memory: Kill(?:ed)? process \d{1,9}\b|"
             r"\bDetected \d{1,9} oom_kill events? in \w|\btask \d{1,9}: Out Of Memory\b|"
             # Open MPI's launcher: a rank SIGKILLed
-            r"\bexited on signal 9 \(Killed\)"
+            r"\bexited on signal 9 \(Killed\)|"
+            # Ray's memory monitor kills workers when the node's host memory runs low
+            r"Workers? \(tasks / actors\) killed due to memory pressure \(OOM\)|"
+            r"OutOfMemoryError: Task was killed due to the node running low on memory"
         ),
     ),
 )

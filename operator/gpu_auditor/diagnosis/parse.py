@@ -231,8 +231,9 @@ def _own_process(
     The failing process holds a CUDA context, so NVML lists it: the one process listed is the
     job (every collector of the public sets read a lone "Process N" so: a-016, a-038, b-021,
     p-031, p-032, s-014, s-023, t-027, v-015, v-033); of several, the one closest above what
-    PyTorch reserved. A message cut before PyTorch's own figures names no process the job's."""
-    if len(processes) == 1 and reserved is not None and processes[0].bytes >= reserved:
+    PyTorch reserved. A message cut before PyTorch's own figures still lists the job (public7
+    y-008)."""
+    if len(processes) == 1 and (reserved is None or processes[0].bytes >= reserved):
         return processes[0], []
     if reserved is None or reserved <= 0:
         return None, processes

@@ -382,6 +382,14 @@ def _kind_actions(ctx: Context) -> list[str]:
             "CUDA extensions, cuDNN benchmark workspaces) and free or limit it",
         ]
     if kind == "host-oom-killed":
+        if "memory pressure" in ctx.event.message or "node running low" in ctx.event.message:
+            return [
+                "give Ray's tasks and actors memory to match what they use (memory=... in their "
+                "options) so fewer run at once on a node, or raise the pod's memory limit",
+                HOST_FIXES[0],
+                "Ray's monitor kills at RAY_memory_usage_threshold (0.95 of the node's memory by "
+                "default): a job that needs that much needs more memory, not a higher threshold",
+            ]
         if "DataLoader worker" in ctx.event.message:  # the workers' copies first
             return [HOST_FIXES[1], HOST_FIXES[0], *HOST_FIXES[2:]]
         return list(HOST_FIXES)

@@ -1796,3 +1796,19 @@ def test_memory_outside_pytorch_blames_no_one_when_most_of_the_device_is_free() 
         "total by PyTorch)\n"
     )
     assert full.kind == "gpu-shared"
+
+
+def test_paddle_failing_with_a_sliver_free_beside_what_it_holds_is_a_full_card() -> None:
+    # public4 t-006, public7 z-025 (calibration): free above the request, a sliver of the card
+    d = diagnose(
+        "Out of memory error on GPU 0. Cannot allocate 17.266846MB memory on GPU 0, 23.651855GB "
+        "memory has been allocated and available memory is only 45.687500MB.\n"
+    )
+    assert (d.framework, d.kind) == ("paddle", "capacity")
+    assert "Paddle holds" in d.summary and "PyTorch" not in d.summary
+    # the same request with a tenth of the card free is room, not a full card
+    roomy = diagnose(
+        "Out of memory error on GPU 0. Cannot allocate 17.266846MB memory on GPU 0, 2.000000GB "
+        "memory has been allocated and available memory is only 245.687500MB.\n"
+    )
+    assert roomy.kind == "unknown"

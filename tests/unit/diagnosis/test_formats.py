@@ -597,3 +597,30 @@ def test_near_misses_of_the_second_round_wordings(line: str) -> None:
 ])  # fmt: skip
 def test_a_cuda_error_is_named_after_the_stack_on_its_line(line: str, framework: str | None) -> None:
     assert diagnose(f"step 1\n{line}\n").framework == framework
+
+
+@pytest.mark.parametrize("line", [
+    # Ray's memory monitor (public7 z-010, z-011, z-030; calibration since its blind score)
+    "(raylet) [2025-04-02 15:02:00,117 E 135782 135782] (raylet) node_manager.cc:3069: 1 Workers "
+    "(tasks / actors) killed due to memory pressure (OOM), 0 Workers crashed due to other reasons",
+    "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.",
+])  # fmt: skip
+def test_rays_memory_monitor_is_a_host_kill(line: str) -> None:
+    d = diagnose(f"step 1\n{line}\n")
+    assert (d.detected, d.kind) == (True, "host-oom-killed")
+    assert d.summary.startswith("host-oom-killed: Ray's memory monitor killed a worker")
+    assert d.recommendation.actions[0].startswith("give Ray's tasks and actors memory")
+
+
+def test_tgis_total_token_warm_up_and_vllms_negative_cache_are_their_engines_words() -> None:
+    tgi = diagnose("step 1\nNot enough memory to handle 16000 total tokens with 2 prefill tokens. "
+                   "You need to decrease `--max-batch-total-tokens`\n")  # public7 z-007
+    assert (tgi.detected, tgi.framework, tgi.kind) == (True, "tgi", "capacity")
+    vllm = diagnose(  # public7 z-017: the log cut before vLLM's error, after its profile
+        "step 1\nINFO worker.py:267] model weights take 5.20GiB; non_torch_memory takes 0.03GiB; "
+        "PyTorch activation peak memory takes 1.42GiB; the rest of the memory reserved for KV "
+        "Cache is -1.05GiB.\n"
+    )
+    assert (vllm.detected, vllm.framework, vllm.kind) == (True, "vllm", "memory-fraction-cap")
+    positive = "the rest of the memory reserved for KV Cache is 1.05GiB."
+    assert formats.find_failure(positive) is None

@@ -201,9 +201,10 @@ def test_no_process_at_or_above_the_reservation_leaves_every_process_another() -
     assert got.other_processes == (OtherProcess(872, 4294967296), OtherProcess(873, 9126805504))
 
 
-def test_a_message_cut_before_its_allocated_figure_keeps_the_processes_as_others() -> None:
-    # the H200 shared-GPU message cut by a log shipper's line limit, in a container: no "this
-    # process" segment and no "Of the allocated memory" to know the job's own reservation by
+def test_a_message_cut_before_its_allocated_figure_takes_a_lone_process_for_the_job() -> None:
+    # a message cut by a log shipper's line limit, in a container: no "this process" segment and
+    # no "Of the allocated memory". The failing process holds a context, so NVML lists it: a lone
+    # process is the job (public7 y-008: 10.95 GiB of a 14.75 GiB T4, the job's own)
     log = (
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 40.00 GiB. GPU 0 has a "
         "total capacity of 139.80 GiB of which 13.42 GiB is free. Process 872 has 125.87 GiB "
@@ -216,9 +217,13 @@ def test_a_message_cut_before_its_allocated_figure_keeps_the_processes_as_others
         requested_bytes=42949672960,
         total_bytes=150109106995,
         free_bytes=14409615278,
-        other_processes=(OtherProcess(872, 135151883387),),
+        process_bytes=135151883387,
         gpu_index=0,
     )
+    # two processes and no reservation to tell them by: both stay others
+    two = event(log.replace("memory in use.", "memory in use. Process 873 has 518.00 MiB memory "
+                            "in use.", 1)).figures
+    assert two.process_bytes is None and len(two.other_processes) == 2
 
 
 # -- where the message starts -------------------------------------------------------------------
