@@ -554,6 +554,14 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
             "(per_process_gpu_memory_fraction of the GPU, nearly all of it by default): the GPU "
             "had less free than the fraction asks"
         )
+    if x.family == formats.VLLM_STARTUP:
+        share = math.floor((free or 0) / (t or 1) * 100) / 100
+        lead = "gpu-shared" if kind == "gpu-shared" else "memory-fraction-cap"
+        return (
+            f"{lead}: vLLM found {fs(free)} free of the {fs(t)} GPU at start, less than the "
+            f"{fs(r)} its gpu_memory_utilization asks: {fs(x.held_at_start())} was held by other "
+            f"processes; at most {share:.2f} of the GPU is there to take"
+        )
     if x.family == formats.ENGINE_NO_CACHE:
         return (
             "memory-fraction-cap: the engine's memory budget (vLLM's gpu_memory_utilization, "
@@ -577,14 +585,6 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
             f"memory-fraction-cap: {fs(a)} allocated + the {fs(r)} request exceed the "
             f"{fs(f.allowed_bytes)} allowed by the memory fraction, while the GPU had "
             f"{fs(free)} free"
-        )
-    if x.family == formats.VLLM_STARTUP:
-        share = math.floor((free or 0) / (t or 1) * 100) / 100
-        lead = "gpu-shared" if kind == "gpu-shared" else "memory-fraction-cap"
-        return (
-            f"{lead}: vLLM found {fs(free)} free of the {fs(t)} GPU at start, less than the "
-            f"{fs(r)} its gpu_memory_utilization asks: {fs(x.held_at_start())} was held by other "
-            f"processes; at most {share:.2f} of the GPU is there to take"
         )
     if kind == "gpu-shared" and x.taken_before_start():
         return (

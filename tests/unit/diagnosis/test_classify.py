@@ -1812,3 +1812,89 @@ def test_paddle_failing_with_a_sliver_free_beside_what_it_holds_is_a_full_card()
         "memory has been allocated and available memory is only 245.687500MB.\n"
     )
     assert roomy.kind == "unknown"
+
+
+# The summaries of the start-up, engine, arena, Ray and short-run branches, word for word (what
+# mutation found unpinned in classify after issue 24's rounds; each read against its rule first).
+
+_VLLM_START = (
+    "ValueError: Free memory on device ({free}/79.2 GiB) on startup is less than desired GPU "
+    "memory utilization ({util}, {asks} GiB). Decrease GPU memory utilization or reduce GPU "
+    "memory used by other processes.\n"
+)
+_FRAG_AT_EDGE = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+    "capacity of 79.15 GiB of which 1.50 GiB is free. Including non-PyTorch memory, this process "
+    "has 77.64 GiB memory in use. Of the allocated memory 73.00 GiB is allocated by PyTorch, and "
+    "4.00 GiB is reserved by PyTorch but unallocated.\n"
+)
+
+
+@pytest.mark.parametrize(("log", "kind", "summary"), [
+    (_VLLM_START.format(free="79.1", util="0.9999", asks="79.19"), "memory-fraction-cap",
+     "memory-fraction-cap: vLLM found 79.10 GiB free of the 79.20 GiB GPU at start, less than "
+     "the 79.19 GiB its gpu_memory_utilization asks: 102.40 MiB was held by other processes; at "
+     "most 0.99 of the GPU is there to take"),
+    (_VLLM_START.format(free="70.0", util="0.9", asks="71.28"), "gpu-shared",
+     "gpu-shared: vLLM found 70.00 GiB free of the 79.20 GiB GPU at start, less than the 71.28 "
+     "GiB its gpu_memory_utilization asks: 9.20 GiB was held by other processes; at most 0.88 of "
+     "the GPU is there to take"),
+    ("ValueError: No available memory for the cache blocks. Try increasing "
+     "`gpu_memory_utilization` when initializing the engine.\n", "memory-fraction-cap",
+     "memory-fraction-cap: the engine's memory budget (vLLM's gpu_memory_utilization, SGLang's "
+     "--mem-fraction-static) was spent on the weights and the profiling run before any KV cache "
+     "fit"),
+    ("step 1\nAvailable memory of 0 is smaller than requested bytes of 135383040\n",
+     "memory-fraction-cap",
+     "memory-fraction-cap: ONNX Runtime's CUDA arena reached its own limit (gpu_mem_limit) "
+     "before the 129.11 MiB request"),
+    ("step 1\nAvailable memory of 0 is smaller than requested bytes\n", "memory-fraction-cap",
+     "memory-fraction-cap: ONNX Runtime's CUDA arena reached its own limit (gpu_mem_limit) "
+     "before the request"),
+    ("step 1\nray.exceptions.OutOfMemoryError: Task was killed due to the node running low on "
+     "memory.\n", "host-oom-killed",
+     "host-oom-killed: Ray's memory monitor killed a worker as the node's host (CPU) memory ran "
+     "low, not GPU memory"),
+    ("(raylet) node_manager.cc:3069: 1 Workers (tasks / actors) killed due to memory pressure "
+     "(OOM), 0 Workers crashed due to other reasons\n", "host-oom-killed",
+     "host-oom-killed: Ray's memory monitor killed a worker as the node's host (CPU) memory ran "
+     "low, not GPU memory"),
+    (_FRAG_AT_EDGE, "capacity",
+     "capacity: the 2.00 GiB request exceeds the 1.50 GiB free on a 79.15 GiB GPU; PyTorch holds "
+     "73.00 GiB allocated and 4.00 GiB reserved but unallocated; packed, the idle cache would "
+     "cover this request, but no step finished before the failure and the 4.00 GiB idle is 5% "
+     "of what PyTorch holds: the rest of the step needs more than a setting can recover"),
+    ("step 1 loss 2.0\nstep 2 loss 1.9\nstep 3 loss 1.8\n" + _FRAG_AT_EDGE, "capacity",
+     "capacity: the 2.00 GiB request exceeds the 1.50 GiB free on a 79.15 GiB GPU; PyTorch holds "
+     "73.00 GiB allocated and 4.00 GiB reserved but unallocated; packed, the idle cache would "
+     "cover this request, but only 3 steps finished before the failure and the 4.00 GiB idle "
+     "holds 2.0 requests of this size (5% of what PyTorch holds): a job this early needs more "
+     "than a setting can recover"),
+    ("Out of memory error on GPU 0. Cannot allocate 17.266846MB memory on GPU 0, 23.651855GB "
+     "memory has been allocated and available memory is only 45.687500MB.\n", "capacity",
+     "capacity: the 17.27 MiB request found 45.69 MiB free beside the 23.65 GiB Paddle holds: a "
+     "sliver of the card, and Paddle's allocator asks more than the tensor: the GPU was full; "
+     "Paddle holds 23.65 GiB allocated and 0 bytes reserved but unallocated"),
+])  # fmt: skip
+def test_each_late_branch_summary_word_for_word(log: str, kind: str, summary: str) -> None:
+    d = diagnose(log)
+    assert (d.kind, d.summary) == (kind, summary)
+
+
+def test_tensorflows_start_up_summaries_word_for_word() -> None:
+    from .diagnosis_helpers import FIXTURES
+
+    public = FIXTURES.parents[2] / "evaluation" / "public" / "logs"
+    shared = diagnose((public / "b-006.log").read_text(errors="replace"))
+    assert (shared.kind, shared.summary) == (
+        "gpu-shared",
+        "gpu-shared: TensorFlow found 190.31 MiB free of the 7.92 GiB GPU when it started and "
+        "could not reserve its memory: another process held the GPU before the job began",
+    )
+    cap = diagnose((public / "b-039.log").read_text(errors="replace"))
+    assert (cap.kind, cap.summary) == (
+        "memory-fraction-cap",
+        "memory-fraction-cap: TensorFlow could not reserve the 5.93 GiB it maps at start "
+        "(per_process_gpu_memory_fraction of the GPU, nearly all of it by default): the GPU had "
+        "less free than the fraction asks",
+    )

@@ -177,9 +177,9 @@ def _real_log_lines() -> list[str]:
     # the second and third public sets, scored blind (2bb226f, 7084003) and calibration since
     paths += sorted((root / "evaluation" / "public2" / "logs").glob("*.log"))
     paths += sorted((root / "evaluation" / "public3" / "logs").glob("*.log"))
-    # the fourth and fifth, scored blind (at aca8ba7; 7ac46ed) and calibration since
-    paths += sorted((root / "evaluation" / "public4" / "logs").glob("*.log"))
-    paths += sorted((root / "evaluation" / "public5" / "logs").glob("*.log"))
+    # the fourth to seventh, each scored blind once (evaluation/results) and calibration since
+    for name in ("public4", "public5", "public6", "public7"):
+        paths += sorted((root / "evaluation" / name / "logs").glob("*.log"))
     lines: list[str] = []
     for path in paths:
         text = path.read_bytes().decode("utf-8", errors="replace")
