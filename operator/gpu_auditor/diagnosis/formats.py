@@ -250,7 +250,10 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
         re.compile(r"BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer"),
     ),
     # the arena's own limit (the CUDA provider's gpu_mem_limit) reached, not the device
-    (ONNXRUNTIME_LIMIT, re.compile(r"Available memory of \d{1,20} is smaller than requested bytes")),
+    (
+        ONNXRUNTIME_LIMIT,
+        re.compile(r"Available memory of \d{1,20} is smaller than requested bytes"),
+    ),
     (
         TGI,
         re.compile(

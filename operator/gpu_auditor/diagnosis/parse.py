@@ -357,8 +357,8 @@ def parse_hit(hit: Hit) -> OomEvent:
             requested, free, total = (_plain_bytes(warned.group(i)) for i in (1, 2, 3))
             figures = Figures(requested, total_bytes=total, free_bytes=free)
     elif family == formats.ONNXRUNTIME_LIMIT:
-        limit = _ONNX_LIMIT.search(message)
-        figures = Figures(_plain_bytes(limit.group(1)) if limit is not None else None)
+        asked = _ONNX_LIMIT.search(message)
+        figures = Figures(_plain_bytes(asked.group(1)) if asked is not None else None)
     elif family == formats.XLA:
         limit, in_use = _bfc_stats(hit.before)
         figures = Figures(_find(_XLA_REQUEST, message), allowed_bytes=limit, allocated_bytes=in_use)

@@ -595,7 +595,9 @@ def test_near_misses_of_the_second_round_wordings(line: str) -> None:
     ("CUDA error 2 at ggml-cuda.cu:359: out of memory", "llama.cpp"),
     ("amrex::Abort::0::CUDA error 2 in file AMReX_Arena.cpp line 169: out of memory", None),
 ])  # fmt: skip
-def test_a_cuda_error_is_named_after_the_stack_on_its_line(line: str, framework: str | None) -> None:
+def test_a_cuda_error_is_named_after_the_stack_on_its_line(
+    line: str, framework: str | None
+) -> None:
     assert diagnose(f"step 1\n{line}\n").framework == framework
 
 
