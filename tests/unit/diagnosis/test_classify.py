@@ -1898,3 +1898,43 @@ def test_tensorflows_start_up_summaries_word_for_word() -> None:
         "(per_process_gpu_memory_fraction of the GPU, nearly all of it by default): the GPU had "
         "less free than the fraction asks",
     )
+
+
+# The near-full boundary (NEAR_FULL_FREE_SHARE, 5 %) at exactly 5 % free, on each reading that
+# uses it: memory outside PyTorch, Paddle's sliver, TensorFlow's start-up banner.
+
+
+@pytest.mark.parametrize(("free", "kind"), [("4.00 GiB", "gpu-shared"), ("4.01 GiB", "unknown")])
+def test_memory_outside_pytorch_on_a_device_with_exactly_5_percent_free(
+    free: str, kind: str
+) -> None:
+    d = diagnose(
+        "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 80.00 GiB total "
+        f"capacity; 9.00 GiB already allocated; {free} free; 10.00 GiB reserved in total by "
+        "PyTorch)\n"
+    )
+    assert d.kind == kind
+
+
+@pytest.mark.parametrize(
+    ("free", "kind"), [("50.000000MB", "capacity"), ("50.100000MB", "unknown")]
+)
+def test_paddle_with_exactly_5_percent_of_what_it_holds_plus_free(free: str, kind: str) -> None:
+    d = diagnose(
+        "Out of memory error on GPU 0. Cannot allocate 20.000000MB memory on GPU 0, "
+        f"950.000000MB memory has been allocated and available memory is only {free}.\n"
+    )
+    assert d.kind == kind
+
+
+@pytest.mark.parametrize(("free", "kind"), [("512.00MiB", "gpu-shared"),
+                                            ("513.00MiB", "memory-fraction-cap")])
+def test_tensorflows_banner_with_exactly_5_percent_free(free: str, kind: str) -> None:
+    from .diagnosis_helpers import FIXTURES
+
+    log = (FIXTURES.parents[2] / "evaluation" / "public" / "logs" / "b-006.log").read_text(
+        errors="replace"
+    )
+    log = log.replace("Total memory: 7.92GiB", "Total memory: 10.00GiB")
+    log = log.replace("Free memory: 190.31MiB", f"Free memory: {free}")
+    assert diagnose(log).kind == kind
