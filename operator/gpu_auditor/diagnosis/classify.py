@@ -236,10 +236,15 @@ class _Facts:
     def taken_before_start(self) -> bool:
         """TensorFlow failed reserving the GPU at its start, and the device it found then was
         (near) full: another process held it before the job began."""
+        return self.phase == STARTUP and self.device_near_full()
+
+    def device_near_full(self) -> bool:
+        """At most ``NEAR_FULL_FREE_SHARE`` of the device free. Memory held outside PyTorch can
+        explain a failure within the margin, not one with most of the device free (public6
+        w-020: 244.65 GiB of 255.98 free, a 2 MiB request refused by a memory fraction)."""
         f = self.f
         return (
-            self.phase == STARTUP
-            and f.free_bytes is not None
+            f.free_bytes is not None
             and f.total_bytes is not None
             and f.free_bytes <= NEAR_FULL_FREE_SHARE * f.total_bytes
         )
@@ -253,7 +258,7 @@ class _Facts:
             return 0 < shortfall <= o and not self.cap_binding()
         if f.free_bytes is None or f.total_bytes is None:
             return True
-        return f.free_bytes <= NEAR_FULL_FREE_SHARE * f.total_bytes
+        return self.device_near_full()
 
     @property
     def slack(self) -> int:
@@ -382,17 +387,6 @@ class _Facts:
             and unseen >= max(shortfall, GPU_SHARED_MIN_BYTES)
         )
 
-    def device_near_full(self) -> bool:
-        """At most ``NEAR_FULL_FREE_SHARE`` of the device free: memory held outside PyTorch can
-        explain a failure within the margin, not one with most of the device free (public6
-        w-020: 244.65 GiB of 255.98 free, a 2 MiB request refused by a memory fraction)."""
-        f = self.f
-        return (
-            f.free_bytes is not None
-            and f.total_bytes is not None
-            and f.free_bytes <= NEAR_FULL_FREE_SHARE * f.total_bytes
-        )
-
     def unseen_is_another_process(self) -> bool:
         """...and it is more than PyTorch itself holds: another process, not a library."""
         unseen, reserved = self.unseen_outside(), self.f.reserved_bytes
@@ -433,7 +427,7 @@ class _Facts:
 
 
 def _primary(x: _Facts) -> str:
-    if x.family in (formats.HOST_ALLOC, formats.HOST_KILLED):
+    if x.family in (formats.HOST_ALLOC, formats.HOST_KILLED, formats.RAY_KILLED):
         return "host-oom-killed"
     if x.family == formats.VLLM_STARTUP:  # vLLM checked the free memory before it started
         held = x.held_at_start()
@@ -700,7 +694,7 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
                 f"host-oom-killed: host (CPU) memory ran out, not GPU memory: could not allocate "
                 f"{fs(r)}"
             )
-        if "memory pressure" in event.message or "node running low" in event.message:
+        if event.family == formats.RAY_KILLED:
             return (
                 "host-oom-killed: Ray's memory monitor killed a worker as the node's host (CPU) "
                 "memory ran low, not GPU memory"

@@ -31,6 +31,7 @@ ENGINE_NO_CACHE = "engine-no-cache"  # vLLM/SGLang: the weights leave no memory 
 DRIVER = "cuda-driver"  # CUDA_ERROR_OUT_OF_MEMORY / cudaErrorMemoryAllocation in an error
 HOST_ALLOC = "host-alloc"  # DefaultCPUAllocator: can't allocate memory (host RAM)
 HOST_KILLED = "host-killed"  # the kernel killed the job or a DataLoader worker (host RAM)
+RAY_KILLED = "ray-killed"  # Ray's memory monitor killed workers as the node's host RAM ran low
 TENSORRT = "tensorrt"  # TensorRT's allocator: Error Code 1: Cuda Runtime (out of memory)
 PADDLE = "paddle"  # PaddlePaddle: Out of memory error on GPU N. Cannot allocate ...
 MXNET = "mxnet"  # MXNet's storage manager: cudaMalloc failed: out of memory (also AITemplate's)
@@ -66,6 +67,7 @@ PRIORITY: Final[dict[str, int]] = {
     BFC: 2,
     VLLM_STARTUP: 8,
     HOST_KILLED: 1,
+    RAY_KILLED: 1,
 }
 
 KEYWORDS: Final[tuple[bytes, ...]] = (
@@ -343,8 +345,13 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"\bOut of memory: Kill(?:ed)? process \d{1,9}\b|"
             r"\bDetected \d{1,9} oom_kill events? in \w|\btask \d{1,9}: Out Of Memory\b|"
             # Open MPI's launcher: a rank SIGKILLed
-            r"\bexited on signal 9 \(Killed\)|"
-            # Ray's memory monitor kills workers when the node's host memory runs low
+            r"\bexited on signal 9 \(Killed\)"
+        ),
+    ),
+    # Ray's memory monitor kills workers when the node's host memory runs low
+    (
+        RAY_KILLED,
+        re.compile(
             r"Workers? \(tasks / actors\) killed due to memory pressure \(OOM\)|"
             r"OutOfMemoryError: Task was killed due to the node running low on memory"
         ),
@@ -420,6 +427,7 @@ _FAMILY_FRAMEWORK: Final[dict[str, str | None]] = {
     TORCH_WARNING: "pytorch",
     TGI: "tgi",
     HOST_KILLED: None,
+    RAY_KILLED: None,
     BFC: None,
     VLLM_STARTUP: "vllm",
     NCCL: "nccl",
@@ -440,7 +448,7 @@ def framework_of(family: str, line: str) -> str | None:
         return "sglang"
     if family in (MXNET, CUDA_ERROR) and _GGML.search(line):
         return "llama.cpp"
-    if family in (TORCH_RAW, DRIVER, CUDA_LIBRARY, HOST_KILLED, BFC, CUDA_ERROR):
+    if family in (TORCH_RAW, DRIVER, CUDA_LIBRARY, HOST_KILLED, RAY_KILLED, BFC, CUDA_ERROR):
         for name, marker in _FRAMEWORK_MARKERS:
             if marker.search(line):
                 return name

@@ -382,7 +382,7 @@ def _kind_actions(ctx: Context) -> list[str]:
             "CUDA extensions, cuDNN benchmark workspaces) and free or limit it",
         ]
     if kind == "host-oom-killed":
-        if "memory pressure" in ctx.event.message or "node running low" in ctx.event.message:
+        if fam == formats.RAY_KILLED:
             return [
                 "give Ray's tasks and actors memory to match what they use (memory=... in their "
                 "options) so fewer run at once on a node, or raise the pod's memory limit",

@@ -149,7 +149,12 @@ measured 1.3 GiB for context, cuBLAS, cuDNN, NCCL, graphs and compile together).
 Below it the log cannot tell the two apart: ``unknown``, naming both."""
 
 NEAR_FULL_FREE_SHARE: Final = 0.05
-"""Without a request figure, the GPU counts as full when at most 5 % of it is free."""
+"""Without a request figure, the GPU counts as full when at most 5 % of it is free
+(``_Facts.device_near_full``). The same share says TensorFlow found the GPU full at its start
+(public b-006: 190.31 MiB of 7.92 GiB), whether memory outside PyTorch can explain a failure that
+the margin explains (public a-004: 26.12 MiB of 10.76 GiB; not public6 w-020: 244.65 GiB of
+255.98), and whether Paddle's free memory is a sliver of what it holds (public4 t-006 at 1.0 %,
+public7 z-025 at 0.19 %). Each of those rows is far from 5 % on either side."""
 
 NON_PYTORCH_ALLOWANCE_BYTES: Final = 3 * GIB // 2
 """What a process holds outside PyTorch in ordinary use, not counted against it: measured
