@@ -148,17 +148,18 @@ _TENSORRT_REQUEST: Final = re.compile(
     r"Requested amount of GPU memory \((\d{1,32}) bytes\) could not be allocated"
 )
 _PADDLE_MALLOC: Final = _size_re(r"Cannot malloc {S} GPU memory")
+_PADDLE_SIZE: Final = r"\d{1,12}(?:\.\d{1,12})? ?[KMG]?B"
+"""A size as Paddle's HumanReadableSize prints it, which may run into the next word."""
 _PADDLE: Final = re.compile(
     rf"Cannot allocate ({_S}) memory on GPU \d{{1,5}}, "
     # Paddle 2.x says what this process's allocator holds before the free figure
-    r"(?:\d{1,12}(?:\.\d{1,12})?[KMG]?B memory has been allocated and )?"
+    rf"(?:(\d{{1,12}}(?:\.\d{{1,12}})?[KMG]?B) memory has been allocated and )?"
     rf"available memory is only\s{{0,64}}({_S})"
 )
-_PADDLE_HELD: Final = _size_re(r"GPU \d{1,5}, {S} memory has been allocated")
 # the legacy allocator: the request, the device's free and total, what this process's Paddle uses
 _PADDLE_LEGACY: Final = re.compile(  # its sizes run into the next word ("5.937500MBtotal")
-    r"Cannot allocate (\d{1,12}(?:\.\d{1,12})? ?[KMG]?B) in GPU \d{1,5}, "
-    r"available (\d{1,12}(?:\.\d{1,12})? ?[KMG]?B),?\s{0,4}total (\d{1,20})"
+    rf"Cannot allocate ({_PADDLE_SIZE}) in GPU \d{{1,5}}, "
+    rf"available ({_PADDLE_SIZE}),?\s{{0,4}}total (\d{{1,20}})"
 )
 _PADDLE_USED: Final = re.compile(r"GPU memory used: ?\s{0,8}(\d{1,12}(?:\.\d{1,12})? ?[kKMG]?B)")
 _BFC_ROUNDED: Final = re.compile(r"\(rounded to (\d{1,20})\)")
@@ -383,13 +384,14 @@ def parse_hit(hit: Hit) -> OomEvent:
             figures = Figures(_binary_bytes(malloc.group(1)))
         legacy = _PADDLE_LEGACY.search(message)
         if match is not None:
-            # each size pattern holds three groups (the size, its number, its unit)
-            requested, free = _binary_bytes(match.group(1)), _binary_bytes(match.group(4))
-            held = _PADDLE_HELD.search(message)
+            # each size pattern holds three groups (the size, its number, its unit); group 4 is
+            # what Paddle 2.x says its allocator holds
+            requested, free = _binary_bytes(match.group(1)), _binary_bytes(match.group(5))
+            held = match.group(4)
             figures = Figures(
                 requested,
                 free_bytes=free,
-                allocated_bytes=_binary_bytes(held.group(1)) if held is not None else None,
+                allocated_bytes=_binary_bytes(held) if held is not None else None,
             )
         elif legacy is not None:
             found = _PADDLE_USED.search(message)
