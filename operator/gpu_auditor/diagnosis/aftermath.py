@@ -17,7 +17,8 @@ names the later error when all of these hold:
 - none of its lines (up to the next traceback) holds a failure wording of any family (a
   re-raised OOM, a child's OOM quoted by ``mp.spawn``, an exception message that names one, a
   re-print of the OOM after it), and its exception is not one that only
-  reports another process's exit (``CONSEQUENCES``: launchers, a signal from one, a peer gone);
+  reports another process's exit (``CONSEQUENCES``: launchers, a signal from one, a peer gone)
+  or the device the failure left unusable (``_NO_DEVICE``);
 - the traceback ends in an exception line within the tail (named with its control and format
   characters as ``?``, at most ``MAX_EXCEPTION_CHARS``).
 
@@ -66,6 +67,11 @@ _PEER_GONE: Final = re.compile(
 )
 """An exception whose message reports a collective or a peer failing (``RuntimeError`` before
 torch 2.1 named no ``DistBackendError``): another rank's end, a consequence like those above."""
+_NO_DEVICE: Final = re.compile(r"no supported devices found|Unable to initialize backend")
+"""An exception whose message says the stack could not start on its device: after a failure to
+create the device's context (XLA/JAX's "Failed to create stream executor ...:
+CUDA_ERROR_OUT_OF_MEMORY", measured on the H200: evaluation/results/library-errors) it is that
+failure's consequence, raised by the job's first array operation."""
 _EXCEPTION: Final = re.compile(r"([A-Za-z_][\w.]{0,255})(?::|$)")
 MAX_EXCEPTION_CHARS: Final = 200
 
@@ -115,6 +121,8 @@ def _decide(own: list[Line]) -> str | _Again | None:
         if name is None:
             return None
         if name.group(1).rpartition(".")[2] in CONSEQUENCES or _PEER_GONE.search(text):
+            continue
+        if _NO_DEVICE.search(text):
             continue
         if ended is None:
             ended = text

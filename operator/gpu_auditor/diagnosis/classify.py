@@ -223,8 +223,11 @@ class _Facts:
         """A raw CUDA out-of-memory error at the job's first CUDA call (its context, or the
         first tensor moved to the GPU): nothing of the job's own was on the GPU yet, so another
         process (or a stale one of the same job) had filled it. The caching allocator's own
-        failures print figures (the TORCH family); a raw error there is the context's."""
-        return self.family == formats.TORCH_RAW and self.phase in (CUDA_INIT, LOADING)
+        failures print figures (the TORCH family); a raw error there is the context's. Any
+        stack's failure to create its context counts the same (``phase.context_phase``)."""
+        if self.phase == CUDA_INIT:
+            return True
+        return self.family == formats.TORCH_RAW and self.phase == LOADING
 
     def held_at_start(self) -> int | None:
         """What others held of the GPU when the job checked it at start (vLLM's own check)."""

@@ -144,16 +144,22 @@ class _WordBeforeCode:
     ``Error`` words costs some 200 steps a character); here each code looks back once, over at
     most ``_REACH`` characters. It finds the same leftmost match start as the regex. The words
     include TensorFlow's stream executor's "failed to allocate X (N bytes) from device:
-    CUDA_ERROR_OUT_OF_MEMORY" and cuDNN's "There was an error before creating cudnn handle"."""
+    CUDA_ERROR_OUT_OF_MEMORY", cuDNN's "There was an error before creating cudnn handle", and a
+    device context that could not be created ("Failed to create stream executor for device
+    CUDA:0: : CUDA_ERROR_OUT_OF_MEMORY", XLA/JAX on a GPU another process had filled, measured
+    on the H200: evaluation/results/library-errors; TensorFlow's "failed call to
+    cuDevicePrimaryCtxRetain: CUDA_ERROR_OUT_OF_MEMORY")."""
 
     pattern: Final = (
-        r"(?:Error|ERROR|error|INTERNAL|Exception|failed to allocate)\b.{0,200}?"
-        r"(?:CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|hipErrorOutOfMemory)"
+        r"(?:Error|ERROR|error|INTERNAL|Exception|failed to allocate|Failed|failed call to)\b"
+        r".{0,200}?(?:CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|hipErrorOutOfMemory)"
     )
     _code: Final = re.compile(
         r"CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|hipErrorOutOfMemory"
     )
-    _word: Final = re.compile(r"(?:Error|ERROR|error|INTERNAL|Exception|failed to allocate)\b")
+    _word: Final = re.compile(
+        r"(?:Error|ERROR|error|INTERNAL|Exception|failed to allocate|Failed|failed call to)\b"
+    )
     _GAP: Final = 200
     _LONGEST: Final = len("failed to allocate")
     _REACH: Final = _GAP + _LONGEST

@@ -13,7 +13,8 @@ to a phase names it (``forward`` only when nothing more specific matched):
 - ``loading``: ``torch/serialization.py``, ``load_state_dict``, ``from_pretrained``, safetensors,
   or moving a module to the GPU (``Module._apply`` under ``.to(``/``.cuda(``);
 - ``cuda-init``: the job's first CUDA call creating its context (``torch/cuda/__init__.py``'s
-  ``_lazy_init``, ``torch._C._cuda_init``);
+  ``_lazy_init``, ``torch._C._cuda_init``), or, in any stack, a failure message that names the
+  context's creation (``context_phase``);
 - ``forward``: ``torch/nn/modules/module.py`` call frames;
 - ``startup`` (TensorFlow): the failure follows TensorFlow's "Creating TensorFlow device" (1.x)
   or "Created device ..." (2.x) with no finished step after it: its start-up reservation of the
@@ -156,6 +157,23 @@ def failure_phase(precontext: str) -> str | None:
             return phase
         found = found or phase
     return found
+
+
+_CONTEXT_CREATION: Final = (
+    "create stream executor",  # XLA/JAX, TensorFlow: the device's executor and its context
+    "cuDevicePrimaryCtxRetain",
+    "cuCtxCreate",
+    "call to cuInit",
+)
+
+
+def context_phase(message: str) -> str | None:
+    """``cuda-init`` when the failure message itself says the device context could not be
+    created: on the H200 a JAX job started beside a process that had filled the GPU failed with
+    "Failed to create stream executor for device CUDA:0: : CUDA_ERROR_OUT_OF_MEMORY" before
+    any frame of its own (evaluation/results/library-errors)."""
+    head = message[:512]
+    return CUDA_INIT if any(words in head for words in _CONTEXT_CREATION) else None
 
 
 _TF_DEVICE_CREATED: Final = (

@@ -26,11 +26,13 @@ from .classify import Verdict, cap_binding
 from .model import ALLOC_CONF_ENV, Growth, NodeEvidence, OomEvent, Recommendation
 from .phase import (
     BACKWARD,
+    CUDA_INIT,
     GRAPH_CAPTURE,
     LOADING,
     OPTIMIZER_STEP,
     RETRY_EXHAUSTED,
     STARTUP,
+    context_phase,
     failure_phase,
     tensorflow_phase,
 )
@@ -444,7 +446,10 @@ def looks_like_inference(precontext: str) -> bool:
 
 
 def phase_of(event: OomEvent, precontext: str) -> str | None:
-    """Where a PyTorch job failed, or whether TensorFlow failed at its start (``phase.py``)."""
+    """Where a PyTorch job failed, whether TensorFlow failed at its start, or whether any stack
+    failed creating its device context (``phase.py``)."""
+    if context_phase(event.message) is not None:
+        return CUDA_INIT
     if event.framework == "pytorch":
         return failure_phase(precontext)
     if event.framework == "tensorflow":

@@ -313,3 +313,23 @@ def test_real_h200_logs_are_detected_exactly_when_the_oom_ended_the_job(name: st
     aftermath-real.md): torchrun 2.11, gloo, DataLoader workers, a chained error."""
     diagnosis = diagnose((REAL / name).read_bytes())
     assert diagnosis.detected is REAL_TRUTH[name]["died_of_oom"], diagnosis.summary
+
+
+@pytest.mark.parametrize(
+    "exception",
+    [
+        "jax.errors.JaxRuntimeError: INTERNAL: no supported devices found for platform CUDA",
+        "RuntimeError: Unable to initialize backend 'cuda': INTERNAL: no supported devices found "
+        "for platform CUDA (you may need to uninstall the failing plugin package, or set "
+        "JAX_PLATFORMS=cpu to skip this backend.)",
+    ],
+)
+def test_a_device_the_failure_left_unusable_is_a_consequence(exception: str) -> None:
+    # XLA/JAX on a GPU another process had filled (H200, evaluation/results/library-errors):
+    # the context could not be created, then the first array operation raised this
+    oom = (
+        "E1202 10:57:07.512060    1263 platform_util.cc:279] Failed to create stream executor "
+        "for device CUDA:0: : CUDA_ERROR_OUT_OF_MEMORY: out of memory\n"
+    )
+    assert later(oom + traceback(exception)) is None
+    assert later(oom + KEYERROR) == "KeyError: 'lr'"

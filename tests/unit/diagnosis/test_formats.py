@@ -256,6 +256,29 @@ def test_a_driver_failure_far_into_a_long_log_line_is_found() -> None:
     assert d.figures.requested_bytes == 16944988160
 
 
+@pytest.mark.parametrize(
+    ("line", "found"),
+    [
+        # XLA/JAX on a GPU another process had filled (H200, evaluation/results/library-errors)
+        (
+            "E1202 10:57:07.512060    1263 platform_util.cc:279] Failed to create stream executor "
+            "for device CUDA:0: : CUDA_ERROR_OUT_OF_MEMORY: out of memory",
+            52,
+        ),
+        # TensorFlow's driver wrapper creating its context
+        ("failed call to cuDevicePrimaryCtxRetain: CUDA_ERROR_OUT_OF_MEMORY", 0),
+        # the words alone, or the code in a sentence about it, are no failure
+        ("Failed to create stream executor for device CUDA:0", None),
+        ("if you see CUDA_ERROR_OUT_OF_MEMORY, lower the memory fraction", None),
+        ("a failed call to cuInit, then CUDA_ERROR_OUT_OF_MEMORY", 2),
+    ],
+)
+def test_a_context_that_could_not_be_created_is_a_driver_failure(
+    line: str, found: int | None
+) -> None:
+    assert start(line) == found
+
+
 class _Counting:
     """A word pattern that counts its searches."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpu_auditor.diagnosis import diagnose
-from gpu_auditor.diagnosis.phase import failure_phase
+from gpu_auditor.diagnosis.phase import CUDA_INIT, context_phase, failure_phase
 
 pytestmark = pytest.mark.unit
 
@@ -335,3 +335,30 @@ def test_a_fragment_whose_first_frame_starts_the_text_unindented_is_read() -> No
     )
     assert failure_phase(fragment) == "cuda-init"
     assert failure_phase(" " + fragment) == "cuda-init"
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "Failed to create stream executor for device CUDA:0: : CUDA_ERROR_OUT_OF_MEMORY: out of "
+        "memory",
+        "failed call to cuDevicePrimaryCtxRetain: CUDA_ERROR_OUT_OF_MEMORY; total memory "
+        "reported: 11721506816",
+        "Call to cuCtxCreate results in CUDA_ERROR_OUT_OF_MEMORY",
+    ],
+)
+def test_a_message_that_names_the_contexts_creation_is_cuda_init(message: str) -> None:
+    assert context_phase(message) == CUDA_INIT
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "failed to allocate 3.90G (4190109696 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY",
+        "CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 139.80 GiB",
+        # past the first 512 characters: another sentence, not this failure's
+        "x" * 512 + "create stream executor",
+    ],
+)
+def test_other_messages_are_not_the_contexts_creation(message: str) -> None:
+    assert context_phase(message) is None
