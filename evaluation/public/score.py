@@ -15,7 +15,8 @@ collected after the first one's held-out half was spent; without a ``split.json`
 held out).
 
 Scores, per half (``split.json``, made before any rule changed):
-- detection: OOM logs detected as an OOM; negatives (``is_oom`` false) called an OOM;
+- detection: OOM logs detected as an OOM; negatives (``is_oom`` false) called an OOM; logs
+  whose thread never told (``is_oom`` null) are counted apart, with how many were called an OOM;
 - kind: the primary kind equals the thread's cause, on the OOM logs whose cause the log shows
   (``cause_shown_by_log`` and a cause other than ``unknown``);
 - setting precision: of the logs where an allocator setting is recommended, those whose thread
@@ -56,7 +57,10 @@ def judge(label: dict[str, Any], out: dict[str, Any]) -> dict[str, Any]:
         "fixed_by": label.get("alloc_setting_fixed"),
         "fix_kind": label.get("fix_kind"),
     }
-    row["detect_ok"] = out["detected"] == bool(label["is_oom"])
+    # a thread that never told whether memory ran out (``is_oom`` null) is neither an OOM nor a
+    # negative: it is counted apart (``undetermined``)
+    undetermined = label["is_oom"] is None
+    row["detect_ok"] = None if undetermined else out["detected"] == bool(label["is_oom"])
     judged = label["is_oom"] and row["shown"] and label["cause"] not in ("unknown", "not-oom")
     row["kind_judged"] = judged
     row["kind_ok"] = (row["kind"] == label["cause"]) if judged else None
@@ -75,7 +79,8 @@ def judge(label: dict[str, Any], out: dict[str, Any]) -> dict[str, Any]:
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     ooms = [r for r in rows if r["is_oom"]]
-    negs = [r for r in rows if not r["is_oom"]]
+    negs = [r for r in rows if r["is_oom"] is False]
+    undetermined = [r for r in rows if r["is_oom"] is None]
     judged = [r for r in rows if r["kind_judged"]]
     recs = [r for r in rows if r["setting"] is not None]
     return {
@@ -84,6 +89,8 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "oom_detected": sum(r["detected"] for r in ooms),
         "negatives": len(negs),
         "negatives_called_oom": sum(r["detected"] for r in negs),
+        "undetermined": len(undetermined),
+        "undetermined_called_oom": sum(r["detected"] for r in undetermined),
         "kind_judged": len(judged),
         "kind_right": sum(bool(r["kind_ok"]) for r in judged),
         "settings_recommended": len(recs),
@@ -108,11 +115,17 @@ def markdown(tree: Path, halves: dict[str, dict[str, Any]], rows: list[dict[str,
             f"| {pct(s['settings_agreeing'], s['settings_recommended'])} "
             f"| {s['settings_same_key']}/{s['settings_recommended']} |"
         )
+    for name, s in halves.items():
+        if s["undetermined"]:
+            lines.append(
+                f"{name}: {s['undetermined']} threads never told whether memory ran out; "
+                f"{s['undetermined_called_oom']} of them called an OOM"
+            )
     lines += ["", "| id | half | card GiB | cause (thread) | shown | kind (tool) | setting (tool) "
               "| thread's setting | fix |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         mark = "" if r["kind_ok"] is None else (" ok" if r["kind_ok"] else " **wrong**")
-        if not r["detect_ok"]:
+        if r["detect_ok"] is False:
             mark = " **missed**" if r["is_oom"] else " **false OOM**"
         setting = r["setting"] or ""
         if r["setting_ok"] is False:
