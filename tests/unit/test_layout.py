@@ -80,6 +80,8 @@ TOPICS = {  # test files named after what they span, not after one module
     "they pinned",
     "diagnosis/test_cards_logs.py": "the emulated small cards' real OOMs (evaluation/gpu/cards), "
     "truth from their re-runs",
+    "diagnosis/test_library_errors_logs.py": "what the GPU libraries printed on a full H200 "
+    "(evaluation/gpu/library_errors.py), truth from the runs",
     "diagnosis/test_allocconf_real_torch.py": "allocconf against a real torch's parser, run alone "
     "in a torch venv by `make real-torch`",
     "node_agent/test_gpu_pod_test_plumbing.py": "the GPU test's own plumbing, on a CPU",

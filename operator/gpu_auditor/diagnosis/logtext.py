@@ -79,6 +79,14 @@ _RANK_RES: Final = (
     re.compile(r"^\[1,(\d{1,6})\]<std(?:out|err)>:\s?"),  # mpirun --tag-output
     re.compile(r"^\[pod/[^\]]*/([^\]/]+)\]\s"),  # kubectl logs --prefix (container name)
     re.compile(r"^(\d{1,5}): (?=\S)"),  # srun --label
+    # Ray's worker prefix, and vLLM's multiprocess workers' (their logger's level, time and
+    # source follow it: "(VllmWorker rank=3 pid=1090) ERROR 06-05 06:18:13 [file.py:470] ")
+    re.compile(
+        r"^\((?:[A-Za-z_][\w.:-]{0,63} )?(?:rank=\d{1,6} )?pid=(\d{1,9})"
+        r"(?:, ip=[0-9A-Fa-f.:]{1,45})?\) ?"
+        r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,6})? "
+        r"\[[^\]\n]{1,128}\] ?)?"
+    ),
 )
 
 
@@ -135,6 +143,15 @@ def normalize_lines(raw_lines: Iterable[str]) -> list[Line]:
 
 def normalize_text(text: str) -> list[Line]:
     return normalize_lines(text.split("\n"))
+
+
+def own_text(text: str, rank: str | None) -> str:
+    """``text``'s lines of one rank (every line when ``rank`` is None), their container and rank
+    prefixes removed: a traceback as its process printed it (``[rank0]:   File ...`` frames are
+    read as frames)."""
+    return "\n".join(
+        line.text for line in normalize_text(text) if rank is None or line.rank == rank
+    )
 
 
 def _whole_words(head: bytearray, next_byte: int | None) -> bytes:

@@ -121,6 +121,21 @@ _ENGINE_UTILIZATION = re.compile(
     r"gpu_memory_utilization\s{0,4}[=:]\s{0,4}(0?\.\d{1,4}|1\.0{1,4})\b"
 )
 
+ENGINE_GRAPH_FIX: Final = (
+    "{engine} ran out capturing its CUDA graphs, after its memory budget went to the weights and "
+    "the KV cache: lower {lever} so capture has room (the KV cache shrinks, the engine still "
+    "runs), capture fewer batch sizes ({sizes}), or run it eagerly ({eager})"
+)
+_ENGINES: Final = (
+    ("SGLang", re.compile(r"\bsglang\b", re.IGNORECASE),
+     "--mem-fraction-static", "--cuda-graph-max-bs", "--disable-cuda-graph"),
+    ("vLLM", re.compile(r"\bvllm\b|VllmWorker", re.IGNORECASE),
+     "gpu_memory_utilization", "max_num_seqs, cudagraph_capture_sizes", "--enforce-eager"),
+)
+"""Inference engines whose CUDA-graph capture follows their memory budget's reservation: the
+public threads' fixes were the engine's own levers (public7 z-008: a lower
+--gpu-memory-utilization; z-021: a lower mem_fraction_static; public8 m-012: eager mode)."""
+
 HOST_FIXES: Final = (
     "raise the container's memory limit (and set the request equal to it)",
     "use fewer DataLoader workers (each worker holds its own copy of the dataset object)",
@@ -459,12 +474,21 @@ def phase_of(event: OomEvent, precontext: str) -> str | None:
 
 def _place_actions(ctx: Context) -> list[str]:
     """Where the memory went, when the log names a place a generic action would miss: CUDA
-    graphs' private pools, a colocated inference engine's reservation."""
+    graphs' private pools, an inference engine capturing its graphs after its budget was spent,
+    a colocated inference engine's reservation."""
     out: list[str] = []
     f = ctx.verdict.figures
     pools, allocated = f.private_pool_bytes, f.allocated_bytes
     if pools is not None and allocated and pools >= PRIVATE_POOL_MIN_SHARE * allocated:
         out.append(PRIVATE_POOL_FIX.format(size=fs(pools)))
+    if ctx.phase == GRAPH_CAPTURE:
+        tail = ctx.precontext[-65536:]
+        for name, marker, lever, sizes, eager in _ENGINES:
+            if marker.search(tail):
+                out.append(ENGINE_GRAPH_FIX.format(
+                    engine=name, lever=lever, sizes=sizes, eager=eager
+                ))
+                break
     if ctx.event.framework == "pytorch" and ctx.verdict.kind in ("capacity", "leak"):
         engine = _ENGINE_UTILIZATION.search(ctx.precontext[-65536:])
         if engine is not None:

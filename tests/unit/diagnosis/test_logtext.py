@@ -31,6 +31,7 @@ from gpu_auditor.diagnosis.logtext import (
     ScanResult,
     normalize_lines,
     normalize_text,
+    own_text,
 )
 
 from .diagnosis_helpers import GIB, PROGRESS, torch_oom
@@ -1118,3 +1119,45 @@ def test_a_docker_json_progress_bar_keeps_the_failure_in_the_message() -> None:
     diagnosis = diagnose(record + "\n")
     assert diagnosis.figures.requested_bytes == 2 * GIB
     assert diagnosis.message is not None and diagnosis.message.startswith("torch.OutOfMemory")
+
+
+@pytest.mark.parametrize(
+    ("line", "rank", "text"),
+    [
+        ("(VllmWorker rank=3 pid=1090) ERROR 06-05 06:18:13 [multiproc_executor.py:470]   File "
+         '"/x.py", line 1, in f', "1090", '  File "/x.py", line 1, in f'),
+        ("(RayWorkerWrapper pid=2211, ip=10.0.0.7) INFO 01-02 03:04:05 [worker.py:9] loaded",
+         "2211", "loaded"),
+        ("(pid=77) RuntimeError: CUDA error: out of memory", "77",
+         "RuntimeError: CUDA error: out of memory"),
+        ("(ActorModelRayActor pid=348952)   File \"/a.py\", line 2, in g", "348952",
+         '  File "/a.py", line 2, in g'),
+        # not a worker's prefix: a tuple printed by the job, a pid without its parenthesis
+        ("(1090, 3) ERROR x", None, "(1090, 3) ERROR x"),
+        ("pid=1090) ERROR x", None, "pid=1090) ERROR x"),
+    ],
+)
+def test_ray_and_vllm_worker_prefixes_are_split_off_with_the_pid(
+    line: str, rank: str | None, text: str
+) -> None:
+    (found,) = normalize_text(line)
+    assert (found.rank, found.text) == (rank, text)
+
+
+def test_own_text_keeps_one_ranks_lines_without_their_prefixes() -> None:
+    text = "[rank0]: a\n[rank1]: b\n[rank0]:   c\nlauncher\n"
+    assert own_text(text, "0") == "a\n  c"
+    assert own_text(text, None) == "a\nb\n  c\nlauncher\n"
+
+
+def test_a_torchrun_prefixed_traceback_is_read_for_the_phase() -> None:
+    tb = (
+        "Traceback (most recent call last):\n"
+        '  File "/usr/lib/python3/site-packages/torch/optim/adamw.py", line 10, in step\n'
+        "    x = y\n"
+    )
+    log = "".join(f"[rank0]: {line}\n" for line in tb.splitlines()) + "[rank0]: " + OOM
+    other = "".join(f"[rank1]: {line}\n" for line in tb.splitlines())
+    assert diagnose(log).to_json_dict()["phase"] == "optimizer-step"
+    # another rank's traceback is not this failure's
+    assert diagnose(other + "[rank0]: " + OOM).to_json_dict().get("phase") is None

@@ -995,3 +995,56 @@ def test_fragmentation_without_a_finished_step_gets_the_setting_as_an_action_onl
     assert r.actions[1].startswith(SMALLER_BATCH)
     # one finished step is enough here (classify asks a short run for more idle cache)
     assert rec(steps=1).alloc_conf == "expandable_segments:True"
+
+
+# -- issue 24, third round: an inference engine capturing its CUDA graphs ----------------------
+
+
+@pytest.mark.parametrize(
+    ("precontext", "first"),
+    [
+        (
+            "(VllmWorker rank=3 pid=1090) INFO Capturing CUDA graphs\n",
+            "vLLM ran out capturing its CUDA graphs, after its memory budget went to the weights "
+            "and the KV cache: lower gpu_memory_utilization so capture has room (the KV cache "
+            "shrinks, the engine still runs), capture fewer batch sizes (max_num_seqs, "
+            "cudagraph_capture_sizes), or run it eagerly (--enforce-eager)",
+        ),
+        (
+            "[2026-01-02 10:00:00] sglang: Capture cuda graph begin.\n",
+            "SGLang ran out capturing its CUDA graphs, after its memory budget went to the weights "
+            "and the KV cache: lower --mem-fraction-static so capture has room (the KV cache "
+            "shrinks, the engine still runs), capture fewer batch sizes (--cuda-graph-max-bs), or "
+            "run it eagerly (--disable-cuda-graph)",
+        ),
+    ],
+)
+def test_an_engine_capturing_its_graphs_is_told_its_own_levers(precontext: str, first: str) -> None:
+    for kind in ("capacity", "unknown", "non-pytorch-memory"):
+        r = rec(kind, figures=CAPACITY_FIGURES, phase="graph-capture", precontext=precontext)
+        assert r.actions[0] == first, kind
+    # not outside the capture, and not without an engine named in the log
+    assert not any("capturing its CUDA graphs" in a for a in rec(
+        "capacity", figures=CAPACITY_FIGURES, phase="forward", precontext=precontext).actions)
+    assert not any("capturing its CUDA graphs" in a for a in rec(
+        "capacity", figures=CAPACITY_FIGURES, phase="graph-capture",
+        precontext="torch.cuda.graph(g)\n").actions)
+
+
+def test_a_vllm_workers_prefixed_traceback_gives_the_phase_and_the_engines_levers() -> None:
+    # public7 z-008's shape: vLLM V1's worker prefixes every line of the traceback it logs
+    prefix = "(VllmWorker rank=3 pid=1090) ERROR 06-05 06:18:13 [multiproc_executor.py:470] "
+    frames = [
+        "Traceback (most recent call last):",
+        '  File "/usr/local/lib/python3.10/site-packages/vllm/compilation/backends.py", line 681,'
+        " in __call__",
+        "    with torch.cuda.graph(cudagraph, pool=self.graph_pool):",
+        '  File "/usr/local/lib/python3.10/site-packages/torch/cuda/graphs.py", line 84, in '
+        "capture_end",
+        "    super().capture_end()",
+        "RuntimeError: CUDA error: out of memory",
+    ]
+    d = diagnose("".join(prefix + line + "\n" for line in frames))
+    out = d.to_json_dict()
+    assert (out["phase"], out["rank"]) == ("graph-capture", "1090")
+    assert d.recommendation.actions[0].startswith("vLLM ran out capturing its CUDA graphs")
