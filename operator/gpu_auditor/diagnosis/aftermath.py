@@ -135,13 +135,23 @@ def _decide(own: list[Line]) -> str | _Again | None:
 
 def _exception_line(lines: list[Line], start: int, stop: int) -> str | None:
     """The traceback's final line: the first one in ``lines[start + 1 : stop]`` that is not
-    indented (frames, their code and its carets are) and not blank."""
+    blank and not indented past the ``Traceback`` header (frames, their code and its carets
+    are). A line indented less than the header is another writer's, printed into a traceback a
+    logger indented (public9 o-007: "stdout:" inside a logged traceback): nothing is read."""
+    header = _indent(lines[start].text)
     for i in range(start + 1, stop):
         text = lines[i].text
-        if not text.strip() or text[0] in " \t":
+        if not text.strip():
             continue
-        return text.strip()
+        indent = _indent(text)
+        if indent > header:
+            continue
+        return text.strip() if indent == header else None
     return None
+
+
+def _indent(text: str) -> int:
+    return len(text) - len(text.lstrip(" \t"))
 
 
 def _visible(text: str) -> str:

@@ -720,7 +720,7 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
     if x.fits():
         return f"unknown: the figures show room ({fs(x.room)}) for the {fs(r)} request"
     return (
-        f"unknown: {event.family} failure with no memory figures in the log "
+        f"unknown: {event.framework or event.family} failure with no memory figures in the log "
         "(another process may hold the GPU; the node report can tell)"
     )
 

@@ -106,6 +106,7 @@ KEYWORDS: Final[tuple[bytes, ...]] = (
     b"bytes on memory",
     b"memory allocation failed with OOM",
     b"GPU memory used",
+    b"Memory on the node (",
 )
 """Byte strings at least one of which every family's failure line contains (second filter)."""
 
@@ -359,7 +360,11 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
         RAY_KILLED,
         re.compile(
             r"Workers? \(tasks / actors\) killed due to memory pressure \(OOM\)|"
-            r"OutOfMemoryError: Task was killed due to the node running low on memory"
+            r"OutOfMemoryError: Task was killed due to the node running low on memory|"
+            # the monitor's own account of a kill, and the line every one of its reports ends
+            # with (public9 n-019, o-011, o-012: the first lines cut or hard-wrapped)
+            r"\bMemory on the node \([^\n]{0,200}?\) where the (?:task|actor)\b|"
+            r"Refer to the documentation on how to address the out of memory issue: ?(?:https:|$)"
         ),
     ),
 )
@@ -401,7 +406,7 @@ def find_failure(
     return best
 
 
-_GGML: Final = re.compile(r"\bggml|\bllama[_.]|\bollama\b|\bCUDA\d{0,3} buffer\b")
+_GGML: Final = re.compile(r"\bggml|\bllama[_.]|\bllama runner\b|\bollama\b|\bCUDA\d{0,3} buffer\b")
 """llama.cpp and what embeds it (ollama) print cudaMalloc's failure in MXNet's words."""
 
 _FRAMEWORK_MARKERS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (

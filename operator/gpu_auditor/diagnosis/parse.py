@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Final
 
 from . import formats
@@ -330,6 +331,16 @@ def _plain_bytes(text: str) -> int | None:
     return to_bytes(text, "bytes")
 
 
+def _possible(figures: Figures) -> Figures:
+    """The figures without a free figure above the device's total: no device has more free than
+    it has, so the allocator printed a bogus value (public9 o-009: "of which 17179869183.96 GiB
+    is free" on a 512 MiB AMD iGPU under HIP), and a verdict must not read room from it."""
+    f = figures
+    if f.free_bytes is not None and f.total_bytes is not None and f.free_bytes > f.total_bytes:
+        return replace(f, free_bytes=None)
+    return f
+
+
 def parse_hit(hit: Hit) -> OomEvent:
     """The failure's figures, framework, backend and message."""
     message = message_text(hit)
@@ -422,7 +433,7 @@ def parse_hit(hit: Hit) -> OomEvent:
         family=family,
         framework=formats.framework_of(family, message),
         message=message,
-        figures=figures,
+        figures=_possible(figures),
         backend=backend,
         rocm=rocm,
         rank=hit.line.rank,

@@ -333,3 +333,18 @@ def test_a_device_the_failure_left_unusable_is_a_consequence(exception: str) -> 
     )
     assert later(oom + traceback(exception)) is None
     assert later(oom + KEYERROR) == "KeyError: 'lr'"
+
+
+def test_a_line_indented_less_than_a_logged_tracebacks_header_is_not_its_exception() -> None:
+    # public9 o-007's shape: the job's logger printed the OOM, then the traceback indented by
+    # four, and another writer's "stdout:" fell inside it: no later failure is read into that
+    logged = (
+        "    Traceback (most recent call last):\n"
+        '      File "main.py", line 45, in <module>\n'
+        "        return model.to(device)\n"
+        "stdout:\n"
+        '      File "torch/nn/modules/module.py", line 989, in to\n'
+    )
+    assert later(OOM + logged) is None
+    # the exception line at the header's indentation is read as before
+    assert later(OOM + logged.replace("stdout:", "    KeyError: 'lr'")) == "KeyError: 'lr'"

@@ -773,7 +773,7 @@ def test_host_allocation_failures_are_never_gpu_kinds() -> None:
         ),
         (
             {"R": None, "T": None, "F": None, "A": None, "P": None, "family": formats.TORCH_RAW},
-            "unknown: torch-raw failure with no memory figures in the log (another process may "
+            "unknown: pytorch failure with no memory figures in the log (another process may "
             "hold the GPU; the node report can tell)",
         ),
     ],
@@ -958,7 +958,7 @@ def test_unseen_memory_is_named_from_one_byte() -> None:
     assert one.summary.startswith("unknown: 1 bytes of the 80.00 GiB GPU is held outside")
     none = verdict(R=None, T=80 * G, F=8 * G + 512 * M, A=70 * G, P=None)
     assert none.summary == (
-        "unknown: torch failure with no memory figures in the log (another process may hold the "
+        "unknown: pytorch failure with no memory figures in the log (another process may hold the "
         "GPU; the node report can tell)"
     )
 

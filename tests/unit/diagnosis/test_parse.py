@@ -678,3 +678,20 @@ def test_paddles_legacy_line_cut_before_what_paddle_uses_keeps_that_unknown() ->
     ).figures
     assert (f.free_bytes, f.total_bytes) == (round(5.9375 * 1024**2), 7981694976)
     assert (f.allocated_bytes, f.reserved_unallocated_bytes) == (None, None)
+
+
+def test_a_free_figure_above_the_total_is_dropped() -> None:
+    # public9 o-009: HIP on a 512 MiB AMD iGPU printed an impossible free figure; read as room it
+    # said "the figures show room"; without it the request against what PyTorch holds decides
+    log = (
+        "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 72.00 MiB. GPU 0 has a total "
+        "capacity of 512.00 MiB of which 17179869183.96 GiB is free. Of the allocated memory "
+        "292.04 MiB is allocated by PyTorch, and 137.96 MiB is reserved by PyTorch but "
+        "unallocated.\n"
+    )
+    d = diagnose(log)
+    assert (d.figures.total_bytes, d.figures.free_bytes) == (512 * 1024**2, None)
+    assert d.kind == "capacity"
+    # a free figure equal to the total is possible (an idle device) and kept
+    same = diagnose(log.replace("17179869183.96 GiB is free", "512.00 MiB is free"))
+    assert same.figures.free_bytes == 512 * 1024**2
