@@ -24,7 +24,7 @@ from gpu_auditor.base.contract import (
     EventReason,
 )
 from gpu_auditor.base.nodereport import Finding
-from gpu_auditor.base.timestamps import stamp
+from gpu_auditor.base.timestamps import parse_time, stamp
 from gpu_auditor.controller import bounded
 from gpu_auditor.controller.pod import AllocConf, DiagnosedKeys, Pod, Termination, recorded
 from gpu_auditor.controller.probe import ProbeUse
@@ -180,9 +180,8 @@ def diagnosis_annotations(
     if recommended:
         written[Annotation.RECOMMENDED_ALLOC_CONF] = recommended
     reason = event_reason(diagnosis)
-    message = f"[{termination.container}] {diagnosis.summary}"
-    if recommended:
-        message += f" Recommended: {recommendation.env or ALLOC_CONF_ENV}={recommended}"
+    message = _event_message(termination.container, diagnosis.summary, recommended,
+                             recommendation.env or ALLOC_CONF_ENV)
     owner: dict[str, str | None] = {f"{prefix}{k}": written.get(k) for k in OWNER_KEEPS}
     owner[f"{prefix}{Annotation.DIAGNOSED_POD}"] = value(Annotation.DIAGNOSED_POD, pod.ref)
     return Written(
@@ -191,6 +190,48 @@ def diagnosis_annotations(
         event_message=bounded.clip(message, EVENT_MESSAGE_LIMIT),
         event_name=event_name(pod.name, pod.uid, termination.key, reason),
         owner_annotations=owner,
+    )
+
+
+def _event_message(container: str, summary: str, recommended: str, env: str) -> str:
+    message = f"[{container}] {summary}"
+    if recommended:
+        message += f" Recommended: {env}={recommended}"
+    return message
+
+
+@dataclass(frozen=True)
+class WrittenEvent:
+    """An Event as `diagnosis_annotations` built it, rebuilt from what the pod carries."""
+
+    name: str
+    reason: EventReason
+    message: str
+
+
+def event_from_annotations(pod: Pod, termination: Termination) -> WrittenEvent | None:
+    """The Event of the diagnosis the pod's annotations hold for `termination`, or None when
+    they may hold another's: only for the pod's latest termination (older ones are diagnosed
+    first, so the last diagnosis written is the latest's), done, diagnosed after it finished,
+    and not a failed diagnosis. The same name, reason and message as when it was first built,
+    so posting it again is a 409 if it was posted."""
+    ours = dict(pod.annotations)
+    kind, summary = ours.get(Annotation.DIAGNOSIS), ours.get(Annotation.SUMMARY)
+    at = parse_time(ours.get(Annotation.DIAGNOSED_AT))
+    finished = [t.finished_at for t in pod.terminations if t.finished_at is not None]
+    if (kind is None or summary is None or Annotation.DIAGNOSIS_FAILED in ours
+            or not pod.diagnosed_keys.done(termination) or termination.finished_at is None
+            or termination.finished_at != max(finished) or at is None
+            or at < termination.finished_at):
+        return None
+    reason = (EventReason.OOM_KILLED if kind == DiagnosisKind.HOST_OOM_KILLED
+              else EventReason.CUDA_OUT_OF_MEMORY)
+    recommended = ours.get(Annotation.RECOMMENDED_ALLOC_CONF, "")
+    message = _event_message(termination.container, summary, recommended, ALLOC_CONF_ENV)
+    return WrittenEvent(
+        name=event_name(pod.name, pod.uid, termination.key, reason),
+        reason=reason,
+        message=bounded.clip(message, EVENT_MESSAGE_LIMIT),
     )
 
 

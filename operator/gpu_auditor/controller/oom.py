@@ -11,9 +11,10 @@ or below it is done; a pod's older terminations are diagnosed first), so operato
 watch re-lists find it done;
 Events have deterministic names, so a second create is a 409 and never a duplicate. The
 annotation, which the user reads, is written first and the Event after it: an Event that fails
-is tried again on its own (`RETRY_DELAYS`); one the operator dies before posting is lost, the
-annotation is not (measured in bench/results/operator_scale_issue27.md: the Event first cost
-the annotation a request's time under load).
+is tried again on its own (`RETRY_DELAYS`); one the operator dies before posting is posted
+again by the next process that sees the pod within `EVENT_REPAIR_WINDOW`, rebuilt from the
+annotation under the same name (measured in bench/results/operator_scale_issue27.md: the Event
+first cost the annotation a request's time under load).
 
 The pods of a distributed job (`jobmember`) go to the job path (`jobpath.JobPath`), which uses
 the same reading and writing of one termination, and writes the job's object and one Event on
@@ -58,6 +59,11 @@ from gpu_auditor.diagnosis.consequence import FailureReading
 
 log = logging.getLogger("gpu_auditor.operator")
 
+EVENT_REPAIR_WINDOW = dt.timedelta(minutes=10)
+"""How recent a termination another process diagnosed must be for this one to post its Event
+again (`OomPath.repair_event`): a restart's re-list posts at most the last minutes' Events, each a
+409 when it was posted; Kubernetes keeps Events an hour by default."""
+
 
 @dataclass(frozen=True)
 class Diagnosed:
@@ -99,6 +105,8 @@ class OomPath:
         self.annotate_owners = annotate_owners
         self.failures = Lru(10_000)
         """(pod UID, key) -> (reason, detail) of a failed diagnosis not yet written."""
+        self.repaired = Lru(10_000)
+        """(pod UID, key) whose Event this process has posted again (`repair_event`)."""
         self.written = Lru(50_000)
         """Pod UID -> the `DiagnosedKeys` this process last wrote on it (stale events see
         them): what the annotation holds, so at most one entry per container."""
@@ -134,6 +142,7 @@ class OomPath:
         only be logged by kopf, and a terminated pod sends no second event)."""
         if self.jobs is not None and self.jobs.take(pod):
             return
+        self.repair_event(pod)
         for termination in self.pending(pod):
             key = (pod.uid, termination.key)
             try:
@@ -273,6 +282,31 @@ class OomPath:
         finally:
             if trial is not None:
                 trial.release()
+
+    def repair_event(self, pod: Pod) -> None:
+        """Post again the Event of a termination another process diagnosed within
+        `EVENT_REPAIR_WINDOW`: one killed between the pod's annotation and its Event left the
+        Event unposted. Rebuilt from the annotation with the same name, so an Event that was
+        posted is a 409, never a second one; once per termination per process, and never for
+        older terminations (an Event past its TTL is not brought back)."""
+        written = self._written(pod)
+        now = dt.datetime.now(dt.UTC)
+        for t in pod.terminations:
+            key = (pod.uid, t.key)
+            if written.done(t) or self.repaired.get(key) is not None or t.finished_at is None:
+                continue
+            if now - t.finished_at > EVENT_REPAIR_WINDOW:
+                continue
+            event = notes.event_from_annotations(pod, t)
+            if event is None:
+                continue
+            self.repaired.add(key, True)
+            try:
+                self.kube.post_event(ObjectRef(pod.namespace, pod.name, pod.uid),
+                                     name=event.name, reason=event.reason,
+                                     message=event.message)
+            except APIError as exc:  # the next process, or the next handling, tries again
+                log.warning("%s [%s]: Event not posted again: %s", pod.ref, t.container, exc)
 
     def post_event(self, pod: Pod, t: Termination, result: notes.Written) -> None:
         """The pod's Event for a written diagnosis; one that fails is tried again on its own

@@ -687,3 +687,58 @@ def test_a_record_of_another_failure_is_not_used() -> None:
     assert notes[f"{PREFIX}diagnosis"] == "fragmentation"
     assert _evidence(notes)["probe"]["used"] is False
     assert metric("gpu_auditor_operator_probe_records_total", result="unmatched") == unmatched + 1
+
+
+def _recent_error(minutes_ago: float) -> dict[str, Any]:
+    import datetime as dt
+
+    at = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=minutes_ago)
+    return {**ERROR, "finishedAt": at.strftime("%Y-%m-%dT%H:%M:%SZ")}
+
+
+def test_an_event_lost_to_a_kill_after_the_annotation_is_posted_by_the_next_process() -> None:
+    # the integration test's restart mid-run (test_operator.py) lost one pod's Event this way
+    kube = FakeKube(job_pod(_recent_error(1)),
+                    log=(FIXTURE / "frag_pinned_segments_fullgpu.log").read_bytes())
+    post = kube.post_event
+    kube.post_event = lambda *a, **k: True  # type: ignore[method-assign]  # killed before it
+    make_services(kube).handle_pod(kube.pod)
+    assert kube.events == {} and len(kube.patches) == 1
+    kube.post_event = post  # type: ignore[method-assign]
+    services = make_services(kube)  # the next process: the termination is done, its Event not
+    services.handle_pod(kube.pod)
+    services.handle_pod(kube.pod)  # once per process
+    ((reason, message),) = kube.events.values()
+    assert reason == "CUDAOutOfMemory"
+    assert message.startswith("[main] fragmentation:")
+    assert message.endswith("Recommended: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+    assert (kube.event_creates, len(kube.patches), kube.log_reads) == (1, 1, 1)
+    make_services(kube).handle_pod(kube.pod)  # a third process: the same name, no second Event
+    assert (len(kube.events), kube.event_creates) == (1, 2)
+
+
+def test_the_event_posted_again_is_the_one_first_built() -> None:
+    kube = FakeKube(job_pod(_recent_error(1)),
+                    log=(FIXTURE / "frag_pinned_segments_fullgpu.log").read_bytes())
+    make_services(kube).handle_pod(kube.pod)
+    first = dict(kube.events)
+    make_services(kube).handle_pod(kube.pod)  # posted again: a 409 on the same name
+    assert kube.events == first and kube.event_creates == 2
+
+
+def test_no_event_is_posted_again_past_the_window_or_for_a_failed_diagnosis() -> None:
+    kube = FakeKube(job_pod(_recent_error(11)),
+                    log=(FIXTURE / "frag_pinned_segments_fullgpu.log").read_bytes())
+    kube.post_event = lambda *a, **k: True  # type: ignore[method-assign]
+    make_services(kube).handle_pod(kube.pod)
+    del kube.post_event  # the real fake again
+    make_services(kube).handle_pod(kube.pod)
+    assert kube.events == {} and kube.event_creates == 0
+    failed = FakeKube(job_pod(_recent_error(1)), log=b"")
+    failed.pod["metadata"]["annotations"] = {
+        f"{PREFIX}diagnosis": "capacity", f"{PREFIX}summary": "an older termination's",
+        f"{PREFIX}diagnosis-failed": "main/0: timeout: over budget",
+        f"{PREFIX}diagnosed-at": "2099-01-01T00:00:00Z", f"{PREFIX}diagnosed-key": "main/0",
+    }
+    make_services(failed).handle_pod(failed.pod)
+    assert failed.events == {} and failed.event_creates == 0
