@@ -9,6 +9,7 @@ from typing import BinaryIO, Final
 from . import allocconf, formats
 from .aftermath import later_failure
 from .classify import classify
+from .killed import KILLED_ACTION, killed_by_signal
 from .leak import growth_from_log, growth_from_rate, growth_from_samples
 from .logtext import ScanResult, own_text, scan_bytes, scan_stream
 from .model import Diagnosis, Figures, Growth, MemorySample, NodeEvidence, Recommendation
@@ -186,6 +187,10 @@ def _not_found(
     )
     summary = "no out-of-memory failure found in the log"
     extra: tuple[tuple[str, object], ...] = ()
+    kill = killed_by_signal(scan.tail) if later is None else None
+    if kill is not None:
+        actions = (KILLED_ACTION.format(line=kill), *actions)
+        extra = (("killed_by_signal", kill),)
     if later is not None:
         summary = (
             "no out-of-memory failure ended the job: it went on after the log's last "

@@ -189,7 +189,8 @@ class ScanResult:
     last: Hit | None
     head: str
     bytes_scanned: int
-    tail: str = ""  # what follows the reported failure, at most the log's last TAIL_BYTES
+    tail: str = ""  # what follows the reported failure (without one, the log's end), at most
+    # the log's last TAIL_BYTES
 
 
 @dataclass
@@ -510,13 +511,13 @@ class LogScanner:
 
     def _after_failure(self, total: int) -> str:
         """The text after the reported failure's line (or wording), from the log's last
-        ``TAIL_BYTES`` only."""
+        ``TAIL_BYTES`` only; without a failure, the log's last ``TAIL_BYTES``."""
         event = self._event
-        if event is None:
-            return ""
         # the buffer holds the log's end: _trim keeps PRECONTEXT_BYTES (> TAIL_BYTES) before
         # the scan position, which is at most the buffer's end
         tail = self._buf[-TAIL_BYTES:]
+        if event is None:
+            return decode(tail)
         skip = event.end - (total - len(tail))  # bytes of the tail up to the failure's end
         return decode(tail[max(0, skip) :])
 
