@@ -31,14 +31,10 @@ KILLED_ACTION: Final = (
 
 
 def killed_by_signal(tail: str) -> str | None:
-    """The last line of ``tail`` that reports a process killed by signal 9, cut to
-    ``MAX_LINE_CHARS``; None when none does."""
-    found = None
-    for match in _KILLED.finditer(tail):
-        found = match
-    if found is None:
-        return None
-    start = tail.rfind("\n", 0, found.start()) + 1
-    end = tail.find("\n", found.end())
-    line = tail[start : end if end >= 0 else len(tail)].strip()
-    return "".join("?" if not c.isprintable() else c for c in line[:MAX_LINE_CHARS])
+    """The last line of ``tail`` that reports a process killed by signal 9, stripped and cut to
+    ``MAX_LINE_CHARS`` (non-printable characters as ``?``); None when none does."""
+    for line in reversed(tail.splitlines()):
+        if _KILLED.search(line) is not None:
+            cut = line.strip()[:MAX_LINE_CHARS]
+            return "".join(c if c.isprintable() else "?" for c in cut)
+    return None

@@ -638,3 +638,72 @@ def test_what_became_of_a_probe_record_is_written() -> None:
     ignored = ProbeUse(source="log", used=False, ignored="another request")
     assert evidence(probe=ignored)["probe"] == {"source": "log", "used": False,
                                                 "ignored": "another request"}
+
+
+# -- an Event rebuilt from the annotation (an operator killed before posting it) ---------------
+
+FINISHED = NOW - dt.timedelta(minutes=1)
+DONE = dataclasses.replace(TERMINATION, finished_at=FINISHED)
+
+
+def _annotated(diagnosis: Diagnosis, *, drop: tuple[str, ...] = (),
+               extra: dict[str, str] | None = None,
+               terminations: tuple[Termination, ...] = (DONE,)) -> tuple[Pod, notes.Written]:
+    written = notes.diagnosis_annotations(diagnosis, DONE, _pod(), prefix=PREFIX,
+                                          previous_keys=[], source="log", now=NOW)
+    ann = {k: v for k, v in written.annotations.items()
+           if v is not None and k.removeprefix(PREFIX) not in drop}
+    ann.update(extra or {})
+    return dataclasses.replace(_pod(ann), terminations=terminations), written
+
+
+@pytest.mark.parametrize("diagnosis", [
+    _diagnosis(alloc_conf="expandable_segments:True"),
+    _diagnosis(),
+    dataclasses.replace(_diagnosis(), kind="host-oom-killed",
+                        summary="host-oom-killed: container 'main' was killed"),
+    _diagnosis(summary="capacity: " + "x" * 5000),  # clipped as the first Event was
+])  # fmt: skip
+def test_the_rebuilt_event_is_the_one_first_built(diagnosis: Diagnosis) -> None:
+    pod, written = _annotated(diagnosis)
+    event = notes.event_from_annotations(pod, DONE)
+    assert event == notes.WrittenEvent(written.event_name, written.event_reason,
+                                       written.event_message)
+    assert ("Recommended:" in event.message) is (diagnosis.recommendation.alloc_conf is not None)
+
+
+def test_a_diagnosis_written_the_instant_the_container_finished_is_its_own() -> None:
+    pod, _ = _annotated(_diagnosis())
+    at_finish = dataclasses.replace(DONE, finished_at=NOW)
+    same = dataclasses.replace(pod, terminations=(at_finish,))
+    assert notes.event_from_annotations(same, at_finish) is not None
+    later = dataclasses.replace(DONE, finished_at=NOW + dt.timedelta(seconds=1))
+    after = dataclasses.replace(pod, terminations=(later,))
+    assert notes.event_from_annotations(after, later) is None  # an older termination's
+
+
+@pytest.mark.parametrize(("drop", "extra"), [
+    (("diagnosis",), None),
+    (("summary",), None),
+    (("diagnosed-at",), None),
+    ((), {f"{PREFIX}diagnosis-failed": "main/3: timeout: over budget"}),
+    ((), {f"{PREFIX}diagnosed-key": "main/2"}),  # this termination is not done
+])  # fmt: skip
+def test_annotations_that_may_be_another_terminations_give_no_event(
+    drop: tuple[str, ...], extra: dict[str, str] | None
+) -> None:
+    pod, _ = _annotated(_diagnosis(), drop=drop, extra=extra)
+    assert notes.event_from_annotations(pod, DONE) is None
+
+
+def test_only_the_pods_latest_termination_gets_its_event_again() -> None:
+    side = Termination(container="side", restart_count=0, reason="Error", exit_code=1,
+                       message="", finished_at=FINISHED - dt.timedelta(seconds=5),
+                       previous=False)
+    pod, _ = _annotated(_diagnosis(), terminations=(side, DONE),
+                        extra={f"{PREFIX}diagnosed-key": "main/3,side/0"})
+    assert notes.event_from_annotations(pod, DONE) is not None
+    assert notes.event_from_annotations(pod, side) is None
+    unfinished = dataclasses.replace(DONE, finished_at=None)
+    pod, _ = _annotated(_diagnosis(), terminations=(unfinished,))
+    assert notes.event_from_annotations(pod, unfinished) is None

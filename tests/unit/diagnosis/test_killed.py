@@ -58,3 +58,9 @@ def test_the_last_kill_is_named_cut_and_printable() -> None:
     assert line is not None and len(line) == MAX_LINE_CHARS
     assert line.startswith("?[0mxyyy")
     assert killed_by_signal("exit code 137") == "exit code 137"
+
+
+def test_the_line_is_the_kills_own_between_others() -> None:
+    tail = "step 9\n  [rank0] exit code 137  \nlauncher: shutting down\nbye"
+    assert killed_by_signal(tail) == "[rank0] exit code 137"
+    assert killed_by_signal("first exit code 137\nthen exitcode: -9\nend") == "then exitcode: -9"
