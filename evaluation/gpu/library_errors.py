@@ -28,7 +28,8 @@ from pathlib import Path
 MIB = 1024**2
 
 # The child's body: ``fill`` leaves F MiB free on the device with tensors of its own, then
-# ``call`` makes the library's first call. Printed lines are the job's own progress prints.
+# ``call`` makes the library's first call. Printed lines are the job's own progress prints; the
+# holder's first line ("filled: ...") tells the parent the device is full.
 _FILL = r"""
 import os, sys, torch
 F = int(os.environ["FREE_MIB"]) * 1024**2
@@ -100,25 +101,9 @@ y.block_until_ready()
 print("jax ok", flush=True)
 """
 
-_HOLDER = r"""
-import os, sys, time, torch
-F = int(os.environ["FREE_MIB"]) * 1024**2
-torch.empty(1, device="cuda")
-held = []
-step = 1024**3
-while True:
-    free, _ = torch.cuda.mem_get_info()
-    want = min(step, free - F)
-    want -= want % (2 * 1024**2)
-    if want < 2 * 1024**2:
-        break
-    try:
-        held.append(torch.empty(want, dtype=torch.uint8, device="cuda"))
-    except torch.OutOfMemoryError:
-        step //= 2
-        if step < 2 * 1024**2:
-            break
-print("held", flush=True)
+# the holder fills the device as a job's fill does, then keeps it full for the JAX job
+_HOLDER = _FILL + r"""
+import time
 time.sleep(float(os.environ.get("HOLD_S", "60")))
 """
 
