@@ -86,7 +86,11 @@ def event_name(pod_name: str, *parts: str) -> str:
 
 
 def event_reason(diagnosis: Diagnosis) -> EventReason:
-    if diagnosis.kind == DiagnosisKind.HOST_OOM_KILLED:
+    return _reason_of(diagnosis.kind)
+
+
+def _reason_of(kind: str) -> EventReason:
+    if kind == DiagnosisKind.HOST_OOM_KILLED:
         return EventReason.OOM_KILLED
     return EventReason.CUDA_OUT_OF_MEMORY
 
@@ -224,8 +228,7 @@ def event_from_annotations(pod: Pod, termination: Termination) -> WrittenEvent |
             or termination.finished_at != max(finished) or at is None
             or at < termination.finished_at):
         return None
-    reason = (EventReason.OOM_KILLED if kind == DiagnosisKind.HOST_OOM_KILLED
-              else EventReason.CUDA_OUT_OF_MEMORY)
+    reason = _reason_of(kind)
     recommended = ours.get(Annotation.RECOMMENDED_ALLOC_CONF, "")
     message = _event_message(termination.container, summary, recommended, ALLOC_CONF_ENV)
     return WrittenEvent(

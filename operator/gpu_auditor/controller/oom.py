@@ -289,24 +289,24 @@ class OomPath:
         Event unposted. Rebuilt from the annotation with the same name, so an Event that was
         posted is a 409, never a second one; once per termination per process, and never for
         older terminations (an Event past its TTL is not brought back)."""
-        written = self._written(pod)
-        now = dt.datetime.now(dt.UTC)
-        for t in pod.terminations:
-            key = (pod.uid, t.key)
-            if written.done(t) or self.repaired.get(key) is not None or t.finished_at is None:
-                continue
-            if now - t.finished_at > EVENT_REPAIR_WINDOW:
-                continue
-            event = notes.event_from_annotations(pod, t)
-            if event is None:
-                continue
-            self.repaired.add(key, True)
-            try:
-                self.kube.post_event(ObjectRef(pod.namespace, pod.name, pod.uid),
-                                     name=event.name, reason=event.reason,
-                                     message=event.message)
-            except APIError as exc:  # the next process, or the next handling, tries again
-                log.warning("%s [%s]: Event not posted again: %s", pod.ref, t.container, exc)
+        finished = [t for t in pod.terminations if t.finished_at is not None]
+        if not finished:
+            return
+        t = max(finished, key=lambda x: x.finished_at or dt.datetime.min)  # only the latest's
+        key = (pod.uid, t.key)  # annotation can be its (`event_from_annotations`)
+        if self._written(pod).done(t) or self.repaired.get(key) is not None:
+            return
+        if t.finished_at is None or dt.datetime.now(dt.UTC) - t.finished_at > EVENT_REPAIR_WINDOW:
+            return
+        event = notes.event_from_annotations(pod, t)
+        if event is None:
+            return
+        self.repaired.add(key, True)
+        try:
+            self.kube.post_event(ObjectRef(pod.namespace, pod.name, pod.uid),
+                                 name=event.name, reason=event.reason, message=event.message)
+        except APIError as exc:  # the next process, or the next handling, tries again
+            log.warning("%s [%s]: Event not posted again: %s", pod.ref, t.container, exc)
 
     def post_event(self, pod: Pod, t: Termination, result: notes.Written) -> None:
         """The pod's Event for a written diagnosis; one that fails is tried again on its own

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from . import formats
-from .logtext import normalize_text
+from .logtext import normalize_text, printable
 
 TAIL_CHARS: Final = 64 * 1024
 """Characters of the log's end read: the failure and what the launcher prints after it."""
@@ -111,7 +111,7 @@ def read_failure(text: bytes | str, reference: dt.datetime | None = None) -> Fai
     block = _root_cause_block([x.text for x in lines[index:]])
     at = _stamp(line.text[:MAX_LINE_CHARS], reference) or block[0]
     rank = int(line.rank) if line.rank is not None and line.rank.isdigit() else block[1]
-    return FailureReading(consequence=kind, line=_visible(line.text[:200]), at=at, rank=rank)
+    return FailureReading(consequence=kind, line=printable(line.text[:200]), at=at, rank=rank)
 
 
 def _root_cause_block(lines: list[str]) -> tuple[dt.datetime | None, int | None]:
@@ -161,6 +161,3 @@ def _datetime(year: int, month: int, day: int, hour: int, minute: int, second: i
     except (ValueError, OverflowError):
         return None
 
-
-def _visible(text: str) -> str:
-    return "".join(c if c.isprintable() else "?" for c in text)

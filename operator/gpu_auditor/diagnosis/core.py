@@ -11,7 +11,7 @@ from .aftermath import later_failure
 from .classify import classify
 from .killed import KILLED_ACTION, killed_by_signal
 from .leak import growth_from_log, growth_from_rate, growth_from_samples
-from .logtext import ScanResult, own_text, scan_bytes, scan_stream
+from .logtext import ScanResult, scan_bytes, scan_stream
 from .model import Diagnosis, Figures, Growth, MemorySample, NodeEvidence, Recommendation
 from .parse import parse_hit, tensorflow_banner
 from .phase import STARTUP
@@ -121,8 +121,7 @@ def diagnose_scan(
         event = replace(event, figures=_record_figures(record))
     if record is not None and not _same_request(record, event.figures.requested_bytes):
         record = None
-    # the failure's own process's lines, prefixes removed: its traceback's frames and banners
-    phase = phase_of(event, own_text(hit.precontext, hit.line.rank))
+    phase = phase_of(event, hit.precontext)
     if phase == STARTUP:  # TensorFlow's reservation at start: the device as it printed it then
         total, free = tensorflow_banner(hit.precontext)
         f = event.figures

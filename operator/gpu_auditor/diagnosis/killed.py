@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from typing import Final
 
+from .logtext import printable
+
 _KILLED: Final = re.compile(
     r"\bexitcode: -9\b|\bSignal 9 \(SIGKILL\) received by PID \d{1,9}|"
     r"\breturn code = -9\b|\bSignals\.SIGKILL: 9\b|"
@@ -35,6 +37,5 @@ def killed_by_signal(tail: str) -> str | None:
     ``MAX_LINE_CHARS`` (non-printable characters as ``?``); None when none does."""
     for line in reversed(tail.splitlines()):
         if _KILLED.search(line) is not None:
-            cut = line.strip()[:MAX_LINE_CHARS]
-            return "".join(c if c.isprintable() else "?" for c in cut)
+            return printable(line.strip()[:MAX_LINE_CHARS])
     return None

@@ -145,6 +145,12 @@ def normalize_text(text: str) -> list[Line]:
     return normalize_lines(text.split("\n"))
 
 
+def printable(text: str) -> str:
+    """The tenant's text with every non-printable character as ``?`` (it is printed to
+    terminals and written in JSON)."""
+    return "".join(c if c.isprintable() else "?" for c in text)
+
+
 def own_text(text: str, rank: str | None) -> str:
     """``text``'s lines of one rank (every line when ``rank`` is None), their container and rank
     prefixes removed: a traceback as its process printed it (``[rank0]:   File ...`` frames are

@@ -23,6 +23,7 @@ from typing import Final
 from . import allocconf, formats
 from .allocconf import ASYNC, KEYS, Checked
 from .classify import Verdict, cap_binding
+from .logtext import own_text
 from .model import ALLOC_CONF_ENV, Growth, NodeEvidence, OomEvent, Recommendation
 from .phase import (
     BACKWARD,
@@ -462,13 +463,14 @@ def looks_like_inference(precontext: str) -> bool:
 
 def phase_of(event: OomEvent, precontext: str) -> str | None:
     """Where a PyTorch job failed, whether TensorFlow failed at its start, or whether any stack
-    failed creating its device context (``phase.py``)."""
+    failed creating its device context (``phase.py``). The frames and banners are read from the
+    failure's own rank's lines, their prefixes removed (``[rank0]:   File ...`` is a frame)."""
     if context_phase(event.message) is not None:
         return CUDA_INIT
     if event.framework == "pytorch":
-        return failure_phase(precontext)
+        return failure_phase(own_text(precontext, event.rank))
     if event.framework == "tensorflow":
-        return tensorflow_phase(precontext)
+        return tensorflow_phase(own_text(precontext, event.rank))
     return None
 
 
