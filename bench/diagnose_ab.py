@@ -14,9 +14,6 @@ milliseconds of each, by wall time.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -27,9 +24,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-import scan_throughput  # noqa: E402
 from baseline_core import extract_core, merge_base  # noqa: E402
-from scan_ab import load  # noqa: E402
+from scan_ab import load, run_meta, write_results  # noqa: E402
 
 OOM = (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
@@ -89,15 +85,7 @@ def main() -> int:
             row["ratio_median"] = round(
                 row["this branch"]["median_ms"] / row["previous"]["median_ms"], 3)
             rows.append(row)
-    meta = {
-        "command": "python bench/diagnose_ab.py " + " ".join(sys.argv[1:]),
-        "baseline_rev": rev,
-        "python": platform.python_version(),
-        "cpu": scan_throughput.cpu_model(),
-        "cpus": os.cpu_count(),
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "repeat": args.repeat,
-    }
+    meta = run_meta("diagnose_ab.py", rev, args.repeat)
     table = [
         "| log | KiB | previous best ms | this branch best ms | previous median ms "
         "| this branch median ms | ratio (median, this / previous) |",
@@ -108,16 +96,12 @@ def main() -> int:
         f"| {r['this branch']['median_ms']} | {r['ratio_median']} |"
         for r in rows
     ]
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "diagnose_ab.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
-    (args.out / "diagnose_ab.md").write_text(
-        "# One diagnosis's cost: this branch against the previous core, interleaved\n\n"
-        f"Command: `{meta['command'].strip()}` (from the repository root, `.venv/bin/python`)  \n"
-        f"Machine: {meta['cpu']}, {meta['cpus']} CPUs (shared with other work), Python "
-        f"{meta['python']}, {meta['date']}  \n"
-        f"Previous core: {rev[:12]}. Each core diagnosed each log {args.repeat} times, "
-        "alternating (`diagnose(bytes)`: scan, parse, classify, recommend). Ratio above 1: this "
-        "branch is slower.\n\n" + "\n".join(table) + "\n"
+    write_results(
+        args.out, "diagnose_ab", meta, rows,
+        "One diagnosis's cost: this branch against the previous core, interleaved",
+        f"Each core diagnosed each log {args.repeat} times, alternating (`diagnose(bytes)`: "
+        "scan, parse, classify, recommend). Ratio above 1: this branch is slower.",
+        table,
     )
     print("\n".join(table))
     return 0

@@ -45,6 +45,34 @@ def load(package_dir: Path, name: str) -> ModuleType:
     return importlib.import_module(f"{name}.diagnosis")
 
 
+def run_meta(script: str, rev: str, repeat: int) -> dict[str, Any]:
+    """What an A/B run records beside its rows: its command, the baseline, the machine."""
+    return {
+        "command": f"python bench/{script} " + " ".join(sys.argv[1:]),
+        "baseline_rev": rev,
+        "python": platform.python_version(),
+        "cpu": scan_throughput.cpu_model(),
+        "cpus": os.cpu_count(),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "repeat": repeat,
+    }
+
+
+def write_results(out: Path, stem: str, meta: dict[str, Any], rows: list[dict[str, Any]],
+                  title: str, method: str, table: list[str]) -> None:
+    """``<stem>.json`` and ``<stem>.md`` under ``out``: the command, the machine, how the run
+    went (``method``, after "Previous core: <rev>.") and the table."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    (out / f"{stem}.md").write_text(
+        f"# {title}\n\n"
+        f"Command: `{meta['command'].strip()}` (from the repository root, `.venv/bin/python`)  \n"
+        f"Machine: {meta['cpu']}, {meta['cpus']} CPUs (shared with other work), Python "
+        f"{meta['python']}, {meta['date']}  \n"
+        f"Previous core: {meta['baseline_rev'][:12]}. {method}\n\n" + "\n".join(table) + "\n"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mb", type=int, default=100)
@@ -89,15 +117,7 @@ def main() -> int:
                     row["this branch"]["median_mb_per_s"] / row["previous"]["median_mb_per_s"], 3
                 )
                 rows.append(row)
-    meta = {
-        "command": "python bench/scan_ab.py " + " ".join(sys.argv[1:]),
-        "baseline_rev": rev,
-        "python": platform.python_version(),
-        "cpu": scan_throughput.cpu_model(),
-        "cpus": os.cpu_count(),
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "repeat": args.repeat,
-    }
+    meta = run_meta("scan_ab.py", rev, args.repeat)
     table = [
         "| log | clock | previous best MB/s | this branch best MB/s | ratio | previous median MB/s "
         "| this branch median MB/s | ratio |",
@@ -109,16 +129,13 @@ def main() -> int:
         f"| {r['this branch']['median_mb_per_s']} | {r['ratio_median']} |"
         for r in rows
     ]
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "scan_ab.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
-    (args.out / "scan_ab.md").write_text(
-        "# Log-scan throughput: this branch against the previous core, interleaved\n\n"
-        f"Command: `{meta['command'].strip()}` (from the repository root, `.venv/bin/python`)  \n"
-        f"Machine: {meta['cpu']}, {meta['cpus']} CPUs (shared with other work), Python "
-        f"{meta['python']}, {meta['date']}  \n"
-        f"Previous core: {rev[:12]}. Each core scanned each log {args.repeat} times, "
-        "alternating, from the page cache (`scan_stream`, 4 MiB chunks). Ratio: this branch "
-        "over the previous core (1.0 = the same speed).\n\n" + "\n".join(table) + "\n"
+    write_results(
+        args.out, "scan_ab", meta, rows,
+        "Log-scan throughput: this branch against the previous core, interleaved",
+        f"Each core scanned each log {args.repeat} times, alternating, from the page cache "
+        "(`scan_stream`, 4 MiB chunks). Ratio: this branch over the previous core (1.0 = the "
+        "same speed).",
+        table,
     )
     print("\n".join(table))
     return 0
