@@ -22,7 +22,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpu_auditor.diagnosis import (
+    aftermath,
     formats,
+    killed,
     leak,
     logtext,
     parse,
@@ -38,6 +40,7 @@ pytestmark = pytest.mark.unit
 
 OWNED: tuple[ModuleType, ...] = (
     sizes, formats, parse, torchversion, logtext, phase, leak, proberecord, recommend, progress,
+    aftermath, killed,
 )  # fmt: skip
 NUMBER_CHARS = frozenset("0123456789,. ")
 LONGEST_NUMBER = 64
