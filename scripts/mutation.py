@@ -53,7 +53,7 @@ REPO = Path(__file__).resolve().parents[1]
 STAGE = REPO / ".mutation" / "tree"
 RULES = (
     "aftermath", "allocconf", "classify", "core", "formats", "killed", "leak", "model", "parse",
-    "phase", "proberecord", "recommend", "sizes", "torchversion",
+    "phase", "proberecord", "recommend", "sizes", "torchversion", "wrapped",
     "node_agent.sharing", "node_agent.cgroup", "node_agent.collector",
     "controller.annotations", "controller.pod", "controller.service", "controller.sharing",
 )  # fmt: skip
@@ -95,6 +95,7 @@ GROUPS: dict[str, dict[str, Any]] = {
             "recommend": ["diagnosis/test_recommend.py", *_CORPORA],
             "phase": ["diagnosis/test_phase.py", *_CORPORA],
             "killed": ["diagnosis/test_killed.py"],
+            "wrapped": ["diagnosis/test_wrapped.py"],
             "sizes": [
                 "diagnosis/test_sizes.py",
                 "diagnosis/test_torchversion.py",  # a banner's huge release number

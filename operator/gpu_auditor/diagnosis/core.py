@@ -20,6 +20,7 @@ from .progress import finished_steps
 from .recommend import Context, host_recommendation, phase_of, recommend
 from .sizes import format_size
 from .torchversion import UNKNOWN, TorchRange, find_banner, infer_from_message, parse_torch_version
+from .wrapped import rejoin
 
 
 def _release(explicit: str | None, banner_text: str, message: str) -> TorchRange:
@@ -94,6 +95,8 @@ def diagnose_scan(
     when its request matches the message's."""
     growth = growth_from_samples(samples)
     rate = growth_from_rate(node.growth_bytes_per_second) if node is not None else None
+    if scan.last is None:
+        scan = _rejoined(scan)
     hit = scan.last
     if hit is None:
         return _not_found(scan, torch_version, alloc_conf, backend, growth)
@@ -166,6 +169,18 @@ def diagnose_scan(
         growth=growth if verdict.kind == "leak" or "leak" in verdict.contributing else None,
         extra=tuple(extra),
     )
+
+
+def _rejoined(scan: ScanResult) -> ScanResult:
+    """``scan``, or where the log's end broke a failure's wording across two lines, the scan of
+    that end read joined (``wrapped.py``), with the log's own head and size."""
+    text = rejoin(scan.tail)
+    if text is None:
+        return scan
+    found = scan_bytes(text.encode("utf-8", errors="replace"))
+    if found.last is None:
+        return scan
+    return replace(found, head=scan.head, bytes_scanned=scan.bytes_scanned)
 
 
 def _not_found(

@@ -409,10 +409,16 @@ def find_failure(
 _GGML: Final = re.compile(r"\bggml|\bllama[_.]|\bllama runner\b|\bollama\b|\bCUDA\d{0,3} buffer\b")
 """llama.cpp and what embeds it (ollama) print cudaMalloc's failure in MXNet's words."""
 
+_JAXLIB: Final = re.compile(r"\bjax|external/org_tensorflow/")
+"""jaxlib's own sources: it builds TensorFlow's XLA as a dependency, under bazel's
+``external/org_tensorflow/`` (TensorFlow's own paths start at ``tensorflow/``)."""
+
+_TENSORFLOW_XLA: Final = re.compile(r"tensorflow|ResourceExhaustedError")
+
 _FRAMEWORK_MARKERS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     ("vllm", re.compile(r"\bvllm\b|gpu_memory_utilization", re.IGNORECASE)),
     ("cupy", re.compile(r"\bcupy")),
-    ("jax", re.compile(r"\bjax|XlaRuntimeError|JaxRuntimeError")),
+    ("jax", re.compile(r"\bjax|XlaRuntimeError|JaxRuntimeError|external/org_tensorflow/")),
     ("tensorflow", re.compile(r"\btensorflow\b|ResourceExhaustedError|\btf\.")),
     ("numba", re.compile(r"\bnumba\b")),
     ("onnxruntime", re.compile(r"\bonnxruntime\b")),
@@ -453,7 +459,7 @@ _FAMILY_FRAMEWORK: Final[dict[str, str | None]] = {
 
 def framework_of(family: str, line: str) -> str | None:
     """The stack that raised the failure: the family's own, refined by markers on the line."""
-    if family == XLA and re.search(r"tensorflow|ResourceExhaustedError", line):
+    if family == XLA and not _JAXLIB.search(line) and _TENSORFLOW_XLA.search(line):
         return "tensorflow"
     if family == ENGINE_NO_CACHE and "mem-fraction-static" in line:
         return "sglang"

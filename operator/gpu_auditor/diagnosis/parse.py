@@ -208,6 +208,25 @@ def _from_failure(text: str) -> str:
     return text[begin:]
 
 
+_FIGURE_AFTER: Final = frozenset({formats.XLA, formats.ONNXRUNTIME})
+"""Families whose wording is whole before the request it goes on to give ("... trying to
+allocate 5520758552 bytes."); the others' wordings hold a figure."""
+_CONTINUES: Final = re.compile(r"^\s*(?:[a-z(]|\d(?!\d{3}-\d\d-\d\d))")
+"""A line that goes on with a sentence (a lower-case word, a figure), not a new record (a
+capitalized word, a bracket, a date)."""
+
+
+def _figure_wrapped(hit: Hit) -> bool:
+    """Whether the failure line ends before its sentence's figure and the next line goes on with
+    it: a console that wraps at its width (Rich's log handler, 80 columns in a container) broke
+    the line after the wording."""
+    found = formats.find_failure(hit.line.text)
+    if found is None or not hit.after:
+        return False
+    rest = hit.line.text[found[2] :]
+    return not any(c.isdigit() for c in rest) and _CONTINUES.match(hit.after[0].text) is not None
+
+
 def message_text(hit: Hit) -> str:
     """The failure line plus the lines that continue its message."""
     parts = [_from_failure(hit.line.text)]
@@ -215,6 +234,8 @@ def message_text(hit: Hit) -> str:
         parts += [x.text for x in hit.after[:MESSAGE_MAX_LINES]]
     elif hit.family == formats.PADDLE:  # the free figure wraps onto the next line
         parts += [x.text for x in hit.after[:1]]
+    elif hit.family in _FIGURE_AFTER and _figure_wrapped(hit):
+        parts += [hit.after[0].text]
     elif hit.family == formats.TORCH and not _MESSAGE_END.search(hit.line.text):
         for line in hit.after[:MESSAGE_MAX_LINES]:
             if not line.text.strip() or line.text.startswith(("Traceback", "During handling")):

@@ -666,3 +666,29 @@ def test_tgis_total_token_warm_up_and_vllms_negative_cache_are_their_engines_wor
 ])  # fmt: skip
 def test_words_like_rays_monitor_are_not_a_kill(line: str) -> None:
     assert not diagnose(f"step 1\n{line}\n").detected
+
+
+@pytest.mark.parametrize(("line", "framework"), [
+    # jaxlib builds TensorFlow's XLA as a bazel dependency (public b-022, public4 t-008)
+    ("E external/org_tensorflow/tensorflow/compiler/xla/python/local_client.cc:672] Execution "
+     "of replica 0 failed: Resource exhausted: Out of memory while trying to allocate 8 bytes.",
+     "jax"),
+    ("jax._src.traceback_util.UnfilteredStackTrace: tensorflow RESOURCE_EXHAUSTED: Out of memory "
+     "while trying to allocate 8 bytes.", "jax"),
+    # TensorFlow's own sources start at tensorflow/
+    ("E tensorflow/compiler/xla/stream_executor/gpu/gpu_driver.cc:1] RESOURCE_EXHAUSTED: Out of "
+     "memory while trying to allocate 8 bytes.", "tensorflow"),
+    ("ResourceExhaustedError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 8 bytes.",
+     "tensorflow"),
+    ("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 8 bytes.", "jax"),
+])  # fmt: skip
+def test_xla_s_failure_is_jax_s_where_jaxlib_printed_it(line: str, framework: str) -> None:
+    family = formats.match_line(line)
+    assert family == formats.XLA
+    assert formats.framework_of(family, line) == framework
+
+
+def test_a_driver_error_under_jaxlib_s_sources_is_jax_s() -> None:
+    line = ("E external/org_tensorflow/tensorflow/stream_executor/cuda/cuda_driver.cc:1] failed "
+            "to allocate 1.0K (1024 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY")
+    assert formats.framework_of(formats.DRIVER, line) == "jax"

@@ -34,13 +34,14 @@ from gpu_auditor.diagnosis import (
     recommend,
     sizes,
     torchversion,
+    wrapped,
 )
 
 pytestmark = pytest.mark.unit
 
 OWNED: tuple[ModuleType, ...] = (
     sizes, formats, parse, torchversion, logtext, phase, leak, proberecord, recommend, progress,
-    aftermath, killed,
+    aftermath, killed, wrapped,
 )  # fmt: skip
 NUMBER_CHARS = frozenset("0123456789,. ")
 LONGEST_NUMBER = 64

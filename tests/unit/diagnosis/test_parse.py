@@ -695,3 +695,31 @@ def test_a_free_figure_above_the_total_is_dropped() -> None:
     # a free figure equal to the total is possible (an idle device) and kept
     same = diagnose(log.replace("17179869183.96 GiB is free", "512.00 MiB is free"))
     assert same.figures.free_bytes == 512 * 1024**2
+
+
+@pytest.mark.parametrize(("text", "requested"), [
+    # Rich's log handler at 80 columns (tests/unit/diagnosis/test_wrapped.py's RICH_XLA)
+    ("RESOURCE_EXHAUSTED: Out of memory while trying to allocate\n  5520758552 bytes.\n",
+     5520758552),
+    ("onnxruntime::BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer"
+     "\nof size 1073741824\n", 1073741824),
+    # a new record is not the sentence going on
+    ("RESOURCE_EXHAUSTED: Out of memory while trying to allocate\n2019-06-13 01:17:08: 8 bytes\n",
+     None),
+    ("RESOURCE_EXHAUSTED: Out of memory while trying to allocate\nTrying 4 bytes\n", None),
+    # the line holds its figure: the next one is not read
+    ("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 2.00GiB.\n(8 bytes)\n",
+     2 * 1024**3),
+])  # fmt: skip
+def test_a_figure_a_console_wrapped_onto_the_next_line_is_read(
+    text: str, requested: int | None
+) -> None:
+    hit = scan_bytes(text.encode()).last
+    assert hit is not None
+    assert parse_hit(hit).figures.requested_bytes == requested
+
+
+def test_a_wrapped_line_with_no_next_line_keeps_its_message() -> None:
+    hit = scan_bytes(b"RESOURCE_EXHAUSTED: Out of memory while trying to allocate").last
+    assert hit is not None
+    assert parse_hit(hit).figures.requested_bytes is None

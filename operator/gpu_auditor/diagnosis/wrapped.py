@@ -1,0 +1,67 @@
+"""A failure whose wording was broken across two lines: read it joined.
+
+Something between the process and the reader can break a long line where it likes: Rich's
+tracebacks and log handler wrap at the console width (80 columns when a container's output is
+not a terminal), a terminal or a notebook wraps at its own, a paste into an issue keeps either.
+The scan confirms one line at a time, so a break inside the very words that identify a failure
+("Resource exhausted: Out" / "of memory while trying to allocate ...", public b-022) leaves the
+log with no failure. Only then, and only in the log's last ``TAIL_BYTES`` (a job prints its
+failure at its end), each pair of neighbouring lines of one rank is read joined, as the break
+may have been made: in a word (a column wrap: ``a + b``) or between two words (a word wrap,
+whose spaces at the break may be kept or dropped: ``a.rstrip() + " " + b.lstrip()``). A pair is
+joined only where one of the scan's keywords lies near the break and a family's wording
+matches across it, so two lines that merely follow each other are never read as one.
+
+Each pair costs one keyword search over at most ``2 * _REACH`` characters; a log with no
+failure is read once more over its last 32 KiB (``bench/diagnose_ab.py``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+from . import formats
+from .logtext import Line, normalize_text
+
+_KEYWORD_RE: Final = re.compile("|".join(re.escape(k.decode()) for k in formats.KEYWORDS))
+_REACH: Final = formats.MAX_MATCH_CHARS
+"""A failure's wording that spans the break starts and ends within this many characters of it."""
+
+
+def _near(text: str, at: int) -> bool:
+    """Whether a keyword of ``text`` lies within ``_REACH`` characters of ``at``."""
+    return _KEYWORD_RE.search(text, max(0, at - _REACH), at + _REACH) is not None
+
+
+def _joined(first: str, second: str) -> str | None:
+    """``first`` and ``second`` read as one line, where a failure's wording spans the break."""
+    for head, tail in ((first, second), (first.rstrip() + " ", second.lstrip())):
+        text = head + tail
+        at = len(head)
+        if not _near(text, at):
+            continue
+        low = max(0, at - _REACH)
+        found = formats.find_failure(text, low, at + _REACH)
+        if found is not None and found[1] < at < found[2]:
+            return text
+    return None
+
+
+def _raw(line: Line) -> str:
+    return line.text if line.rank is None else f"[rank{line.rank}]: {line.text}"
+
+
+def rejoin(tail: str) -> str | None:
+    """``tail`` with the last break inside a failure's wording removed (its other lines as
+    read, rank prefixes in torchrun's form); None where no failure's wording was broken."""
+    lines = normalize_text(tail)
+    for i in range(len(lines) - 2, -1, -1):
+        first, second = lines[i], lines[i + 1]
+        if first.rank != second.rank or not first.text.strip() or not second.text.strip():
+            continue
+        text = _joined(first.text, second.text)
+        if text is not None:
+            kept = [*lines[:i], Line(text, first.rank), *lines[i + 2 :]]
+            return "\n".join(_raw(line) for line in kept)
+    return None

@@ -1,0 +1,113 @@
+"""A failure whose wording a console or a paste broke across two lines (wrapped.py).
+
+The real cases: public b-022 (JAX 2019, "Resource exhausted: Out" / "of memory while trying to
+allocate ...") and public3 r-021 (MXNet, "cudaMalloc fail" / "ed: out of memory"), both as their
+posters pasted them; and what Rich's log handler printed at 80 columns (its console width in a
+container), captured from rich 15 (import-linter's dependency) here.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from gpu_auditor.diagnosis import diagnose
+from gpu_auditor.diagnosis.wrapped import rejoin
+
+pytestmark = pytest.mark.unit
+
+EVALUATION = Path(__file__).resolve().parents[3] / "evaluation"
+
+RICH_XLA = (
+    "ERROR    step 1200: jaxlib.xla_extension.XlaRuntimeError:           richxla.py:7\n"
+    "         RESOURCE_EXHAUSTED: Out of memory while trying to allocate             \n"
+    "         5520758552 bytes.                                                      \n"
+)
+"""Rich's ``RichHandler`` at 80 columns: the figure on the next line."""
+
+MESSAGES = (
+    "2019-06-13 01:17:08.886805: E external/org_tensorflow/tensorflow/compiler/xla/python/"
+    "local_client.cc:672] Execution of replica 0 failed: Resource exhausted: Out of memory while "
+    "trying to allocate 5520758552 bytes.",
+    "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to "
+    "allocate 5520758552 bytes.",
+    "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor "
+    "with shape[64,512,56,56] and type float on /job:localhost/replica:0/task:0/device:GPU:0 by "
+    "allocator GPU_0_bfc",
+    "cupy.cuda.memory.OutOfMemoryError: Out of memory allocating 1,073,741,824 bytes (allocated "
+    "so far: 3,221,225,472 bytes).",
+    "mxnet.base.MXNetError: [10:11:12] src/storage/./pooled_storage_manager.h:157: cudaMalloc "
+    "failed: out of memory",
+    "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "
+    "when initializing the engine.",
+)
+
+
+def _log(failure: str) -> str:
+    return f'step 1 loss 0.3\nTraceback (most recent call last):\n  File "t.py"\n{failure}\n'
+
+
+def test_a_jax_message_broken_inside_out_of_memory_is_read_joined() -> None:
+    d = diagnose((EVALUATION / "public" / "logs" / "b-022.log").read_bytes())
+    assert (d.detected, d.framework) == (True, "jax")
+    assert d.figures.requested_bytes == 5520758552
+
+
+def test_an_mxnet_message_broken_inside_a_word_is_read_joined() -> None:
+    d = diagnose((EVALUATION / "public3" / "logs" / "r-021.log").read_bytes())
+    assert (d.detected, d.framework) == (True, "mxnet")
+
+
+def test_richs_wrapped_figure_is_read_from_the_next_line() -> None:
+    d = diagnose(RICH_XLA)
+    assert (d.detected, d.framework, d.kind) == (True, "jax", "capacity")
+    assert d.figures.requested_bytes == 5520758552
+
+
+@pytest.mark.parametrize("message", MESSAGES)
+@pytest.mark.parametrize("width", [60, 70, 80, 100, 120])
+def test_a_word_wrap_at_a_console_width_loses_no_failure(message: str, width: int) -> None:
+    whole = diagnose(_log(message))
+    wrapped = diagnose(_log("\n".join(textwrap.wrap(message, width))))
+    assert whole.detected
+    assert (wrapped.detected, wrapped.framework) == (True, whole.framework)
+
+
+@pytest.mark.parametrize("message", MESSAGES)
+@pytest.mark.parametrize("width", [60, 80, 85, 120])
+def test_a_column_wrap_inside_a_word_loses_no_failure(message: str, width: int) -> None:
+    cut = "\n".join(message[i : i + width] for i in range(0, len(message), width))
+    d = diagnose(_log(cut))
+    assert (d.detected, d.framework) == (True, diagnose(_log(message)).framework)
+
+
+@pytest.mark.parametrize("text", [
+    "checking for leaks: ran out\nof memory budget for the report, skipping",  # no family's words
+    "the docs say CUDA out\nof memory errors are common",  # torch's wording needs its figures
+    "Resource exhausted: Out\n\nof memory while trying to allocate 5520758552 bytes.",  # a gap
+])  # fmt: skip
+def test_lines_that_only_follow_each_other_are_not_joined(text: str) -> None:
+    assert rejoin(text) is None
+    assert not diagnose(text).detected
+
+
+def test_lines_of_two_ranks_are_not_joined() -> None:
+    text = "[rank0]: Resource exhausted: Out\n[rank1]: of memory while trying to allocate 8 bytes."
+    assert rejoin(text) is None
+    joined = rejoin(text.replace("[rank1]", "[rank0]"))
+    assert joined == "[rank0]: Resource exhausted: Out of memory while trying to allocate 8 bytes."
+
+
+def test_only_the_broken_pair_is_joined_and_the_other_lines_stay() -> None:
+    text = "epoch 3\nRESOURCE_EXHAUSTED: Out of\nmemory while trying to allocate 8 bytes.\nbye"
+    assert rejoin(text) == (
+        "epoch 3\nRESOURCE_EXHAUSTED: Out of memory while trying to allocate 8 bytes.\nbye"
+    )
+
+
+def test_a_log_whose_failure_is_whole_is_read_as_before() -> None:
+    text = _log(MESSAGES[1])
+    assert rejoin(text) is None
+    assert diagnose(text).figures.requested_bytes == 5520758552
