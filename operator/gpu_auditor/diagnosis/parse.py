@@ -163,6 +163,10 @@ _PADDLE_LEGACY: Final = re.compile(  # its sizes run into the next word ("5.9375
     rf"available ({_PADDLE_SIZE}),?\s{{0,4}}total (\d{{1,20}})"
 )
 _PADDLE_USED: Final = re.compile(r"GPU memory used: ?\s{0,8}(\d{1,12}(?:\.\d{1,12})? ?[kKMG]?B)")
+_GGML_REQUEST: Final = _size_re(r"alloc_buffer: allocating {S} on device \d{1,5}")
+_GGML_BUFFER: Final = re.compile(r"failed to allocate CUDA\d{0,3} buffer of size (\d{1,20})\b")
+"""llama.cpp's request: its CUDA buffer type's "allocating 2508.00 MiB on device 0: cudaMalloc
+failed", or the allocator's "failed to allocate CUDA0 buffer of size 2629828608" after it."""
 _BFC_ROUNDED: Final = re.compile(r"\(rounded to (\d{1,20})\)")
 _TORCH_WARNING: Final = re.compile(
     r"trying to allocate (\d{1,20}) bytes \(free: (\d{1,20}), total: (\d{1,20})\)"
@@ -436,6 +440,14 @@ def parse_hit(hit: Hit) -> OomEvent:
                 reserved_unallocated_bytes=0 if used is not None else None,
             )
 
+    elif family == formats.MXNET and formats.framework_of(family, message) == "llama.cpp":
+        nearby = [message] + [x.text for x in (*hit.after[:2], *hit.before[-2:])]
+        for text in nearby:
+            buffer = _GGML_BUFFER.search(text)
+            size = _find(_GGML_REQUEST, text) or (buffer and _plain_bytes(buffer.group(1)))
+            if size:
+                figures = Figures(size)
+                break
     elif family == formats.TENSORRT:
         nearby = [message] + [x.text for x in (*hit.before[-3:], *hit.after[:3])]
         for text in nearby:

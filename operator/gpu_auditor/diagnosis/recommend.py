@@ -252,6 +252,18 @@ def _alloc_conf(ctx: Context) -> tuple[str | None, list[str]]:
     return value, notes
 
 
+LLAMA_CPP_FIXES: Final = (
+    "put fewer layers on the GPU (llama.cpp --n-gpu-layers; ollama's num_gpu) or load a smaller "
+    "quantization",
+    "shrink the context (llama.cpp --ctx-size; ollama's num_ctx): its KV cache grows with it",
+    "ollama sizes the layers it offloads from its own estimate: leave headroom with "
+    "OLLAMA_GPU_OVERHEAD (bytes), fewer parallel requests (OLLAMA_NUM_PARALLEL) or loaded models "
+    "(OLLAMA_MAX_LOADED_MODELS)",
+)
+"""llama.cpp's and ollama's levers (public9 o-008: OLLAMA_GPU_OVERHEAD; o-022: a context sized
+to the GPU; public7 z-006: a run with one layer fewer on the GPU did not fail)."""
+
+
 def _framework_actions(ctx: Context) -> list[str]:
     fw, kind, f = ctx.event.framework, ctx.verdict.kind, ctx.verdict.figures
     if fw == "jax":
@@ -279,6 +291,8 @@ def _framework_actions(ctx: Context) -> list[str]:
             "until the warm-up fits",
             "shard the model over more GPUs (--num-shard) or serve a quantized model (--quantize)",
         ]
+    if fw == "llama.cpp":
+        return list(LLAMA_CPP_FIXES)
     if fw == "vllm":
         return [
             "raise gpu_memory_utilization (default 0.9) if nothing else uses the GPU, "

@@ -12,8 +12,9 @@ whose spaces at the break may be kept or dropped: ``a.rstrip() + " " + b.lstrip(
 joined only where one of the scan's keywords lies near the break and a family's wording
 matches across it, so two lines that merely follow each other are never read as one.
 
-Each pair costs one keyword search over at most ``2 * _REACH`` characters; a log with no
-failure is read once more over its last 32 KiB (``bench/diagnose_ab.py``).
+A tail in which no anchor of the scan occurs even with its breaks removed is left at that
+(a few C searches); otherwise each pair costs one keyword search over at most ``2 * _REACH``
+characters (``bench/diagnose_ab.py`` times a log with no failure).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from . import formats
 from .logtext import Line, normalize_text
 
 _KEYWORD_RE: Final = re.compile("|".join(re.escape(k.decode()) for k in formats.KEYWORDS))
+_ANCHORS: Final = tuple(a.decode() for a in formats.ANCHORS)
 _REACH: Final = formats.MAX_MATCH_CHARS
 """A failure's wording that spans the break starts and ends within this many characters of it."""
 
@@ -52,9 +54,21 @@ def _raw(line: Line) -> str:
     return line.text if line.rank is None else f"[rank{line.rank}]: {line.text}"
 
 
+def _may_hold_one(tail: str) -> bool:
+    """Whether ``tail`` read with its breaks made in a word or between words holds one of the
+    scan's anchors (every keyword holds one): a C search, where most logs end."""
+    glued = tail.replace("\n", "")
+    if any(a in glued for a in _ANCHORS):
+        return True
+    spaced = " ".join(line.strip() for line in tail.split("\n"))
+    return any(a in spaced for a in _ANCHORS)
+
+
 def rejoin(tail: str) -> str | None:
     """``tail`` with the last break inside a failure's wording removed (its other lines as
     read, rank prefixes in torchrun's form); None where no failure's wording was broken."""
+    if not _may_hold_one(tail):
+        return None
     lines = normalize_text(tail)
     for i in range(len(lines) - 2, -1, -1):
         first, second = lines[i], lines[i + 1]

@@ -723,3 +723,27 @@ def test_a_wrapped_line_with_no_next_line_keeps_its_message() -> None:
     hit = scan_bytes(b"RESOURCE_EXHAUSTED: Out of memory while trying to allocate").last
     assert hit is not None
     assert parse_hit(hit).figures.requested_bytes is None
+
+
+@pytest.mark.parametrize(("text", "requested"), [
+    # ollama's server log (public9 o-008) and Jan's llama.cpp router (public9 o-022)
+    ("ollama[4173706]: ggml_backend_cuda_buffer_type_alloc_buffer: allocating 2508.00 MiB on "
+     "device 0: cudaMalloc failed: out of memory\n"
+     "ollama[4173706]: ggml_gallocr_reserve_n: failed to allocate CUDA0 buffer of size "
+     "2629828608\n", 2508 * 1024**2),
+    # the runner's own report first, the allocator's line after it (public7 z-005)
+    ("Error: llama runner process has terminated: cudaMalloc failed: out of memory\n"
+     "ggml_gallocr_reserve_n: failed to allocate CUDA0 buffer of size 882903040\n", 882903040),
+    ("ggml_gallocr_reserve_n: failed to allocate CUDA0 buffer of size 882903040\n"
+     "Error: llama runner process has terminated: cudaMalloc failed: out of memory\n", 882903040),
+    # MXNet's own words carry no request, and no llama.cpp line is read for one
+    ("mxnet.base.MXNetError: [10:11:12] src/storage/./pooled_storage_manager.h:157: cudaMalloc "
+     "failed: out of memory\nfailed to allocate CUDA0 buffer of size 882903040\n", None),
+    ("Error: llama runner process has terminated: cudaMalloc failed: out of memory\n", None),
+])  # fmt: skip
+def test_llama_cpp_s_request_is_read_from_its_buffer_lines(
+    text: str, requested: int | None
+) -> None:
+    hit = scan_bytes(text.encode()).last
+    assert hit is not None
+    assert parse_hit(hit).figures.requested_bytes == requested

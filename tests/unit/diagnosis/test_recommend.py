@@ -1048,3 +1048,17 @@ def test_a_vllm_workers_prefixed_traceback_gives_the_phase_and_the_engines_lever
     out = d.to_json_dict()
     assert (out["phase"], out["rank"]) == ("graph-capture", "1090")
     assert d.recommendation.actions[0].startswith("vLLM ran out capturing its CUDA graphs")
+
+
+def test_llama_cpp_is_told_its_own_levers_not_pytorch_s() -> None:
+    """public9 o-008: ollama offloaded 32 of 33 layers on its own estimate and llama.cpp's
+    compute buffer then failed; OLLAMA_GPU_OVERHEAD fixed it."""
+    d = diagnose(
+        "ollama[1]: ggml_backend_cuda_buffer_type_alloc_buffer: allocating 2508.00 MiB on device "
+        "0: cudaMalloc failed: out of memory\n"
+    )
+    assert (d.framework, d.kind, d.recommendation.alloc_conf) == ("llama.cpp", "capacity", None)
+    actions = d.recommendation.actions
+    assert actions[0].startswith("put fewer layers on the GPU (llama.cpp --n-gpu-layers")
+    assert any("OLLAMA_GPU_OVERHEAD" in a for a in actions)
+    assert not any("torch" in a or "FSDP" in a for a in actions)
