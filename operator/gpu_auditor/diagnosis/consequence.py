@@ -70,7 +70,7 @@ _WORDING: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
         r"|SignalException: Process \d{1,10} got signal: (?:15|2)\b")),
 )
 _ISO: Final = re.compile(
-    r"(\d{4})-(\d\d)-(\d\d)[T _](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?(Z|[+-]\d\d:?\d\d)?")
+    r"(?<!\d)(\d{4})-(\d\d)-(\d\d)[T _](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?(Z|[+-]\d\d:?\d\d)?")
 _GLOG: Final = re.compile(r"\[[EIWF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?")
 _ROOT_TIME: Final = re.compile(r"^\s{0,16}time\s{0,8}:\s{0,8}(.{10,40})$")
 _ROOT_RANK: Final = re.compile(r"^\s{0,16}rank\s{0,8}:\s{0,8}(\d{1,7})\b")

@@ -100,6 +100,12 @@ def test_control_characters_of_the_line_are_not_echoed() -> None:
     assert found.line is not None and "\x1b" not in found.line and "\x07" not in found.line
 
 
+def test_a_date_inside_a_longer_number_is_no_date() -> None:
+    """Digits before the year: an id or a counter, not a time stamp (12026 is no year)."""
+    assert read_failure("12026-11-29 10:00:00 Connection closed by peer").at is None
+    assert read_failure("id=2026-11-29 10:00:00 Connection closed by peer").at is not None
+
+
 def test_an_impossible_date_is_no_date() -> None:
     assert read_failure("2026-13-45 10:00:00 Connection closed by peer").at is None
 

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from gpu_auditor.diagnosis import (
     aftermath,
+    consequence,
     formats,
     killed,
     leak,
@@ -41,7 +42,7 @@ pytestmark = pytest.mark.unit
 
 OWNED: tuple[ModuleType, ...] = (
     sizes, formats, parse, torchversion, logtext, phase, leak, proberecord, recommend, progress,
-    aftermath, killed, wrapped,
+    aftermath, killed, wrapped, consequence,
 )  # fmt: skip
 NUMBER_CHARS = frozenset("0123456789,. ")
 LONGEST_NUMBER = 64
