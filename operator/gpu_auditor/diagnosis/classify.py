@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Final
 
 from . import formats
 from .model import Figures, Growth, NodeEvidence, OomEvent, OtherProcess
@@ -141,6 +142,16 @@ def cap_binding(f: Figures) -> bool:
     return (f.allocated_bytes or 0) + f.requested_bytes > f.allowed_bytes
 
 
+_LIBRARIES: Final = (formats.NCCL, formats.CUDA_LIBRARY)
+PREALLOCATING: Final = ("tensorflow", "jax")
+"""Frameworks that reserve most of the GPU up front (TensorFlow's BFC, JAX's 75 %): a library
+outside them (cuBLAS, cuDNN, NCCL) that cannot get memory is starved by that reservation
+(public b-020, unworded c-020: allow_growth fixed both). Beside PyTorch, whose cache grows on
+demand, the same failure says only that the GPU was full: in the public threads that settled
+it, by the job's own work (public2 p-017, p-030, unworded c-004: less work fixed each), which
+the message cannot tell from another process."""
+
+
 @dataclass(frozen=True)
 class _Facts:
     f: Figures
@@ -149,6 +160,7 @@ class _Facts:
     phase: str | None = None
     steps: int = 0
     """Steps the log shows finished before the failure (``progress.finished_steps``)."""
+    framework: str | None = None
 
     @property
     def free(self) -> int | None:
@@ -357,8 +369,8 @@ class _Facts:
         return max(0, p - reserved) / p
 
     def non_pytorch(self) -> bool:
-        if self.family in (formats.NCCL, formats.CUDA_LIBRARY):
-            return True
+        if self.family in _LIBRARIES:
+            return self.framework in PREALLOCATING
         excess, shortfall = self.non_pytorch_excess(), self.shortfall()
         share = self.non_pytorch_share()
         return (
@@ -441,7 +453,8 @@ def _primary(x: _Facts) -> str:
         # the engine's budget (vLLM's gpu_memory_utilization, SGLang's --mem-fraction-static)
         # spent before any KV cache fit; ONNX Runtime's arena at its gpu_mem_limit
         return "memory-fraction-cap"
-    if x.phase == STARTUP:  # TensorFlow's reservation at start, not the model's work
+    if x.phase == STARTUP and x.family not in _LIBRARIES:
+        # TensorFlow's reservation at start, not the model's work (a library it starved: below)
         return "gpu-shared" if x.taken_before_start() else "memory-fraction-cap"
     if x.too_big():
         return "capacity"
@@ -508,7 +521,7 @@ def classify(
     ``leak`` contributes."""
     figures = with_node(event.figures, node)
     usable = record if record is not None and record.status == "ok" else None
-    facts = _Facts(figures, event.family, usable, phase, steps)
+    facts = _Facts(figures, event.family, usable, phase, steps, event.framework)
     if growth is not None and not facts.growth_explains(growth):
         # a rise smaller than the shortfall is not the cause; from the node's samples it is
         # still a rise worth naming, from figures the job printed (labels read, not known) not
@@ -640,7 +653,8 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
             )
         lib = "NCCL" if event.family == formats.NCCL else "a CUDA library (cuBLAS/cuDNN)"
         return (
-            f"non-pytorch-memory: {lib} could not allocate its own memory outside PyTorch's cache"
+            f"non-pytorch-memory: {lib} could not allocate its own memory beside what "
+            f"{event.framework} reserves up front"
         )
     if kind == "capacity":
         if r is not None and free is not None:
@@ -719,6 +733,13 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
         )
     if x.fits():
         return f"unknown: the figures show room ({fs(x.room)}) for the {fs(r)} request"
+    if event.family in (formats.NCCL, formats.CUDA_LIBRARY):
+        lib = "NCCL" if event.family == formats.NCCL else "a CUDA library (cuBLAS/cuDNN)"
+        return (
+            f"unknown: {lib} could not allocate its own memory: the GPU was full, and the log "
+            "does not say with what (the job's own tensors, or another process; the node report "
+            "can tell)"
+        )
     return (
         f"unknown: {event.framework or event.family} failure with no memory figures in the log "
         "(another process may hold the GPU; the node report can tell)"

@@ -264,6 +264,15 @@ LLAMA_CPP_FIXES: Final = (
 to the GPU; public7 z-006: a run with one layer fewer on the GPU did not fail)."""
 
 
+LIBRARY_ROOM: Final = (
+    "leave NCCL headroom: create the process group (and run a first collective) before loading "
+    "the model, call torch.cuda.empty_cache() before collectives, or lower NCCL_BUFFSIZE",
+    "leave room for cuBLAS/cuDNN workspaces: torch.cuda.empty_cache() before the failing call, "
+    "or CUBLAS_WORKSPACE_CONFIG=:4096:8",
+)
+"""What makes room for a library that allocates outside the framework's cache (NCCL, cuBLAS)."""
+
+
 def _framework_actions(ctx: Context) -> list[str]:
     fw, kind, f = ctx.event.framework, ctx.verdict.kind, ctx.verdict.figures
     if fw == "jax":
@@ -396,19 +405,13 @@ def _kind_actions(ctx: Context) -> list[str]:
             "(torch.cuda.set_per_process_memory_fraction): the cap, not the GPU, ran out",
         ]
     if kind == "non-pytorch-memory":
-        if fam == formats.NCCL:
-            return [
-                "leave NCCL headroom: create the process group (and run a first collective) "
-                "before loading the model, call torch.cuda.empty_cache() before collectives, "
-                "or lower NCCL_BUFFSIZE",
-                "cap PyTorch with torch.cuda.set_per_process_memory_fraction(0.9) so the cache "
-                "leaves room for NCCL",
-            ]
-        if fam == formats.CUDA_LIBRARY:
-            return [
-                "leave room for cuBLAS/cuDNN workspaces: torch.cuda.empty_cache() before the "
-                "failing call, a smaller batch, or CUBLAS_WORKSPACE_CONFIG=:4096:8",
-            ]
+        if fam in (formats.NCCL, formats.CUDA_LIBRARY):
+            grow = (
+                "let the framework allocate on demand so the library has room "
+                "(TensorFlow: tf.config.experimental.set_memory_growth / allow_growth; JAX: "
+                "XLA_PYTHON_CLIENT_PREALLOCATE=false or a lower XLA_PYTHON_CLIENT_MEM_FRACTION)"
+            )
+            return [grow, "reduce the batch size"]
         return [
             "find what else allocates in this process outside PyTorch (CuPy/JAX/TensorRT/custom "
             "CUDA extensions, cuDNN benchmark workspaces) and free or limit it",
@@ -444,8 +447,10 @@ def _kind_actions(ctx: Context) -> list[str]:
             )
         else:
             first = "the log has no usable memory figures: " + check
+        library = {formats.NCCL: LIBRARY_ROOM[0], formats.CUDA_LIBRARY: LIBRARY_ROOM[1]}
         return [
             first,
+            *([library[fam], *REDUCE_PEAK[:1]] if fam in library else []),
             "if it fails at start-up (context creation, .cuda()), the GPU was already full: "
             "isolate the GPU",
         ]

@@ -16,6 +16,7 @@ from gpu_auditor.diagnosis.model import (
     OomEvent,
     OtherProcess,
 )
+from gpu_auditor.diagnosis.phase import STARTUP
 from gpu_auditor.diagnosis.proberecord import ProbeRecord, parse_record
 from gpu_auditor.diagnosis.thresholds import FRAG_STEADY_STEPS
 
@@ -266,6 +267,7 @@ def verdict(
     growth: Growth | None = None,
     progressed: bool = False,
     steps: int | None = None,
+    framework: str = "pytorch",
 ) -> Verdict:
     """``progressed``: a steady run (``FRAG_STEADY_STEPS`` steps); ``steps`` says how many."""
     if steps is None:
@@ -281,7 +283,7 @@ def verdict(
         allowed_bytes=L,
         other_processes=tuple(OtherProcess(1000 + i, b) for i, b in enumerate(others)),
     )
-    event = OomEvent(family, "pytorch", "CUDA out of memory", figures)
+    event = OomEvent(family, framework, "CUDA out of memory", figures)
     return classify(event, growth=growth, phase=phase, steps=steps)
 
 
@@ -598,10 +600,29 @@ def test_non_pytorch_memory_contributes_from_1_gib_over_the_allowance() -> None:
 
 
 @pytest.mark.parametrize("family", [formats.NCCL, formats.CUDA_LIBRARY])
-def test_library_failures_outside_pytorchs_cache_are_non_pytorch_memory(family: str) -> None:
+@pytest.mark.parametrize("framework", ["tensorflow", "jax"])
+def test_a_library_starved_by_a_framework_s_up_front_reservation_is_non_pytorch_memory(
+    family: str, framework: str
+) -> None:
     empty = {"R": None, "T": None, "F": None, "A": None, "P": None}
-    assert kind(family=family, **empty) == "non-pytorch-memory"
-    assert kind(family=formats.TORCH_RAW, **empty) == "unknown"
+    assert kind(family=family, framework=framework, **empty) == "non-pytorch-memory"
+    assert kind(family=formats.TORCH_RAW, framework=framework, **empty) == "unknown"
+
+
+@pytest.mark.parametrize("family", [formats.NCCL, formats.CUDA_LIBRARY])
+@pytest.mark.parametrize("framework", ["pytorch", "nccl", "cupy", None])
+def test_a_library_that_found_the_gpu_full_beside_an_on_demand_cache_names_no_cause(
+    family: str, framework: str | None
+) -> None:
+    """The message says the GPU was full, not with what (public2 p-017, p-030, unworded c-004:
+    the job's own work; the H200's library-errors: the job's own tensors)."""
+    v = verdict(R=None, T=None, F=None, A=None, P=None, family=family, framework=framework)
+    lib = "NCCL" if family == formats.NCCL else "a CUDA library (cuBLAS/cuDNN)"
+    assert (v.kind, v.contributing) == ("unknown", ())
+    assert v.summary == (
+        f"unknown: {lib} could not allocate its own memory: the GPU was full, and the log does not "
+        "say with what (the job's own tensors, or another process; the node report can tell)"
+    )
 
 
 def test_unseen_memory_must_cover_the_shortfall() -> None:
@@ -736,14 +757,16 @@ def test_host_allocation_failures_are_never_gpu_kinds() -> None:
             "the difference covers the 2.00 GiB request's shortfall",
         ),
         (
-            {"R": None, "T": None, "F": None, "A": None, "P": None, "family": formats.NCCL},
-            "non-pytorch-memory: NCCL could not allocate its own memory outside PyTorch's cache",
+            {"R": None, "T": None, "F": None, "A": None, "P": None, "family": formats.NCCL,
+             "framework": "tensorflow"},
+            "non-pytorch-memory: NCCL could not allocate its own memory beside what tensorflow "
+            "reserves up front",
         ),
         (
             {"R": None, "T": None, "F": None, "A": None, "P": None,
-             "family": formats.CUDA_LIBRARY},
+             "family": formats.CUDA_LIBRARY, "framework": "jax"},
             "non-pytorch-memory: a CUDA library (cuBLAS/cuDNN) could not allocate its own memory "
-            "outside PyTorch's cache",
+            "beside what jax reserves up front",
         ),
         (
             {"R": 10 * G, "T": 80 * G, "F": 6 * G + MARGIN - 1, "A": 60 * G, "U": 10 * G,
@@ -994,10 +1017,16 @@ def test_a_cap_with_no_allocated_figure_binds_only_above_the_request() -> None:
 
 
 def test_nccl_with_process_figures_is_still_worded_as_nccl() -> None:
-    v = verdict(R=1 * G, T=80 * G, F=512 * M, A=70 * G, family=formats.NCCL)
+    v = verdict(R=1 * G, T=80 * G, F=512 * M, A=70 * G, family=formats.NCCL, framework="jax")
     assert v.summary == (
-        "non-pytorch-memory: NCCL could not allocate its own memory outside PyTorch's cache"
+        "non-pytorch-memory: NCCL could not allocate its own memory beside what jax reserves up "
+        "front"
     )
+
+
+def test_nccl_beside_pytorch_with_figures_reads_the_figures() -> None:
+    v = verdict(R=1 * G, T=80 * G, F=512 * M, A=70 * G, family=formats.NCCL)
+    assert v.kind == kind(R=1 * G, T=80 * G, F=512 * M, A=70 * G) != "non-pytorch-memory"
 
 
 def test_non_pytorch_memory_never_decides_when_the_request_fits() -> None:
@@ -1938,3 +1967,11 @@ def test_tensorflows_banner_with_exactly_5_percent_free(free: str, kind: str) ->
     log = log.replace("Total memory: 7.92GiB", "Total memory: 10.00GiB")
     log = log.replace("Free memory: 190.31MiB", f"Free memory: {free}")
     assert diagnose(log).kind == kind
+
+
+def test_a_library_starved_at_tensorflow_s_start_is_not_tensorflow_s_own_reservation() -> None:
+    """TensorFlow created its device, then cuBLAS could not create its handle: TensorFlow's
+    reservation left the library no room (tests/fixtures/oom/families/tf_cublas_alloc_failed)."""
+    empty = {"R": None, "T": None, "F": None, "A": None, "P": None, "framework": "tensorflow"}
+    assert kind(family=formats.CUDA_LIBRARY, phase=STARTUP, **empty) == "non-pytorch-memory"
+    assert kind(family=formats.TENSORFLOW, phase=STARTUP, **empty) == "memory-fraction-cap"

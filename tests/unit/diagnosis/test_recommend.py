@@ -14,7 +14,13 @@ from gpu_auditor.diagnosis.model import (
     OtherProcess,
     Recommendation,
 )
-from gpu_auditor.diagnosis.recommend import Context, looks_like_inference, phase_of, recommend
+from gpu_auditor.diagnosis.recommend import (
+    REDUCE_PEAK,
+    Context,
+    looks_like_inference,
+    phase_of,
+    recommend,
+)
 from gpu_auditor.diagnosis.torchversion import TorchRange
 
 from .diagnosis_helpers import PROGRESS, torch_oom
@@ -629,27 +635,41 @@ def test_leak_actions_name_the_growth() -> None:
 
 
 def test_non_pytorch_memory_actions_by_family() -> None:
-    def actions(family: str) -> tuple[str, ...]:
-        event = OomEvent(family, "pytorch", "m", CAPACITY_FIGURES)
+    def actions(family: str, framework: str = "tensorflow") -> tuple[str, ...]:
+        event = OomEvent(family, framework, "m", CAPACITY_FIGURES)
         verdict = Verdict("non-pytorch-memory", (), "", CAPACITY_FIGURES)
         ctx = Context(event, verdict, TORCH_2_11, None, allocconf.NATIVE, None, None)
         return recommend(ctx).actions
 
-    assert actions("nccl") == (
-        "leave NCCL headroom: create the process group (and run a first collective) before "
-        "loading the model, call torch.cuda.empty_cache() before collectives, or lower "
-        "NCCL_BUFFSIZE",
-        "cap PyTorch with torch.cuda.set_per_process_memory_fraction(0.9) so the cache leaves "
-        "room for NCCL",
+    grow = (
+        "let the framework allocate on demand so the library has room (TensorFlow: "
+        "tf.config.experimental.set_memory_growth / allow_growth; JAX: "
+        "XLA_PYTHON_CLIENT_PREALLOCATE=false or a lower XLA_PYTHON_CLIENT_MEM_FRACTION)"
     )
-    assert actions("cuda-library") == (
-        "leave room for cuBLAS/cuDNN workspaces: torch.cuda.empty_cache() before the failing "
-        "call, a smaller batch, or CUBLAS_WORKSPACE_CONFIG=:4096:8",
-    )
-    assert actions("torch") == (
+    assert actions("nccl") == actions("cuda-library", "jax") == (grow, "reduce the batch size")
+    assert actions("torch", "pytorch") == (
         "find what else allocates in this process outside PyTorch (CuPy/JAX/TensorRT/custom CUDA "
         "extensions, cuDNN benchmark workspaces) and free or limit it",
     )
+
+
+@pytest.mark.parametrize(("family", "room"), [
+    ("nccl", "leave NCCL headroom: create the process group (and run a first collective) before "
+     "loading the model, call torch.cuda.empty_cache() before collectives, or lower "
+     "NCCL_BUFFSIZE"),
+    ("cuda-library", "leave room for cuBLAS/cuDNN workspaces: torch.cuda.empty_cache() before "
+     "the failing call, or CUBLAS_WORKSPACE_CONFIG=:4096:8"),
+])  # fmt: skip
+def test_a_library_that_found_the_gpu_full_is_told_to_make_room_and_to_look(
+    family: str, room: str
+) -> None:
+    event = OomEvent(family, "pytorch", "m", Figures())
+    verdict = Verdict("unknown", (), "", Figures())
+    ctx = Context(event, verdict, TORCH_2_11, None, allocconf.NATIVE, None, None)
+    actions = recommend(ctx).actions
+    assert actions[0].startswith("the log has no usable memory figures: check what else holds")
+    assert actions[1:3] == (room, REDUCE_PEAK[0])
+    assert recommend(ctx).alloc_conf is None
 
 
 def test_unknown_actions() -> None:
