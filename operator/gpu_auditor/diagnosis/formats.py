@@ -107,6 +107,8 @@ KEYWORDS: Final[tuple[bytes, ...]] = (
     b"memory allocation failed with OOM",
     b"GPU memory used",
     b"Memory on the node (",
+    b"due to insufficient GPU memory",
+    b"low memory! at or below",
 )
 """Byte strings at least one of which every family's failure line contains (second filter)."""
 
@@ -194,6 +196,8 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
         TORCH,
         re.compile(
             r"\b(?:CUDA|HIP) out of memory\. (?:Tried to allocate|GPU \d)|"
+            # ...its period lost in a paste (public10 q-024)
+            r"\b(?:CUDA|HIP) out of memory Tried to allocate [\d.]{1,24} [KMG]iB\b|"
             r"\b(?:CUDA|HIP) out of memory\.\s{0,64}$|OutOfMemoryError: (?:CUDA|HIP) out of memory|"
             # the same message lower-cased, as people paste it into issue titles
             r"\b(?:cuda|hip) out of memory[.,] tried to allocate \d|"
@@ -203,7 +207,15 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"(?<!memory\. )\bTried to allocate [\d.]{1,24} [KMG]iB\. GPU \d{1,5}\b"
         ),
     ),
-    (TORCH_ASYNC, re.compile(r"would exceed allowed memory\.? \(out of memory\)")),
+    (
+        TORCH_ASYNC,
+        re.compile(
+            r"would exceed allowed memory\.? \(out of memory\)|"
+            # the same message cut to its first words, as ComfyUI (which runs cudaMallocAsync)
+            # prints it (public10 r-025)
+            r"\bOutOfMemoryError: Allocation on device(?: \d{1,5})?[ \t]{0,8}$"
+        ),
+    ),
     (
         TENSORFLOW,
         re.compile(
@@ -244,7 +256,9 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
         TENSORRT,
         re.compile(
             r"Error Code 1: Cuda Runtime \(out of memory\)|"
-            r"\bCuda Error in \w{1,40}: 2 \(out of memory\)"  # its safe runtime's allocator
+            r"\bCuda Error in \w{1,40}: 2 \(out of memory\)|"  # its safe runtime's allocator
+            # TensorRT-LLM's executor, one of its components (KV cache) not created
+            r"\bExecutor creation failed due to insufficient GPU memory\b"
         ),
     ),
     (
@@ -275,7 +289,11 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
     ),
     (
         CUPY,
-        re.compile(r"OutOfMemoryError: (?:Out of memory allocating|out of memory to allocate) \d"),
+        re.compile(
+            r"OutOfMemoryError: (?:Out of memory allocating|out of memory to allocate) \d|"
+            # Chainer's trainer prints the message without its name (public10 s-015)
+            r"\bout of memory to allocate \d{1,20} bytes \(total \d{1,20} bytes\)"
+        ),
     ),
     (NCCL, re.compile(r"Cuda failure (?:\d{1,4} )?'?out of memory'?")),
     (CUDA_LIBRARY, re.compile(r"\b(?:CUBLAS|CUDNN|CUSOLVER|CUFFT|CUSPARSE)_STATUS_ALLOC_FAILED\b")),
@@ -319,6 +337,10 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"\bout of memory\b|"
             r"\bcudaSuccess \(2 vs\. 0\)[^\n]{0,120}?\bout of memory\b|"
             r"\bCUDA runtime error:? ?\(?2?\)?:? ?out of memory\b|"
+            # TensorRT-LLM's own check ("CUDA runtime error in <call>: out of memory"), the
+            # gpuErrchk idiom's "GPUassert: <error> <file> <line>", Thrust's algorithms
+            r"\bCUDA runtime error in [^\n]{1,160}?: out of memory\b|\bGPUassert: out of memory\b|"
+            r"\bparallel_for failed: out of memory\b|"
             r"\bcuda[A-Z]\w{1,40}\([^\n]{0,160}?\)\s{0,4}:\s{0,4}out of memory\b|"
             # Legion/Realm (Legate, cuPyNumeric): the framebuffer memory of a GPU
             r"Failed to allocate \d{1,20} bytes on memory \w{1,24} \(of kind GPU_FB_MEM\)|"
@@ -350,7 +372,11 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             # zsh's job report; the kernel's own words (dmesg); Slurm's cgroup OOM killer
             r"(?:^|\])\[\d{1,5}\][ \t]{1,16}\d{1,9} killed[ \t]{1,16}\S|"
             r"\bOut of memory: Kill(?:ed)? process \d{1,9}\b|"
-            r"\bDetected \d{1,9} oom_kill events? in \w|\btask \d{1,9}: Out Of Memory\b|"
+            r"\bDetected \d{1,9} oom[_-]kill events?(?:\(s\))? in \w|"
+            r"\btask \d{1,9}: Out Of Memory\b|"
+            # PBS's memory limit; earlyoom (the userspace killer) at its threshold
+            r"\bPBS: job killed: mem \d{1,20}kb exceeded limit\b|"
+            r"\blow memory! at or below SIG(?:TERM|KILL) limits: mem\b|"
             # Open MPI's launcher: a rank SIGKILLed
             r"\bexited on signal 9 \(Killed\)"
         ),
@@ -422,6 +448,7 @@ _FRAMEWORK_MARKERS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     ("tensorflow", re.compile(r"\btensorflow\b|ResourceExhaustedError|\btf\.")),
     ("numba", re.compile(r"\bnumba\b")),
     ("onnxruntime", re.compile(r"\bonnxruntime\b")),
+    ("tensorrt", re.compile(r"\[TensorRT-LLM\]|\btensorrt_llm\b")),
     ("paddle", re.compile(r"\bpaddle\b", re.IGNORECASE)),
     ("mxnet", re.compile(r"\bMXNet|\bmxnet\b|\bmshadow\b")),
     ("caffe", re.compile(r"\bcaffe\b|\bsyncedmem\.cpp\b")),

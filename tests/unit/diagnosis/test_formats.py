@@ -692,3 +692,70 @@ def test_a_driver_error_under_jaxlib_s_sources_is_jax_s() -> None:
     line = ("E external/org_tensorflow/tensorflow/stream_executor/cuda/cuda_driver.cc:1] failed "
             "to allocate 1.0K (1024 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY")
     assert formats.framework_of(formats.DRIVER, line) == "jax"
+
+
+# -- the fourth round's wordings (public10, calibration since its blind score) -----------------
+
+
+@pytest.mark.parametrize(("line", "family", "wording"), [
+    # torch's message with its period lost in a paste (q-024)
+    ("RuntimeError: CUDA out of memory Tried to allocate 28.00 MiB (GPU 0; 10.76 GiB total "
+     "capacity; 9.73 GiB already allocated; 11.76 MiB free)", "torch",
+     "CUDA out of memory Tried to allocate 28.00 MiB"),
+    # cudaMallocAsync's message cut to its first words, as ComfyUI prints it (r-025)
+    ("torch.OutOfMemoryError: Allocation on device ", "torch-async",
+     "OutOfMemoryError: Allocation on device "),
+    ("torch.OutOfMemoryError: Allocation on device 0", "torch-async",
+     "OutOfMemoryError: Allocation on device 0"),
+    # TensorRT-LLM's executor and its own CUDA check (r-007, r-014)
+    ("RuntimeError: Executor creation failed due to insufficient GPU memory.", "tensorrt",
+     "Executor creation failed due to insufficient GPU memory"),
+    ("RuntimeError: [TensorRT-LLM][ERROR] CUDA runtime error in error: out of memory "
+     "(/src/tensorrt_llm/cpp/tensorrt_llm/runtime/ipcUtils.cpp:48)", "cuda-error",
+     "CUDA runtime error in error: out of memory"),
+    # the gpuErrchk idiom (s-002) and Thrust's algorithms (s-014)
+    ("GPUassert: out of memory pcdet/ops/iou3d_nms/src/iou3d_nms.cpp 103", "cuda-error",
+     "GPUassert: out of memory"),
+    ("  what():  parallel_for failed: out of memory", "cuda-error",
+     "parallel_for failed: out of memory"),
+    # CuPy's message without its exception's name, as Chainer's trainer prints it (s-015)
+    ("Exception in main training loop: out of memory to allocate 205520896 bytes (total "
+     "16068929536 bytes)", "cupy",
+     "out of memory to allocate 205520896 bytes (total 16068929536 bytes)"),
+    # the host's killers: Slurm's newer wording (q-021), PBS (q-009), earlyoom (r-019)
+    ("slurmstepd: error: Detected 1 oom-kill event(s) in StepId=15043231.batch. Some of your "
+     "processes may have been killed by the cgroup out-of-memory handler.", "host-killed",
+     "Detected 1 oom-kill event(s) in S"),
+    ("iterations =>> PBS: job killed: mem 269239236kb exceeded limit 268435456kb", "host-killed",
+     "PBS: job killed: mem 269239236kb exceeded limit"),
+    ("Aug 04 10:48:44 debian earlyoom[845]: low memory! at or below SIGTERM limits: mem  3.00%, "
+     "swap 10.00%", "host-killed", "low memory! at or below SIGTERM limits: mem"),
+])  # fmt: skip
+def test_each_fourth_round_wording_is_its_familys(line: str, family: str, wording: str) -> None:
+    found = formats.find_failure(line)
+    assert found is not None
+    assert (found[0], line[found[1] : found[2]]) == (family, wording)
+    assert diagnose(f"step 1\n{line}\n").detected
+
+
+@pytest.mark.parametrize("line", [
+    "to avoid CUDA out of memory Tried to allocate less",  # no size after it
+    "torch.OutOfMemoryError: Allocation on device 0 would be fine",  # the message goes on
+    "the executor creation failed: see insufficient GPU memory notes",
+    "CUDA runtime error in cudaMemcpy: an illegal memory access was encountered",
+    "GPUassert: an illegal memory access was encountered kernel.cu 42",
+    "parallel_for failed: cudaErrorInvalidDeviceFunction: invalid device function",
+    "out of memory to allocate 205520896 bytes",  # CuPy's total is part of its wording
+    "slurmstepd: error: Detected 0 oom-kill events, all good",  # no step after it
+    "PBS: job killed: walltime 86420 exceeded limit 86400",
+    "earlyoom[845]: mem avail: 21000 of 30236 MiB (69.45%), swap free: 5000 of 5119 MiB",
+])  # fmt: skip
+def test_near_misses_of_the_fourth_round_wordings(line: str) -> None:
+    assert formats.find_failure(line) is None
+    assert not diagnose(f"step 1\n{line}\nstep 2\n").detected
+
+
+def test_tensorrt_llm_s_own_check_names_its_stack() -> None:
+    line = ("RuntimeError: [TensorRT-LLM][ERROR] CUDA runtime error in error: out of memory "
+            "(ipcUtils.cpp:48)")
+    assert formats.framework_of(formats.CUDA_ERROR, line) == "tensorrt"
