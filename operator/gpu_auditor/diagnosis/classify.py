@@ -14,7 +14,12 @@ Every threshold is in ``thresholds.py`` with the measured rows that set it.
 3. ``gpu-shared`` when O >= ``GPU_SHARED_MIN_BYTES`` and F < R <= F + O (there is a shortfall,
    and the others' memory covers it; figures that show room, F >= R, blame no one). Without a
    request figure (a raw ``CUDA error: out of memory``): when O >= ``GPU_SHARED_MIN_BYTES`` and
-   the GPU was (near) full, F <= ``NEAR_FULL_FREE_SHARE`` of T.
+   the GPU was (near) full, F <= ``NEAR_FULL_FREE_SHARE`` of T. With no process list, memory
+   held outside this process's PyTorch (T - F - reserved - allowance) that covers the shortfall
+   and is more than PyTorch itself holds (``UNSEEN_OTHER_MIN_SHARE_OF_RESERVED``): another
+   process, before any reading of PyTorch's own cache (public11 t-007: 35.9 GiB of a 40 GiB card
+   held elsewhere beside a 1.7 GiB cache was read as that cache's fragmentation; the maintainer
+   read other processes).
 4. ``fragmentation`` when the room alone is short of R and the cached-but-idle memory S (U from
    the message; from a probe record, the free bytes in the blocks of the pool R uses) would cover
    it, and an allocator setting is measured to reclaim it: S >= ``FRAG_MIN_UNALLOCATED_BYTES``,
@@ -462,12 +467,12 @@ def _primary(x: _Facts) -> str:
         return "memory-fraction-cap"
     if x.shared() or x.first_call_failed():
         return "gpu-shared"
+    if x.unseen_is_another_process():
+        return "gpu-shared"
     if x.fragmented():
         return "fragmentation"
     if x.non_pytorch():
         return "non-pytorch-memory"
-    if x.unseen_is_another_process():
-        return "gpu-shared"
     if x.unseen_covers():
         return "unknown"
     if x.f.requested_bytes is None:
