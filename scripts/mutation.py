@@ -65,6 +65,7 @@ _CORPORA = [  # the real logs: every rule of the core meets them
     "diagnosis/test_oom_fixtures.py",
     "diagnosis/test_h200_proof_logs.py",
     "diagnosis/test_heldout_logs.py",
+    "diagnosis/test_public_logs.py",  # the public threads' logs pin the stacks' own actions
 ]
 _OPERATOR = [  # the operator's paths through Services, with the in-memory API
     "controller/test_service.py",

@@ -747,3 +747,16 @@ def test_llama_cpp_s_request_is_read_from_its_buffer_lines(
     hit = scan_bytes(text.encode()).last
     assert hit is not None
     assert parse_hit(hit).figures.requested_bytes == requested
+
+
+@pytest.mark.parametrize("text", [
+    "Error: llama runner process has terminated: cudaMalloc failed: out of memory\n"
+    "a\nb\nggml_gallocr_reserve_n: failed to allocate CUDA0 buffer of size 882903040\n",
+    "ggml_gallocr_reserve_n: failed to allocate CUDA0 buffer of size 882903040\na\nb\n"
+    "Error: llama runner process has terminated: cudaMalloc failed: out of memory\n",
+])  # fmt: skip
+def test_llama_cpp_s_buffer_line_is_read_only_beside_the_failure(text: str) -> None:
+    """Two lines after the failure, two before: a buffer further away is another allocation."""
+    hit = scan_bytes(text.encode()).last
+    assert hit is not None and hit.line.text.startswith("Error: llama runner")
+    assert parse_hit(hit).figures.requested_bytes is None

@@ -669,6 +669,7 @@ def test_a_library_that_found_the_gpu_full_is_told_to_make_room_and_to_look(
     actions = recommend(ctx).actions
     assert actions[0].startswith("the log has no usable memory figures: check what else holds")
     assert actions[1:3] == (room, REDUCE_PEAK[0])
+    assert actions[3].startswith("if it fails at start-up") and len(actions) == 4
     assert recommend(ctx).alloc_conf is None
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpu_auditor.diagnosis import diagnose
-from gpu_auditor.diagnosis.wrapped import rejoin
+from gpu_auditor.diagnosis.wrapped import _may_hold_one, rejoin
 
 pytestmark = pytest.mark.unit
 
@@ -111,3 +111,44 @@ def test_a_log_whose_failure_is_whole_is_read_as_before() -> None:
     text = _log(MESSAGES[1])
     assert rejoin(text) is None
     assert diagnose(text).figures.requested_bytes == 5520758552
+
+
+def test_a_padded_line_and_an_indented_one_are_joined_by_one_space() -> None:
+    """Rich pads a wrapped line to the console's width and indents the next (RICH_XLA)."""
+    text = "RESOURCE_EXHAUSTED: Out      \n         of memory while trying to allocate 8 bytes."
+    assert rejoin(text) == "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 8 bytes."
+
+
+@pytest.mark.parametrize("text", [
+    "epoch 3\nRESOURCE_EXHAUSTED: Out of memory while trying to allocate 8 bytes.",  # line 2 alone
+    "RESOURCE_EXHAUSTED: Out of memory\nwhile the loader ran",  # line 1 alone, up to its end
+    # the last line and the first are not neighbours
+    "of memory while trying to allocate 8 bytes.\nepoch 3\nRESOURCE_EXHAUSTED: Out",
+])  # fmt: skip
+def test_a_wording_whole_on_one_line_or_across_no_break_is_not_joined(text: str) -> None:
+    assert rejoin(text) is None
+
+
+def test_a_keyword_at_the_text_s_very_start_counts() -> None:
+    text = "out of memory to allocate 205520896 bytes (total\n16068929536 bytes)"
+    assert rejoin(text) == text.replace("\n", " ")
+
+
+@pytest.mark.parametrize(("tail", "may"), [
+    ("step 1 loss 0.3\nstep 2 loss 0.2\n", False),
+    ("the run was Kil\nled", True),  # an anchor broken inside a word
+    ("trying to\nallocate", True),  # ...or between two of its words
+    ("trying to  allocate", False),  # two spaces on one line: no break to read away
+    ("out of memory", True),
+])  # fmt: skip
+def test_a_tail_is_read_pair_by_pair_only_where_an_anchor_may_be(tail: str, may: bool) -> None:
+    assert _may_hold_one(tail) is may
+
+
+def test_only_the_wording_at_the_break_is_weighed_not_a_richer_one_far_after_it() -> None:
+    """The search around a break reaches ``_REACH`` characters each side: a wording of a
+    higher-priority family further along the second line (which the scan reads on its own)
+    does not hide the one the break cut."""
+    far = " " * 300 + "CUDA out of memory. Tried to allocate 1.00 MiB (GPU 0; 1 GiB total"
+    text = f"RESOURCE_EXHAUSTED: Out\nof memory while trying to allocate 8 bytes.{far}"
+    assert rejoin(text) == text.replace("\n", " ")
