@@ -53,7 +53,7 @@ REPO = Path(__file__).resolve().parents[1]
 STAGE = REPO / ".mutation" / "tree"
 RULES = (
     "aftermath", "allocconf", "classify", "core", "formats", "killed", "leak", "model", "parse",
-    "phase", "proberecord", "recommend", "sizes", "torchversion", "wrapped",
+    "phase", "proberecord", "recommend", "sizes", "torchversion", "wrapped", "addressspace",
     "node_agent.sharing", "node_agent.cgroup", "node_agent.collector",
     "controller.annotations", "controller.pod", "controller.service", "controller.sharing",
 )  # fmt: skip
@@ -97,6 +97,7 @@ GROUPS: dict[str, dict[str, Any]] = {
             "phase": ["diagnosis/test_phase.py", *_CORPORA],
             "killed": ["diagnosis/test_killed.py"],
             "wrapped": ["diagnosis/test_wrapped.py"],
+            "addressspace": ["diagnosis/test_addressspace.py"],
             "sizes": [
                 "diagnosis/test_sizes.py",
                 "diagnosis/test_torchversion.py",  # a banner's huge release number

@@ -147,6 +147,8 @@ def cap_binding(f: Figures) -> bool:
     return (f.allocated_bytes or 0) + f.requested_bytes > f.allowed_bytes
 
 
+EVICTED: Final = "The node was low on resource: memory"
+"""The kubelet's eviction message (the pod's status; pipelines quote it)."""
 _LIBRARIES: Final = (formats.NCCL, formats.CUDA_LIBRARY)
 PREALLOCATING: Final = ("tensorflow", "jax")
 """Frameworks that reserve most of the GPU up front (TensorFlow's BFC, JAX's 75 %): a library
@@ -720,6 +722,11 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
             return (
                 "host-oom-killed: Ray's memory monitor killed a worker as the node's host (CPU) "
                 "memory ran low, not GPU memory"
+            )
+        if EVICTED in event.message:
+            return (
+                "host-oom-killed: the kubelet evicted the pod: the node was low on host (CPU) "
+                "memory, not GPU memory"
             )
         if "DataLoader worker" in event.message:
             return (

@@ -7,6 +7,7 @@ from dataclasses import replace
 from typing import BinaryIO, Final
 
 from . import allocconf, formats
+from .addressspace import ADDRESS_SPACE_ACTION, address_space_call
 from .aftermath import later_failure
 from .classify import classify
 from .killed import KILLED_ACTION, killed_by_signal
@@ -103,6 +104,9 @@ def diagnose_scan(
     later = later_failure(scan.tail, hit.line.rank)
     if later is not None:
         return _not_found(scan, torch_version, alloc_conf, backend, growth, later)
+    reserve = address_space_call(hit.after)
+    if reserve is not None:
+        return _not_found(scan, torch_version, alloc_conf, backend, growth, reserve=reserve)
     event = parse_hit(hit)
     release = _release(torch_version, scan.head + "\n" + hit.precontext, event.message)
     if event.framework not in (None, "pytorch") and torch_version is None:
@@ -190,9 +194,12 @@ def _not_found(
     backend: str | None,
     growth: Growth | None,
     later: str | None = None,
+    *,
+    reserve: str | None = None,
 ) -> Diagnosis:
     """No out-of-memory failure ended the job: none in the log, or ``later``, the error the job
-    died of after it handled the last one (``aftermath.py``)."""
+    died of after it handled the last one (``aftermath.py``), or ``reserve``, the call that
+    returned the out-of-memory code without asking for GPU memory (``addressspace.py``)."""
     release = _release(torch_version, scan.head, "")
     current = allocconf.check(alloc_conf, release, backend) if alloc_conf is not None else None
     problems = current.problems if current is not None else ()
@@ -201,7 +208,7 @@ def _not_found(
     )
     summary = "no out-of-memory failure found in the log"
     extra: tuple[tuple[str, object], ...] = ()
-    kill = killed_by_signal(scan.tail) if later is None else None
+    kill = killed_by_signal(scan.tail) if later is None and reserve is None else None
     if kill is not None:
         actions = (KILLED_ACTION.format(line=kill), *actions)
         extra = (("killed_by_signal", kill),)
@@ -216,6 +223,13 @@ def _not_found(
             *actions,
         )
         extra = (("later_failure", later),)
+    if reserve is not None:
+        summary = (
+            "no out-of-memory failure: CUDA's out-of-memory code came from a call that reserves "
+            "virtual address space, not GPU memory"
+        )
+        actions = (ADDRESS_SPACE_ACTION.format(line=reserve), *actions)
+        extra = (("address_space_call", reserve),)
     return Diagnosis(
         detected=False,
         framework=None,

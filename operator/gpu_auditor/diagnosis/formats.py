@@ -108,6 +108,8 @@ KEYWORDS: Final[tuple[bytes, ...]] = (
     b"GPU memory used",
     b"Memory on the node (",
     b"due to insufficient GPU memory",
+    b"low on resource: memory",
+    b"memory mapping failed with OOM",
     b"low memory! at or below",
 )
 """Byte strings at least one of which every family's failure line contains (second filter)."""
@@ -200,7 +202,7 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"\b(?:CUDA|HIP) out of memory Tried to allocate [\d.]{1,24} [KMG]iB\b|"
             r"\b(?:CUDA|HIP) out of memory\.\s{0,64}$|OutOfMemoryError: (?:CUDA|HIP) out of memory|"
             # the same message lower-cased, as people paste it into issue titles
-            r"\b(?:cuda|hip) out of memory[.,] tried to allocate \d|"
+            r"\b(?:cuda|hip) out of memory[.,] [Tt]ried to allocate \d|"
             # the message pasted from its second sentence (1.x: "(GPU 0; 7.92 GiB total ...")
             r"^Tried to allocate [\d.]{1,24} [KMG]iB \(GPU \d{1,5}; |"
             # ...or from its 2.x second sentence, after words of the poster's own
@@ -313,7 +315,9 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"leave no GPU memory for the KV cache under --mem-fraction-static|"
             r"Not enough memory\. Please try to increase --mem-fraction-static|"
             # vLLM's profile, printed before the error: the budget less the weights is negative
-            r"the rest of the memory reserved for KV Cache is -\d"
+            r"the rest of the memory reserved for KV Cache is -\d|"
+            # ...and V1's (public11 u-021)
+            r"\bAvailable KV cache memory: -\d"
         ),
     ),
     (DRIVER, _WordBeforeCode()),
@@ -354,8 +358,8 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
     (
         TORCH_WARNING,
         re.compile(
-            r"memory allocation failed with OOM on device \d{1,5} while trying to allocate "
-            r"\d{1,20} bytes"
+            r"memory (?:allocation|mapping) failed with OOM on device \d{1,5} while trying to "
+            r"(?:allocate|map) \d{1,20} bytes"
         ),
     ),
     (HOST_ALLOC, re.compile(r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)")),
@@ -376,6 +380,9 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"\btask \d{1,9}: Out Of Memory\b|"
             # PBS's memory limit; earlyoom (the userspace killer) at its threshold
             r"\bPBS: job killed: mem \d{1,20}kb exceeded limit\b|"
+            # the kubelet's eviction under node memory pressure, as the pod's status and the
+            # pipelines that quote it print it (public11 t-011, t-012, v-030)
+            r"\bThe node was low on resource: memory\b|"
             r"\blow memory! at or below SIG(?:TERM|KILL) limits: mem\b|"
             # Open MPI's launcher: a rank SIGKILLed
             r"\bexited on signal 9 \(Killed\)"

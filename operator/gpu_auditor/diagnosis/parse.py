@@ -169,7 +169,7 @@ _GGML_BUFFER: Final = re.compile(r"failed to allocate CUDA\d{0,3} buffer of size
 failed", or the allocator's "failed to allocate CUDA0 buffer of size 2629828608" after it."""
 _BFC_ROUNDED: Final = re.compile(r"\(rounded to (\d{1,20})\)")
 _TORCH_WARNING: Final = re.compile(
-    r"trying to allocate (\d{1,20}) bytes \(free: (\d{1,20}), total: (\d{1,20})\)"
+    r"trying to (?:allocate|map) (\d{1,20}) bytes \(free: (\d{1,20}), total: (\d{1,20})\)"
 )
 _ONNX_LIMIT: Final = re.compile(r"smaller than requested bytes of (\d{1,20})")
 _TF_TOTAL: Final = _size_re(r"(?:Total memory|totalMemory):\s{0,8}{S}")

@@ -22,7 +22,7 @@ from typing import Final
 
 from . import allocconf, formats
 from .allocconf import ASYNC, KEYS, Checked
-from .classify import Verdict, cap_binding
+from .classify import EVICTED, Verdict, cap_binding
 from .logtext import own_text
 from .model import ALLOC_CONF_ENV, Growth, NodeEvidence, OomEvent, Recommendation
 from .phase import (
@@ -137,6 +137,10 @@ _ENGINES: Final = (
 public threads' fixes were the engine's own levers (public7 z-008: a lower
 --gpu-memory-utilization; z-021: a lower mem_fraction_static; public8 m-012: eager mode)."""
 
+EVICTION_FIX: Final = (
+    "set the pod's memory request to what it uses: under node memory pressure the kubelet evicts "
+    "first the pods that use more than they request (a request of 0 goes first)"
+)
 HOST_FIXES: Final = (
     "raise the container's memory limit (and set the request equal to it)",
     "use fewer DataLoader workers (each worker holds its own copy of the dataset object)",
@@ -425,6 +429,8 @@ def _kind_actions(ctx: Context) -> list[str]:
                 "Ray's monitor kills at RAY_memory_usage_threshold (0.95 of the node's memory by "
                 "default): a job that needs that much needs more memory, not a higher threshold",
             ]
+        if EVICTED in ctx.event.message:
+            return [EVICTION_FIX, *HOST_FIXES]
         if "DataLoader worker" in ctx.event.message:  # the workers' copies first
             return [HOST_FIXES[1], HOST_FIXES[0], *HOST_FIXES[2:]]
         return list(HOST_FIXES)

@@ -45,7 +45,9 @@ def _joined(first: str, second: str) -> str | None:
             continue
         low = max(0, at - _REACH)
         found = formats.find_failure(text, low, at + _REACH)
-        if found is not None and found[1] < at < found[2]:
+        # it starts before the break and is not whole before it (a match's reported end may
+        # stop short of its wording's: the driver family reports the word before the code)
+        if found is not None and found[1] < at and formats.find_failure(text, low, at) is None:
             return text
     return None
 

@@ -1980,3 +1980,13 @@ def test_a_library_starved_at_tensorflow_s_start_is_not_tensorflow_s_own_reserva
     empty = {"R": None, "T": None, "F": None, "A": None, "P": None, "framework": "tensorflow"}
     assert kind(family=formats.CUDA_LIBRARY, phase=STARTUP, **empty) == "non-pytorch-memory"
     assert kind(family=formats.TENSORFLOW, phase=STARTUP, **empty) == "memory-fraction-cap"
+
+
+def test_an_eviction_is_a_host_kill_worded_as_the_kubelet_s() -> None:
+    event = OomEvent(formats.HOST_KILLED, None, "The node was low on resource: memory.", Figures())
+    v = classify(event)
+    assert (v.kind, v.summary) == (
+        "host-oom-killed",
+        "host-oom-killed: the kubelet evicted the pod: the node was low on host (CPU) memory, not "
+        "GPU memory",
+    )

@@ -730,6 +730,20 @@ def test_a_driver_error_under_jaxlib_s_sources_is_jax_s() -> None:
      "PBS: job killed: mem 269239236kb exceeded limit"),
     ("Aug 04 10:48:44 debian earlyoom[845]: low memory! at or below SIGTERM limits: mem  3.00%, "
      "swap 10.00%", "host-killed", "low memory! at or below SIGTERM limits: mem"),
+    # public11 (calibration since its blind score): the kubelet's eviction (t-011, v-030);
+    # torch's message with a lower-cased "cuda" (v-009); expandable segments' warning (t-019);
+    # vLLM V1's negative KV cache budget (u-021)
+    ("This step is in Failed state with this message: The node was low on resource: memory. "
+     "Container main was using 1783932Ki, which exceeds its request of 0.", "host-killed",
+     "The node was low on resource: memory"),
+    ("RUNTIME ERROR: cuda out of memory. Tried to allocate 312.00 MiB (GPU 0; 11.17 GiB total",
+     "torch", "cuda out of memory. Tried to allocate 3"),
+    ("[W831 10:32:25.255074645 CUDACachingAllocator.cpp:508] expandable_segments: memory mapping "
+     "failed with OOM on device 0 while trying to map 20971520 bytes (free: 15663104, total: "
+     "33671348224).", "torch-warning", "memory mapping failed with OOM on device 0 while trying "
+     "to map 20971520 bytes"),
+    ("(EngineCore_0 pid=5839) INFO 08-20 18:04:22 [gpu_worker.py:276] Available KV cache memory: "
+     "-2.14 GiB", "engine-no-cache", "Available KV cache memory: -2"),
 ])  # fmt: skip
 def test_each_fourth_round_wording_is_its_familys(line: str, family: str, wording: str) -> None:
     found = formats.find_failure(line)
@@ -749,6 +763,9 @@ def test_each_fourth_round_wording_is_its_familys(line: str, family: str, wordin
     "slurmstepd: error: Detected 0 oom-kill events, all good",  # no step after it
     "PBS: job killed: walltime 86420 exceeded limit 86400",
     "earlyoom[845]: mem avail: 21000 of 30236 MiB (69.45%), swap free: 5000 of 5119 MiB",
+    "The node was low on resource: ephemeral-storage.",
+    "Available KV cache memory: 12.50 GiB",
+    "expandable_segments: memory mapping of 20971520 bytes done",
 ])  # fmt: skip
 def test_near_misses_of_the_fourth_round_wordings(line: str) -> None:
     assert formats.find_failure(line) is None

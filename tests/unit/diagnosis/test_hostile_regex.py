@@ -22,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpu_auditor.diagnosis import (
+    addressspace,
     aftermath,
     consequence,
     formats,
@@ -42,7 +43,7 @@ pytestmark = pytest.mark.unit
 
 OWNED: tuple[ModuleType, ...] = (
     sizes, formats, parse, torchversion, logtext, phase, leak, proberecord, recommend, progress,
-    aftermath, killed, wrapped, consequence,
+    aftermath, killed, wrapped, consequence, addressspace,
 )  # fmt: skip
 NUMBER_CHARS = frozenset("0123456789,. ")
 LONGEST_NUMBER = 64

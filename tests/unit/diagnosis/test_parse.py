@@ -760,3 +760,13 @@ def test_llama_cpp_s_buffer_line_is_read_only_beside_the_failure(text: str) -> N
     hit = scan_bytes(text.encode()).last
     assert hit is not None and hit.line.text.startswith("Error: llama runner")
     assert parse_hit(hit).figures.requested_bytes is None
+
+
+def test_expandable_segments_map_warning_gives_request_free_and_total() -> None:
+    line = ("[W831 10:32:25.255 CUDACachingAllocator.cpp:508] expandable_segments: memory mapping "
+            "failed with OOM on device 0 while trying to map 20971520 bytes (free: 15663104, "
+            "total: 33671348224).")
+    hit = scan_bytes(line.encode()).last
+    assert hit is not None
+    f = parse_hit(hit).figures
+    assert (f.requested_bytes, f.free_bytes, f.total_bytes) == (20971520, 15663104, 33671348224)

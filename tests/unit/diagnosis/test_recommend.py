@@ -15,6 +15,7 @@ from gpu_auditor.diagnosis.model import (
     Recommendation,
 )
 from gpu_auditor.diagnosis.recommend import (
+    HOST_FIXES,
     REDUCE_PEAK,
     Context,
     looks_like_inference,
@@ -1083,3 +1084,16 @@ def test_llama_cpp_is_told_its_own_levers_not_pytorch_s() -> None:
     assert actions[0].startswith("put fewer layers on the GPU (llama.cpp --n-gpu-layers")
     assert any("OLLAMA_GPU_OVERHEAD" in a for a in actions)
     assert not any("torch" in a or "FSDP" in a for a in actions)
+
+
+def test_an_eviction_is_told_to_request_what_it_uses_first() -> None:
+    """public11 t-011, t-012, v-030: the kubelet evicted the pod under node memory pressure."""
+    d = diagnose("Epoch 1/100\nThe node was low on resource: memory. Container main was using "
+                 "2519384Ki, which exceeds its request of 0.\n")
+    assert (d.detected, d.kind) == (True, "host-oom-killed")
+    assert d.summary == (
+        "host-oom-killed: the kubelet evicted the pod: the node was low on host (CPU) memory, "
+        "not GPU memory"
+    )
+    assert d.recommendation.actions[0].startswith("set the pod's memory request to what it uses")
+    assert d.recommendation.actions[1:] == HOST_FIXES

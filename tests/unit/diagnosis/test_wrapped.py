@@ -152,3 +152,14 @@ def test_only_the_wording_at_the_break_is_weighed_not_a_richer_one_far_after_it(
     far = " " * 300 + "CUDA out of memory. Tried to allocate 1.00 MiB (GPU 0; 1 GiB total"
     text = f"RESOURCE_EXHAUSTED: Out\nof memory while trying to allocate 8 bytes.{far}"
     assert rejoin(text) == text.replace("\n", " ")
+
+
+def test_a_driver_code_broken_from_its_word_is_read_joined() -> None:
+    """public11 t-018 (TensorFlow 1.x, 2017): "failed call to cuDevicePrimary" / "CtxRetain:
+    CUDA_ERROR_OUT_OF_MEMORY": the driver family reports its word, which ends before the break;
+    what decides is that no wording is whole before it."""
+    text = ("E tensorflow/core/common_runtime/direct_session.cc:138] Internal: failed call to "
+            "cuDevicePrimary\nCtxRetain: CUDA_ERROR_OUT_OF_MEMORY; total memory reported: 1\n")
+    assert rejoin(text) == text.replace("Primary\nCtx", "PrimaryCtx")
+    d = diagnose(text)
+    assert (d.detected, d.kind, d.framework) == (True, "gpu-shared", "tensorflow")
