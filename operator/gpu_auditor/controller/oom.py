@@ -202,7 +202,7 @@ class OomPath:
             return Diagnosed(diagnose_host_oom(container=t.container,
                                                memory_limit_bytes=container.memory_limit_bytes,
                                                memory_request_bytes=container.memory_request_bytes,
-                                               exit_code=t.exit_code),
+                                               exit_code=t.exit_code, evicted=t.evicted),
                              "termination-state")
         node = self.reports.evidence(pod.node_name, pod.uid, pod.ref)
         samples = self.reports.samples(pod.node_name, pod.uid, t)

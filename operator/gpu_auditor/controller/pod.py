@@ -51,13 +51,18 @@ class Termination:
     its log is then read with previous=true."""
     started_at: dt.datetime | None = None
     """When the run that ended started (the node's memory series is cut to the run)."""
+    evicted: str | None = None
+    """The pod's status message when the kubelet evicted it because the node was low on memory
+    (`evicted_for_memory`): the container was stopped for host memory, like `OOMKilled`."""
     key: str = field(init=False)
     """Identifies this termination: one diagnosis per (pod UID, key)."""
     host_oom_killed: bool = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key", f"{self.container}/{self.restart_count}")
-        object.__setattr__(self, "host_oom_killed", self.reason == "OOMKilled")
+        object.__setattr__(
+            self, "host_oom_killed", self.reason == "OOMKilled" or self.evicted is not None
+        )
 
 
 @dataclass(frozen=True)
@@ -89,12 +94,32 @@ def parse_quantity(value: object) -> int | None:
     return result if 0 <= result < 2**63 else None
 
 
+EVICTED_FOR_MEMORY = "The node was low on resource: memory"
+"""The start of the kubelet's eviction message under node memory pressure (its other signals,
+ephemeral storage or PIDs, are no memory)."""
+MAX_EVICTION_MESSAGE = 512
+
+
+def evicted_for_memory(status: Mapping[str, Any]) -> str | None:
+    """The pod status's message when the kubelet evicted the pod for the node's memory
+    (`reason: Evicted`), cut to `MAX_EVICTION_MESSAGE` characters; else None."""
+    message = status.get("message")
+    if status.get("reason") != "Evicted" or not isinstance(message, str):
+        return None
+    if not message.startswith(EVICTED_FOR_MEMORY):
+        return None
+    return message[:MAX_EVICTION_MESSAGE]
+
+
 def terminations(pod: Mapping[str, Any]) -> Iterator[Termination]:
     """Failed terminations of the pod's containers, current state and last state.
 
-    A container that ended with exit code 0 (and not OOMKilled) is not a failure.
+    A container that ended with exit code 0 (and not OOMKilled) is not a failure. In a pod the
+    kubelet evicted for the node's memory, each failed one carries the eviction's message.
     """
-    for status in _list((_map(pod.get("status"))).get("containerStatuses")):
+    pod_status = _map(pod.get("status"))
+    evicted = evicted_for_memory(pod_status)
+    for status in _list(pod_status.get("containerStatuses")):
         status = _map(status)
         name = status.get("name", "")
         if not names.is_label(name):
@@ -103,7 +128,7 @@ def terminations(pod: Mapping[str, Any]) -> Iterator[Termination]:
         current = _map(_map(status.get("state")).get("terminated")) or None
         last = _map(_map(status.get("lastState")).get("terminated")) or None
         if current:
-            termination = _termination(name, restarts, current, previous=False)
+            termination = _termination(name, restarts, current, previous=False, evicted=evicted)
             if termination:
                 yield termination
         if last:
@@ -114,7 +139,8 @@ def terminations(pod: Mapping[str, Any]) -> Iterator[Termination]:
 
 
 def _termination(
-    container: str, restart_count: int, terminated: Mapping[str, Any], *, previous: bool
+    container: str, restart_count: int, terminated: Mapping[str, Any], *, previous: bool,
+    evicted: str | None = None,
 ) -> Termination | None:
     reason = str(terminated.get("reason") or "")[:MAX_REASON]
     exit_code = _int(terminated.get("exitCode"))
@@ -124,7 +150,7 @@ def _termination(
         container=container, restart_count=restart_count, reason=reason, exit_code=exit_code,
         message=str(terminated.get("message") or ""),
         finished_at=parse_time(terminated.get("finishedAt")), previous=previous,
-        started_at=parse_time(terminated.get("startedAt")),
+        started_at=parse_time(terminated.get("startedAt")), evicted=evicted,
     )
 
 

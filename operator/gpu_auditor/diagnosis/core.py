@@ -12,13 +12,13 @@ from .aftermath import later_failure
 from .classify import classify
 from .killed import KILLED_ACTION, killed_by_signal
 from .leak import growth_from_log, growth_from_rate, growth_from_samples
-from .logtext import ScanResult, scan_bytes, scan_stream
+from .logtext import ScanResult, printable, scan_bytes, scan_stream
 from .model import Diagnosis, Figures, Growth, MemorySample, NodeEvidence, Recommendation
 from .parse import parse_hit, tensorflow_banner
 from .phase import STARTUP
 from .proberecord import ProbeRecord, find_record, record_verdict
 from .progress import finished_steps
-from .recommend import Context, host_recommendation, phase_of, recommend
+from .recommend import EVICTION_FIX, Context, host_recommendation, phase_of, recommend
 from .sizes import format_size
 from .torchversion import UNKNOWN, TorchRange, find_banner, infer_from_message, parse_torch_version
 from .wrapped import rejoin
@@ -252,14 +252,27 @@ def diagnose_host_oom(
     memory_limit_bytes: int | None,
     memory_request_bytes: int | None,
     exit_code: int | None = 137,
+    evicted: str | None = None,
 ) -> Diagnosis:
-    """A container the kernel's OOM killer ended (``OOMKilled``): host memory, not the GPU."""
+    """A container the kernel's OOM killer ended (``OOMKilled``), or that the kubelet stopped
+    evicting its pod because the node was low on memory (``evicted``: the pod's status message):
+    host memory, not the GPU."""
     who = f"container {container!r}" if container else "the container"
     code = f" (exit {exit_code})" if exit_code is not None else ""
     if memory_limit_bytes is None:
         at = " with no memory limit set: the node itself ran out of memory"
     else:
         at = f" at its {format_size(memory_limit_bytes)} memory limit"
+    summary = f"host-oom-killed: {who} was killed by the kernel OOM killer{code}{at}"
+    recommendation = host_recommendation(memory_limit_bytes, memory_request_bytes)
+    if evicted is not None:
+        summary = (
+            f"host-oom-killed: {who} was stopped{code} when the kubelet evicted the pod: the node "
+            "was low on host (CPU) memory, not GPU memory"
+        )
+        recommendation = replace(
+            recommendation, actions=(EVICTION_FIX, *recommendation.actions)
+        )
     return Diagnosis(
         detected=True,
         framework=None,
@@ -267,8 +280,8 @@ def diagnose_host_oom(
         contributing=(),
         figures=Figures(),
         torch_version_hint=None,
-        recommendation=host_recommendation(memory_limit_bytes, memory_request_bytes),
-        summary=f"host-oom-killed: {who} was killed by the kernel OOM killer{code}{at}",
+        recommendation=recommendation,
+        summary=summary,
         oom_count=1,
         extra=(
             (
@@ -278,6 +291,7 @@ def diagnose_host_oom(
                     "memory_limit_bytes": memory_limit_bytes,
                     "memory_request_bytes": memory_request_bytes,
                     "exit_code": exit_code,
+                    **({"evicted": printable(evicted)} if evicted is not None else {}),
                 },
             ),
         ),

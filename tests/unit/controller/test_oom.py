@@ -125,6 +125,23 @@ def test_an_oom_kill_names_the_memory_limit_and_reads_no_log() -> None:
     assert [reason for reason, _ in kube.events.values()] == ["OOMKilled"]
 
 
+def test_a_pod_evicted_for_the_node_s_memory_is_annotated_as_a_host_kill() -> None:
+    """public11 t-011, t-012, v-030: pipelines' pods the kubelet evicted under node memory
+    pressure; the annotation names the eviction and asks for a memory request."""
+    pod = job_pod({"exitCode": 137, "reason": "Error"})
+    pod["status"].update(phase="Failed", reason="Evicted", message=(
+        "The node was low on resource: memory. Container main was using 2519384Ki, which "
+        "exceeds its request of 0."))
+    kube = FakeKube(pod)
+    make_services(kube).handle_pod(kube.pod)
+    notes = kube.pod["metadata"]["annotations"]
+    assert notes[f"{PREFIX}diagnosis"] == "host-oom-killed"
+    assert notes[f"{PREFIX}summary"].startswith(
+        "host-oom-killed: container 'main' was stopped (exit 137) when the kubelet evicted the "
+        "pod: the node was low on host (CPU) memory")
+    assert kube.log_reads == 0
+
+
 def test_a_failure_without_an_oom_writes_nothing_and_is_not_read_again() -> None:
     kube = FakeKube(job_pod(ERROR), log=b"Traceback...\nValueError: bad config\n")
     services = make_services(kube)

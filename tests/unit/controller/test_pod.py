@@ -10,6 +10,7 @@ import pytest
 from gpu_auditor.base.contract import Annotation
 from gpu_auditor.controller import pod as podview
 from gpu_auditor.controller.pod import (
+    MAX_EVICTION_MESSAGE,
     AllocConf,
     Container,
     DiagnosedKeys,
@@ -18,6 +19,7 @@ from gpu_auditor.controller.pod import (
     controller_reference,
     current_alloc_conf,
     diagnosed_keys,
+    evicted_for_memory,
     parse_pod,
     parse_quantity,
     requests_gpu,
@@ -461,3 +463,34 @@ def test_milli_units_divide_by_1000() -> None:
 def test_only_an_upper_case_z_is_utc() -> None:
     (t,) = terminations(pod_with(status(exitCode=1, finishedAt="2026-11-29T10:00:00z")))
     assert t.finished_at is None  # Kubernetes writes 'Z'; Python does not read 'z'
+
+
+EVICTION = ("The node was low on resource: memory. Threshold quantity: 100Mi, available: 44Mi. "
+            "Container main was using 2519384Ki, which exceeds its request of 0.")
+
+
+def test_a_pod_evicted_for_the_node_s_memory_is_a_host_kill_of_its_failed_containers() -> None:
+    pod = pod_with(status(exitCode=137, reason="Error"), {
+        "name": "sidecar", "restartCount": 2, "state": {"running": {}},
+        "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}}})
+    pod["status"].update(phase="Failed", reason="Evicted", message=EVICTION)
+    current, earlier = terminations(pod)
+    assert (current.evicted, current.host_oom_killed) == (EVICTION, True)
+    # a container's earlier run ended before the eviction
+    assert (earlier.container, earlier.evicted, earlier.host_oom_killed) == ("sidecar", None, False)
+
+
+@pytest.mark.parametrize(("pod_status", "read"), [
+    ({"reason": "Evicted", "message": EVICTION}, EVICTION),
+    ({"reason": "Evicted", "message": "The node was low on resource: ephemeral-storage."}, None),
+    ({"reason": "Evicted", "message": "The node had condition: [DiskPressure]."}, None),
+    ({"reason": "Preempting", "message": EVICTION}, None),
+    ({"reason": "Evicted", "message": 42}, None),
+    ({"reason": "Evicted"}, None),
+    ({"reason": "Evicted", "message": EVICTION + "x" * 1000}, (EVICTION + "x" * 1000)[:512]),
+])  # fmt: skip
+def test_only_an_eviction_for_memory_is_read_and_its_message_is_cut(
+    pod_status: dict[str, Any], read: str | None
+) -> None:
+    assert MAX_EVICTION_MESSAGE == 512
+    assert evicted_for_memory(pod_status) == read

@@ -788,3 +788,20 @@ def test_a_retry_loops_record_missing_allocated_or_reserved_has_no_unallocated_f
     assert result.figures.allocated_bytes == allocated
     assert result.figures.reserved_unallocated_bytes is None
     assert result.to_json_dict()["figures"]["reserved_unallocated_bytes"] is None
+
+
+def test_an_eviction_for_the_node_s_memory_is_a_host_diagnosis_worded_as_one() -> None:
+    message = "The node was low on resource: memory. Container main was using 2519384Ki\x1b"
+    d = diagnose_host_oom(container="main", memory_limit_bytes=None, memory_request_bytes=None,
+                          evicted=message)
+    assert (d.detected, d.kind) == (True, "host-oom-killed")
+    assert d.summary == (
+        "host-oom-killed: container 'main' was stopped (exit 137) when the kubelet evicted the "
+        "pod: the node was low on host (CPU) memory, not GPU memory"
+    )
+    assert d.recommendation.actions[0].startswith("set the pod's memory request to what it uses")
+    assert d.recommendation.actions[1].startswith("the container has no memory limit")
+    host = d.to_json_dict()["host"]
+    assert host["evicted"] == message.replace("\x1b", "?")
+    killed = diagnose_host_oom(container="main", memory_limit_bytes=None, memory_request_bytes=None)
+    assert "evicted" not in killed.to_json_dict()["host"]
