@@ -805,3 +805,47 @@ def test_an_eviction_for_the_node_s_memory_is_a_host_diagnosis_worded_as_one() -
     assert host["evicted"] == message.replace("\x1b", "?")
     killed = diagnose_host_oom(container="main", memory_limit_bytes=None, memory_request_bytes=None)
     assert "evicted" not in killed.to_json_dict()["host"]
+
+
+U016 = Path(__file__).resolve().parents[3] / "evaluation" / "public11" / "logs" / "u-016.log"
+
+
+def test_a_virtual_address_refusal_checks_the_settings_and_the_series_like_no_oom() -> None:
+    """public11 u-016 (addressspace.py), with a kill line after it: no kill is named, the
+    settings and the series are checked as for a log without an OOM."""
+    text = U016.read_text() + "command terminated with exit code 137\n"
+    result = diagnose(
+        text,
+        torch_version="2.9.1+cu128",
+        alloc_conf="expandable_segments:True,per_process_memory_fraction:0.5",
+        backend="cudaMallocAsync",
+        samples=RISING,
+    )
+    out = result.to_json_dict()
+    assert (out["detected"], out["contributing"], out["torch_version_hint"]) == (
+        False, ["leak"], "2.9")
+    assert out["growth"]["growth_bytes"] == 10737418240
+    assert out["alloc_conf_problems"] == PROBLEMS_ON_2_9_ASYNC
+    assert "killed_by_signal" not in out
+    assert out["address_space_call"] == (
+        "cuMemAddressReserve(&pool_addr, CUDA_POOL_VMM_MAX_SIZE, 0, 0, 0)")
+    assert out["recommendation"]["actions"][0].startswith(
+        "the out-of-memory code came from reserving virtual address space (cuMemAddressReserve(")
+
+
+def test_a_kill_s_action_quotes_its_line() -> None:
+    d = diagnose("step 1\ncommand terminated with exit code 137\n")
+    assert d.recommendation.actions[0].startswith(
+        "the job was killed by signal 9 (command terminated with exit code 137)")
+
+
+def test_a_wrapped_failure_keeps_the_release_the_log_s_head_printed() -> None:
+    """The rejoined end is scanned alone (wrapped.py): the release banner at the log's start,
+    more than the end's 32 KiB before, still dates the message."""
+    head = "torch 1.8.1+cu111\n" + "step 1 loss 0.5 lr 1e-4\n" * 3000
+    broken = ("RuntimeError: CUDA out\nof memory. Tried to allocate 20.00 MiB (GPU 0; 7.79 GiB "
+              "total capacity; 6.10 GiB already allocated; 13.19 MiB free; 6.24 GiB reserved in "
+              "total by PyTorch)\n")
+    d = diagnose(head + broken)
+    assert d.detected and d.torch_version_hint == "1.8"
+    assert diagnose(broken).torch_version_hint == "<=1.9"  # the wording alone

@@ -1097,3 +1097,75 @@ def test_an_eviction_is_told_to_request_what_it_uses_first() -> None:
     )
     assert d.recommendation.actions[0].startswith("set the pod's memory request to what it uses")
     assert d.recommendation.actions[1:] == HOST_FIXES
+
+
+STACK_ACTIONS: list[tuple[str, str, str, tuple[str, ...]]] = [
+    # each stack's own levers, exactly as the user reads them (recommend._kind_actions and
+    # _framework_actions: pinned here, where recommend's mutants are run)
+    ('tgi',
+     'Error: Not enough memory to handle 4096 prefill tokens. You need to decrease '
+     '`--max-batch-prefill-tokens`\n',
+     'capacity', (
+         'lower --max-batch-prefill-tokens (and --max-batch-total-tokens / '
+         '--max-total-tokens) until the warm-up fits',
+         'shard the model over more GPUs (--num-shard) or serve a quantized model '
+         '(--quantize)',
+     )),
+    ('tf-start',
+     '2023-01-01 00:00:00: I tensorflow/core/common_runtime/gpu/gpu_device.cc:1] Created '
+     'TensorFlow device (/job:localhost/replica:0/task:0/device:GPU:0 with 7000 MB '
+     'memory)\n2023-01-01 00:00:01: E tensorflow/stream_executor/cuda/cuda_driver.cc:1] '
+     'failed to allocate 7.00G (7516192768 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY: '
+     'out of memory\n',
+     'memory-fraction-cap', (
+         'set a lower per_process_gpu_memory_fraction (e.g. 0.8: '
+         'tf.compat.v1.GPUOptions(per_process_gpu_memory_fraction=0.8)) or let TensorFlow '
+         'grow its memory instead of reserving it at start '
+         '(tf.config.experimental.set_memory_growth(gpu, True) / allow_growth=True)',
+         'check what else holds part of the GPU (a display, another process: nvidia-smi)',
+     )),
+    ('vllm-start',
+     'ValueError: Free memory on device (10.0/79.15 GiB) on startup is less than desired '
+     'GPU memory utilization (0.9, 71.24 GiB). Decrease GPU memory utilization or reduce '
+     'GPU memory used by other processes.\n',
+     'gpu-shared', (
+         'lower gpu_memory_utilization to at most 0.12 (what was free at start), or stop '
+         "what else holds the GPU (nvidia-smi; the node's GPUNodeReport names pods)",
+     )),
+    ('onnx-limit',
+     'onnxruntime::BFCArena::AllocateRawInternal(size_t, bool) Available memory of 0 is '
+     'smaller than requested bytes of 135383040\n',
+     'memory-fraction-cap', (
+         "raise the CUDA execution provider's gpu_mem_limit (or leave it unset) if the "
+         'GPU has room; arena_extend_strategy=kSameAsRequested wastes less of the limit',
+         'run smaller inputs or batches',
+     )),
+    ('ray',
+     'ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on '
+     'memory.\n',
+     'host-oom-killed', (
+         "give Ray's tasks and actors memory to match what they use (memory=... in their "
+         "options) so fewer run at once on a node, or raise the pod's memory limit",
+         "raise the container's memory limit (and set the request equal to it)",
+         "Ray's monitor kills at RAY_memory_usage_threshold (0.95 of the node's memory by "
+         'default): a job that needs that much needs more memory, not a higher threshold',
+     )),
+    ('sglang',
+     'ValueError: Loaded weights leave no GPU memory for the KV cache under '
+     '--mem-fraction-static=0.88.\n',
+     'memory-fraction-cap', (
+         'raise --mem-fraction-static if nothing else uses the GPU (the KV cache gets '
+         'what the weights leave of the budget)',
+         'serve a quantized or smaller model, or shard it over more GPUs (tensor '
+         'parallelism)',
+     )),
+]
+
+
+@pytest.mark.parametrize(("stack", "log", "kind", "actions"), STACK_ACTIONS,
+                         ids=[row[0] for row in STACK_ACTIONS])
+def test_each_stack_is_told_its_own_levers(
+    stack: str, log: str, kind: str, actions: tuple[str, ...]
+) -> None:
+    d = diagnose(log)
+    assert (d.kind, d.recommendation.actions) == (kind, actions), stack
