@@ -127,6 +127,33 @@ def test_an_oomkilled_container_is_diagnosed_as_host_oom_with_its_memory_limit(
     assert [(e.reason, e.type) for e in events] == [("OOMKilled", "Warning")]
 
 
+def test_a_pod_the_kubelet_evicted_for_the_node_s_memory_is_a_host_kill(
+    env: dict[str, Any], ns: str
+) -> None:
+    """kwok plays the kubelet's eviction (restart-stages.yaml: phase Failed, reason Evicted,
+    the memory message, each container killed with exit 137); the operator reads the pod
+    status's eviction, reads no log, and annotates a host kill (public11 t-011, t-012, v-030)."""
+    _core(env).create_namespaced_pod(ns, {
+        "metadata": {"name": "pipeline-step", "labels": {f"{RESTART}/evicted": "true"},
+                     "annotations": {f"{RESTART}/delay": "1500ms", f"{RESTART}/message": (
+                         "The node was low on resource: memory. Threshold quantity: 100Mi, "
+                         "available: 44Mi. Container main was using 2519384Ki, which exceeds "
+                         "its request of 0. ")}},
+        "spec": {"nodeName": env["node"], "restartPolicy": "Never", "containers": [
+            {"name": "main", "image": "trainer:latest",
+             "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+    })
+    notes = wait_annotated(env, ns, "pipeline-step")
+    assert notes[f"{PREFIX}diagnosis"] == "host-oom-killed"
+    assert notes[f"{PREFIX}summary"].startswith(
+        "host-oom-killed: container 'main' was stopped (exit 137) when the kubelet evicted the "
+        "pod: the node was low on host (CPU) memory")
+    pod = _core(env).read_namespaced_pod("pipeline-step", ns)
+    assert (pod.status.phase, pod.status.reason) == ("Failed", "Evicted")
+    events = env["cluster"].wait(lambda: our_events(env, ns, "pipeline-step"), 30, "event")
+    assert [(e.reason, e.type) for e in events] == [("OOMKilled", "Warning")]
+
+
 def test_a_fragmentation_oom_in_the_current_log_recommends_expandable_segments(
     env: dict[str, Any], ns: str, tmp_path: Path
 ) -> None:
