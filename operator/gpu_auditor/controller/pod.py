@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpu_auditor.base import names
@@ -100,6 +100,10 @@ ephemeral storage or PIDs, are no memory)."""
 MAX_EVICTION_MESSAGE = 512
 
 
+KILLED_EXIT_CODES = frozenset({137, 143})
+"""A container the eviction stopped: SIGKILL (a hard threshold) or SIGTERM (a soft one)."""
+
+
 def evicted_for_memory(status: Mapping[str, Any]) -> str | None:
     """The pod status's message when the kubelet evicted the pod for the node's memory
     (`reason: Evicted`), cut to `MAX_EVICTION_MESSAGE` characters; else None."""
@@ -111,6 +115,28 @@ def evicted_for_memory(status: Mapping[str, Any]) -> str | None:
     return message[:MAX_EVICTION_MESSAGE]
 
 
+def eviction_time(status: Mapping[str, Any]) -> dt.datetime | None:
+    """When the kubelet started the eviction: its `DisruptionTarget` condition (Kubernetes
+    1.26 and later), if the pod has one."""
+    for condition in _list(status.get("conditions")):
+        condition = _map(condition)
+        if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
+            return parse_time(condition.get("lastTransitionTime"))
+    return None
+
+
+def _stopped_by(evicted: str | None, at: dt.datetime | None, t: Termination) -> str | None:
+    """The eviction's message for a termination it stopped: one that ended when the eviction
+    began or after (timestamps are whole seconds), or, with no time to compare, one killed by a
+    signal. A container that had failed before (a CUDA OOM, then the pod evicted) keeps its own
+    failure."""
+    if evicted is None:
+        return None
+    if at is not None and t.finished_at is not None:
+        return evicted if t.finished_at >= at - dt.timedelta(seconds=1) else None
+    return evicted if t.exit_code in KILLED_EXIT_CODES else None
+
+
 def terminations(pod: Mapping[str, Any]) -> Iterator[Termination]:
     """Failed terminations of the pod's containers, current state and last state.
 
@@ -118,7 +144,7 @@ def terminations(pod: Mapping[str, Any]) -> Iterator[Termination]:
     kubelet evicted for the node's memory, each failed one carries the eviction's message.
     """
     pod_status = _map(pod.get("status"))
-    evicted = evicted_for_memory(pod_status)
+    evicted, at = evicted_for_memory(pod_status), eviction_time(pod_status)
     for status in _list(pod_status.get("containerStatuses")):
         status = _map(status)
         name = status.get("name", "")
@@ -128,9 +154,10 @@ def terminations(pod: Mapping[str, Any]) -> Iterator[Termination]:
         current = _map(_map(status.get("state")).get("terminated")) or None
         last = _map(_map(status.get("lastState")).get("terminated")) or None
         if current:
-            termination = _termination(name, restarts, current, previous=False, evicted=evicted)
+            termination = _termination(name, restarts, current, previous=False)
             if termination:
-                yield termination
+                stopped = _stopped_by(evicted, at, termination)
+                yield replace(termination, evicted=stopped) if stopped else termination
         if last:
             # lastState belongs to the run before the current one: restartCount - 1.
             termination = _termination(name, max(restarts - 1, 0), last, previous=True)
@@ -139,8 +166,7 @@ def terminations(pod: Mapping[str, Any]) -> Iterator[Termination]:
 
 
 def _termination(
-    container: str, restart_count: int, terminated: Mapping[str, Any], *, previous: bool,
-    evicted: str | None = None,
+    container: str, restart_count: int, terminated: Mapping[str, Any], *, previous: bool
 ) -> Termination | None:
     reason = str(terminated.get("reason") or "")[:MAX_REASON]
     exit_code = _int(terminated.get("exitCode"))
@@ -150,7 +176,7 @@ def _termination(
         container=container, restart_count=restart_count, reason=reason, exit_code=exit_code,
         message=str(terminated.get("message") or ""),
         finished_at=parse_time(terminated.get("finishedAt")), previous=previous,
-        started_at=parse_time(terminated.get("startedAt")), evicted=evicted,
+        started_at=parse_time(terminated.get("startedAt")),
     )
 
 

@@ -499,6 +499,9 @@ def framework_of(family: str, line: str) -> str | None:
         return "sglang"
     if family in (MXNET, CUDA_ERROR) and _GGML.search(line):
         return "llama.cpp"
+    if family == NCCL:  # NCCL's own name, unless the line names JAX or TensorFlow
+        stacks = (m for m in _FRAMEWORK_MARKERS if m[0] in ("jax", "tensorflow"))
+        return next((name for name, marker in stacks if marker.search(line)), NCCL)
     if family in (TORCH_RAW, DRIVER, CUDA_LIBRARY, HOST_KILLED, RAY_KILLED, BFC, CUDA_ERROR):
         for name, marker in _FRAMEWORK_MARKERS:
             if marker.search(line):

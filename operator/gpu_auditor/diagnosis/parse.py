@@ -440,7 +440,9 @@ def parse_hit(hit: Hit) -> OomEvent:
                 reserved_unallocated_bytes=0 if used is not None else None,
             )
 
-    elif family == formats.MXNET and formats.framework_of(family, message) == "llama.cpp":
+    elif family in (formats.MXNET, formats.CUDA_ERROR) and (
+        formats.framework_of(family, message) == "llama.cpp"
+    ):
         nearby = [message] + [x.text for x in (*hit.after[:2], *hit.before[-2:])]
         for text in nearby:
             buffer = _GGML_BUFFER.search(text)

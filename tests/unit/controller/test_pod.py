@@ -494,3 +494,29 @@ def test_only_an_eviction_for_memory_is_read_and_its_message_is_cut(
 ) -> None:
     assert MAX_EVICTION_MESSAGE == 512
     assert evicted_for_memory(pod_status) == read
+
+
+def _evicted_pod(*statuses: dict[str, Any], at: str | None) -> dict[str, Any]:
+    pod = pod_with(*statuses)
+    pod["status"].update(phase="Failed", reason="Evicted", message=EVICTION)
+    if at is not None:
+        pod["status"]["conditions"] = [{"type": "DisruptionTarget", "status": "True",
+                                        "reason": "TerminationByKubelet",
+                                        "lastTransitionTime": at}]
+    return pod
+
+
+@pytest.mark.parametrize(("exit_code", "finished", "at", "evicted"), [
+    (1, "2026-12-02T00:10:00Z", "2026-12-02T05:00:00Z", False),  # failed hours before: its own
+    (1, "2026-12-02T05:00:03Z", "2026-12-02T05:00:00Z", True),  # stopped by it (SIGTERM, exit 1)
+    (137, "2026-12-02T04:59:59Z", "2026-12-02T05:00:00Z", True),  # whole seconds: one earlier
+    (137, "2026-12-02T04:59:58Z", "2026-12-02T05:00:00Z", False),
+    (137, "2026-12-02T05:00:00Z", None, True),  # no time to compare: killed by a signal
+    (143, "2026-12-02T05:00:00Z", None, True),
+    (1, "2026-12-02T05:00:00Z", None, False),
+])  # fmt: skip
+def test_an_eviction_is_the_failure_only_of_the_containers_it_stopped(
+    exit_code: int, finished: str, at: str | None, evicted: bool
+) -> None:
+    (t,) = terminations(_evicted_pod(status(exitCode=exit_code, finishedAt=finished), at=at))
+    assert (t.evicted is not None, t.host_oom_killed) == (evicted, evicted)

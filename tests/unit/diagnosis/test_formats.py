@@ -776,3 +776,19 @@ def test_tensorrt_llm_s_own_check_names_its_stack() -> None:
     line = ("RuntimeError: [TensorRT-LLM][ERROR] CUDA runtime error in error: out of memory "
             "(ipcUtils.cpp:48)")
     assert formats.framework_of(formats.CUDA_ERROR, line) == "tensorrt"
+
+
+@pytest.mark.parametrize(("line", "framework"), [
+    ("NCCL WARN Cuda failure 'out of memory'", "nccl"),
+    ("jax.errors.XlaRuntimeError: INTERNAL: NCCL WARN Cuda failure 'out of memory'", "jax"),
+    ("tensorflow.python.framework.errors_impl.InternalError: NCCL WARN Cuda failure 'out of "
+     "memory'", "tensorflow"),
+    ("RuntimeError: NCCL WARN Cuda failure 'out of memory' (torch)", "nccl"),
+])  # fmt: skip
+def test_nccl_s_failure_names_jax_or_tensorflow_when_its_line_does(
+    line: str, framework: str
+) -> None:
+    """Under a stack that reserves the GPU up front, NCCL starved of memory is that
+    reservation's (classify.PREALLOCATING): the line must say which stack it ran in."""
+    assert formats.match_line(line) == formats.NCCL
+    assert formats.framework_of(formats.NCCL, line) == framework

@@ -770,3 +770,10 @@ def test_expandable_segments_map_warning_gives_request_free_and_total() -> None:
     assert hit is not None
     f = parse_hit(hit).figures
     assert (f.requested_bytes, f.free_bytes, f.total_bytes) == (20971520, 15663104, 33671348224)
+
+
+def test_llama_cpp_s_buffer_line_alone_gives_its_request() -> None:
+    hit = scan_bytes(b"ggml_gallocr_reserve_n: failed to allocate CUDA0 buffer of size "
+                     b"2629828608\n").last
+    assert hit is not None and hit.family == "cuda-error"
+    assert parse_hit(hit).figures.requested_bytes == 2629828608
