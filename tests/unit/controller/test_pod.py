@@ -520,3 +520,35 @@ def test_an_eviction_is_the_failure_only_of_the_containers_it_stopped(
 ) -> None:
     (t,) = terminations(_evicted_pod(status(exitCode=exit_code, finishedAt=finished), at=at))
     assert (t.evicted is not None, t.host_oom_killed) == (evicted, evicted)
+
+
+@pytest.mark.parametrize(("value", "index"), [
+    ("5", 5), ("100", 100), ("1000000000", 1000000000), ("2147483647", 2147483647),
+    ("2147483648", None),  # 2**31: not an index the Job controller writes
+    ("12345678901", None), ("abc", None), ("-1", None), ("٣", None), ("", None),
+])  # fmt: skip
+def test_an_indexed_job_s_completion_index_is_read_below_2_31(
+    value: str, index: int | None
+) -> None:
+    pod = pod_with(status(exitCode=1))
+    pod["metadata"] = {"annotations": {"batch.kubernetes.io/job-completion-index": value}}
+    pod["spec"] = {"containers": [{"name": "main"}]}
+    assert parse_pod(pod, "gpu-auditor.io/").completion_index == index
+
+
+def test_an_allocator_setting_only_an_env_from_source_may_set_is_named_not_read() -> None:
+    container = {"name": "main", "envFrom": [{"configMapRef": {"name": "torch-settings"}}]}
+    found = current_alloc_conf(container)
+    assert found.value is None
+    assert found.ignored is not None and "torch-settings" in found.ignored
+
+
+def test_only_a_true_disruption_target_condition_dates_the_eviction() -> None:
+    pod = _evicted_pod(status(exitCode=137, finishedAt="2026-12-02T05:00:00Z"), at=None)
+    pod["status"]["conditions"] = [
+        {"type": "Ready", "status": "True", "lastTransitionTime": "2026-12-02T06:00:00Z"},
+        {"type": "DisruptionTarget", "status": "False",
+         "lastTransitionTime": "2026-12-02T06:00:00Z"},
+    ]
+    (t,) = terminations(pod)
+    assert t.evicted == EVICTION  # no time to compare: killed by a signal
