@@ -149,7 +149,9 @@ def cap_binding(f: Figures) -> bool:
 
 EVICTED: Final = "The node was low on resource: memory"
 """The kubelet's eviction message (the pod's status; pipelines quote it)."""
-_LIBRARIES: Final = (formats.NCCL, formats.CUDA_LIBRARY)
+LIBRARIES: Final = {formats.NCCL: "NCCL", formats.CUDA_LIBRARY: "a CUDA library (cuBLAS/cuDNN)"}
+"""The families of libraries that allocate outside the framework's cache, by the name a summary
+gives them."""
 PREALLOCATING: Final = ("tensorflow", "jax")
 """Frameworks that reserve most of the GPU up front (TensorFlow's BFC, JAX's 75 %): a library
 outside them (cuBLAS, cuDNN, NCCL) that cannot get memory is starved by that reservation
@@ -376,7 +378,7 @@ class _Facts:
         return max(0, p - reserved) / p
 
     def non_pytorch(self) -> bool:
-        if self.family in _LIBRARIES:
+        if self.family in LIBRARIES:
             return self.framework in PREALLOCATING
         excess, shortfall = self.non_pytorch_excess(), self.shortfall()
         share = self.non_pytorch_share()
@@ -460,7 +462,7 @@ def _primary(x: _Facts) -> str:
         # the engine's budget (vLLM's gpu_memory_utilization, SGLang's --mem-fraction-static)
         # spent before any KV cache fit; ONNX Runtime's arena at its gpu_mem_limit
         return "memory-fraction-cap"
-    if x.phase == STARTUP and x.family not in _LIBRARIES:
+    if x.phase == STARTUP and x.family not in LIBRARIES:
         # TensorFlow's reservation at start, not the model's work (a library it starved: below)
         return "gpu-shared" if x.taken_before_start() else "memory-fraction-cap"
     if x.too_big():
@@ -652,16 +654,15 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
         )
     if kind == "non-pytorch-memory":
         excess = x.non_pytorch_excess()
-        if excess is not None and event.family not in (formats.NCCL, formats.CUDA_LIBRARY):
+        if excess is not None and event.family not in LIBRARIES:
             return (
                 f"non-pytorch-memory: this process holds {fs(f.process_bytes)} but PyTorch "
                 f"reserved only {fs(f.reserved_bytes)}; the difference covers the {fs(r)} "
                 "request's shortfall"
             )
-        lib = "NCCL" if event.family == formats.NCCL else "a CUDA library (cuBLAS/cuDNN)"
         return (
-            f"non-pytorch-memory: {lib} could not allocate its own memory beside what "
-            f"{event.framework} reserves up front"
+            f"non-pytorch-memory: {LIBRARIES[event.family]} could not allocate its own memory "
+            f"beside what {event.framework} reserves up front"
         )
     if kind == "capacity":
         if r is not None and free is not None:
@@ -745,12 +746,11 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
         )
     if x.fits():
         return f"unknown: the figures show room ({fs(x.room)}) for the {fs(r)} request"
-    if event.family in (formats.NCCL, formats.CUDA_LIBRARY):
-        lib = "NCCL" if event.family == formats.NCCL else "a CUDA library (cuBLAS/cuDNN)"
+    if event.family in LIBRARIES:
         return (
-            f"unknown: {lib} could not allocate its own memory: the GPU was full, and the log "
-            "does not say with what (the job's own tensors, or another process; the node report "
-            "can tell)"
+            f"unknown: {LIBRARIES[event.family]} could not allocate its own memory: the GPU was "
+            "full, and the log does not say with what (the job's own tensors, or another process; "
+            "the node report can tell)"
         )
     return (
         f"unknown: {event.framework or event.family} failure with no memory figures in the log "

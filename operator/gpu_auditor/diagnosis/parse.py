@@ -202,10 +202,10 @@ def _binary_bytes(text: str) -> int | None:
     return to_bytes(match.group("num"), _BINARY_UNITS.get(unit.lower(), unit))
 
 
-def _from_failure(text: str) -> str:
-    """``text`` from where its failure's wording begins, less any progress output before it: the
-    part after the last carriage return, at most ``MESSAGE_LEAD_CHARS`` before the wording."""
-    found = formats.find_failure(text)
+def _from_failure(text: str, found: tuple[str, int, int] | None) -> str:
+    """``text`` from where its failure's wording (``found`` in it) begins, less any progress
+    output before it: the part after the last carriage return, at most ``MESSAGE_LEAD_CHARS``
+    before the wording."""
     if found is None:
         return text
     begin = max(text.rfind("\r", 0, found[1]) + 1, found[1] - MESSAGE_LEAD_CHARS)
@@ -220,11 +220,10 @@ _CONTINUES: Final = re.compile(r"^\s*(?:[a-z(]|\d(?!\d{3}-\d\d-\d\d))")
 capitalized word, a bracket, a date)."""
 
 
-def _figure_wrapped(hit: Hit) -> bool:
-    """Whether the failure line ends before its sentence's figure and the next line goes on with
-    it: a console that wraps at its width (Rich's log handler, 80 columns in a container) broke
-    the line after the wording."""
-    found = formats.find_failure(hit.line.text)
+def _figure_wrapped(hit: Hit, found: tuple[str, int, int] | None) -> bool:
+    """Whether the failure line ends before its sentence's figure (its wording ``found`` in it)
+    and the next line goes on with it: a console that wraps at its width (Rich's log handler, 80
+    columns in a container) broke the line after the wording."""
     if found is None or not hit.after:
         return False
     rest = hit.line.text[found[2] :]
@@ -233,12 +232,13 @@ def _figure_wrapped(hit: Hit) -> bool:
 
 def message_text(hit: Hit) -> str:
     """The failure line plus the lines that continue its message."""
-    parts = [_from_failure(hit.line.text)]
+    found = formats.find_failure(hit.line.text)
+    parts = [_from_failure(hit.line.text, found)]
     if hit.family in (formats.TORCH_ASYNC,):
         parts += [x.text for x in hit.after[:MESSAGE_MAX_LINES]]
     elif hit.family == formats.PADDLE:  # the free figure wraps onto the next line
         parts += [x.text for x in hit.after[:1]]
-    elif hit.family in _FIGURE_AFTER and _figure_wrapped(hit):
+    elif hit.family in _FIGURE_AFTER and _figure_wrapped(hit, found):
         parts += [hit.after[0].text]
     elif hit.family == formats.TORCH and not _MESSAGE_END.search(hit.line.text):
         for line in hit.after[:MESSAGE_MAX_LINES]:

@@ -22,7 +22,7 @@ from typing import Final
 
 from . import allocconf, formats
 from .allocconf import ASYNC, KEYS, Checked
-from .classify import EVICTED, Verdict, cap_binding
+from .classify import EVICTED, LIBRARIES, Verdict, cap_binding
 from .logtext import own_text
 from .model import ALLOC_CONF_ENV, Growth, NodeEvidence, OomEvent, Recommendation
 from .phase import (
@@ -268,12 +268,13 @@ LLAMA_CPP_FIXES: Final = (
 to the GPU; public7 z-006: a run with one layer fewer on the GPU did not fail)."""
 
 
-LIBRARY_ROOM: Final = (
-    "leave NCCL headroom: create the process group (and run a first collective) before loading "
-    "the model, call torch.cuda.empty_cache() before collectives, or lower NCCL_BUFFSIZE",
-    "leave room for cuBLAS/cuDNN workspaces: torch.cuda.empty_cache() before the failing call, "
-    "or CUBLAS_WORKSPACE_CONFIG=:4096:8",
-)
+LIBRARY_ROOM: Final = {
+    formats.NCCL: "leave NCCL headroom: create the process group (and run a first collective) "
+    "before loading the model, call torch.cuda.empty_cache() before collectives, or lower "
+    "NCCL_BUFFSIZE",
+    formats.CUDA_LIBRARY: "leave room for cuBLAS/cuDNN workspaces: torch.cuda.empty_cache() "
+    "before the failing call, or CUBLAS_WORKSPACE_CONFIG=:4096:8",
+}
 """What makes room for a library that allocates outside the framework's cache (NCCL, cuBLAS)."""
 
 
@@ -409,7 +410,7 @@ def _kind_actions(ctx: Context) -> list[str]:
             "(torch.cuda.set_per_process_memory_fraction): the cap, not the GPU, ran out",
         ]
     if kind == "non-pytorch-memory":
-        if fam in (formats.NCCL, formats.CUDA_LIBRARY):
+        if fam in LIBRARIES:
             grow = (
                 "let the framework allocate on demand so the library has room "
                 "(TensorFlow: tf.config.experimental.set_memory_growth / allow_growth; JAX: "
@@ -453,10 +454,9 @@ def _kind_actions(ctx: Context) -> list[str]:
             )
         else:
             first = "the log has no usable memory figures: " + check
-        library = {formats.NCCL: LIBRARY_ROOM[0], formats.CUDA_LIBRARY: LIBRARY_ROOM[1]}
         return [
             first,
-            *([library[fam], *REDUCE_PEAK[:1]] if fam in library else []),
+            *([LIBRARY_ROOM[fam], *REDUCE_PEAK[:1]] if fam in LIBRARY_ROOM else []),
             "if it fails at start-up (context creation, .cuda()), the GPU was already full: "
             "isolate the GPU",
         ]
