@@ -210,7 +210,9 @@ def test_the_retry_gets_the_setting_completes_and_the_outcome_is_fixed(
     notes = wait_job(env, ns, "train", "recommendation-outcome", "fixed")
     assert json.loads(notes[f"{PREFIX}recommendation-trial"])["judgedPod"] == \
         f"{ns}/{retry.metadata.name}"
-    assert pod_notes(env, ns, retry.metadata.name)[f"{PREFIX}recommendation-outcome"] == "fixed"
+    # the owner is written first, then its Event, then the pod that decided it
+    cluster.wait(lambda: pod_notes(env, ns, retry.metadata.name).get(
+        f"{PREFIX}recommendation-outcome") == "fixed", 30, "the retry's outcome on the pod")
     assert cluster.wait(lambda: outcomes(env, "fixed") == 1, 30, "the counter at 1")
     [outcome] = cluster.wait(lambda: events(env, ns, "RecommendationOutcome"), 30,
                              "the Job's outcome Event")

@@ -68,7 +68,7 @@ from gpu_auditor.controller.pod import (
     current_alloc_conf,
     parse_pod,
 )
-from gpu_auditor.controller.retry import Schedule
+from gpu_auditor.controller.retry import RETRY_DELAYS, Schedule
 from gpu_auditor.diagnosis import KINDS, Diagnosis
 
 log = logging.getLogger("gpu_auditor.operator")
@@ -358,13 +358,28 @@ class Trials:
                 self._remember(key, judged.trial)
                 self._decided(facts.namespace, owner, judged)
                 if judged.trial.final:
-                    self.kube.patch_pod_annotations(
-                        facts.namespace, facts.name,
-                        {f"{self.prefix}{Annotation.RECOMMENDATION_OUTCOME}":
-                         str(judged.trial.outcome)}, uid=facts.uid)
+                    self._mark_judged(facts, str(judged.trial.outcome))
                     return
             if seen is Seen.STARTED and judged.trial.open:
                 self._watch_run(facts, judged.trial)
+
+    def _mark_judged(self, facts: Facts, outcome: str, attempt: int = 0) -> None:
+        """Say the outcome on the pod that decided it. The owner already says it, and the pod
+        is no longer followed (its owner's trial is final), so a refused write is tried again
+        on its own, after `RETRY_DELAYS`, until they run out."""
+        try:
+            self.kube.patch_pod_annotations(
+                facts.namespace, facts.name,
+                {f"{self.prefix}{Annotation.RECOMMENDATION_OUTCOME}": outcome}, uid=facts.uid)
+        except APINotFoundError:
+            return
+        except APIError as exc:
+            if attempt >= len(RETRY_DELAYS):
+                log.warning("trial of %s: outcome not written on the pod: %s", facts.ref, exc)
+                return
+            log.info("trial of %s: outcome on the pod: %s; trying again later", facts.ref, exc)
+            self.schedule(RETRY_DELAYS[attempt],
+                          lambda: self._mark_judged(facts, outcome, attempt + 1))
 
     def _watch_run(self, facts: Facts, trial: Trial) -> None:
         """A pod with the setting has started: look again when it has run past the point where

@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 
+from gpu_auditor.base.errors import APIError
 from gpu_auditor.base.trial import parse_trial
 from gpu_auditor.controller.pod import controller_reference
+from gpu_auditor.controller.retry import RETRY_DELAYS
 from gpu_auditor.controller.trials import owner_key
 
 from .controller_helpers import (
@@ -119,6 +121,40 @@ def test_a_retry_with_the_setting_that_completes_fixes_it_once_with_an_event() -
     assert not services.follows(body)  # it decided: never followed again
     services.follow_pod(body)
     assert count("fixed") == before + 1
+
+
+def test_a_refused_write_of_the_outcome_on_the_pod_is_tried_again_until_it_lands() -> None:
+    schedule = Scheduled()
+    kube, services = first_oom(schedule)
+    before = count("fixed")
+    body = retry(kube, "train-b", "uid-b", env=WITH, state=DONE, phase="Succeeded")
+    kube.fail_patch["train-b"] = APIError("the API server is restarting", status=503)
+    services.follow_pod(body)
+    assert owner(kube)[f"{PREFIX}recommendation-outcome"] == "fixed"
+    assert f"{PREFIX}recommendation-outcome" not in body["metadata"]["annotations"]
+    assert not services.follows(body)  # the owner's trial is final: no event brings it back
+    [(_delay, again)] = [s for s in schedule if s[0] == RETRY_DELAYS[0]]
+    again()  # still refused: one more, after the next back-off
+    assert schedule[-1][0] == RETRY_DELAYS[1]
+    del kube.fail_patch["train-b"]
+    schedule[-1][1]()
+    assert body["metadata"]["annotations"][f"{PREFIX}recommendation-outcome"] == "fixed"
+    assert count("fixed") == before + 1  # counted once, when the owner was decided
+
+
+def test_a_pod_whose_outcome_is_never_accepted_is_given_up_after_the_back_offs() -> None:
+    schedule = Scheduled()
+    kube, services = first_oom(schedule)
+    body = retry(kube, "train-b", "uid-b", env=WITH, state=DONE, phase="Succeeded")
+    kube.fail_patch["train-b"] = APIError("forbidden", status=403)
+    services.follow_pod(body)
+    tried = 0
+    while schedule and tried < 2 * len(RETRY_DELAYS):
+        _delay, again = schedule.pop()
+        again()
+        tried += 1
+    assert tried == len(RETRY_DELAYS)
+    assert owner(kube)[f"{PREFIX}recommendation-outcome"] == "fixed"
 
 
 def test_a_retry_with_the_setting_that_runs_past_the_failed_attempt_fixes_it() -> None:
