@@ -54,6 +54,7 @@ STAGE = REPO / ".mutation" / "tree"
 RULES = (
     "aftermath", "allocconf", "classify", "core", "formats", "killed", "leak", "model", "parse",
     "phase", "proberecord", "recommend", "sizes", "torchversion", "wrapped", "addressspace",
+    "impossible",
     "node_agent.sharing", "node_agent.cgroup", "node_agent.collector",
     "controller.annotations", "controller.pod", "controller.service", "controller.sharing",
 )  # fmt: skip
@@ -98,6 +99,7 @@ GROUPS: dict[str, dict[str, Any]] = {
             "killed": ["diagnosis/test_killed.py"],
             "wrapped": ["diagnosis/test_wrapped.py"],
             "addressspace": ["diagnosis/test_addressspace.py"],
+            "impossible": ["diagnosis/test_impossible.py"],
             "sizes": [
                 "diagnosis/test_sizes.py",
                 "diagnosis/test_torchversion.py",  # a banner's huge release number

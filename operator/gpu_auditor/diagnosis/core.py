@@ -10,6 +10,7 @@ from . import allocconf, formats
 from .addressspace import ADDRESS_SPACE_ACTION, address_space_call
 from .aftermath import later_failure
 from .classify import classify
+from .impossible import IMPOSSIBLE_ACTION, impossible_request
 from .killed import KILLED_ACTION, killed_by_signal
 from .leak import growth_from_log, growth_from_rate, growth_from_samples
 from .logtext import ScanResult, printable, scan_bytes, scan_stream
@@ -108,6 +109,9 @@ def diagnose_scan(
     if reserve is not None:
         return _not_found(scan, torch_version, alloc_conf, backend, growth, reserve=reserve)
     event = parse_hit(hit)
+    size = impossible_request(event)
+    if size is not None:
+        return _not_found(scan, torch_version, alloc_conf, backend, growth, impossible=size)
     release = _release(torch_version, scan.head + "\n" + hit.precontext, event.message)
     if event.framework not in (None, "pytorch") and torch_version is None:
         release = UNKNOWN
@@ -196,10 +200,12 @@ def _not_found(
     later: str | None = None,
     *,
     reserve: str | None = None,
+    impossible: str | None = None,
 ) -> Diagnosis:
     """No out-of-memory failure ended the job: none in the log, or ``later``, the error the job
     died of after it handled the last one (``aftermath.py``), or ``reserve``, the call that
-    returned the out-of-memory code without asking for GPU memory (``addressspace.py``)."""
+    returned the out-of-memory code without asking for GPU memory (``addressspace.py``), or
+    ``impossible``, a request more than any machine has (``impossible.py``)."""
     release = _release(torch_version, scan.head, "")
     current = allocconf.check(alloc_conf, release, backend) if alloc_conf is not None else None
     problems = current.problems if current is not None else ()
@@ -208,7 +214,8 @@ def _not_found(
     )
     summary = "no out-of-memory failure found in the log"
     extra: tuple[tuple[str, object], ...] = ()
-    kill = killed_by_signal(scan.tail) if later is None and reserve is None else None
+    quiet = later is None and reserve is None and impossible is None
+    kill = killed_by_signal(scan.tail) if quiet else None
     if kill is not None:
         actions = (KILLED_ACTION.format(line=kill), *actions)
         extra = (("killed_by_signal", kill),)
@@ -230,6 +237,13 @@ def _not_found(
         )
         actions = (ADDRESS_SPACE_ACTION.format(line=reserve), *actions)
         extra = (("address_space_call", reserve),)
+    if impossible is not None:
+        summary = (
+            f"no out-of-memory failure: the request ({impossible}) is more than any machine has, "
+            "a size computed wrong"
+        )
+        actions = (IMPOSSIBLE_ACTION.format(size=impossible), *actions)
+        extra = (("impossible_request", impossible),)
     return Diagnosis(
         detected=False,
         framework=None,

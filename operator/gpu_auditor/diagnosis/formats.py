@@ -90,7 +90,7 @@ KEYWORDS: Final[tuple[bytes, ...]] = (
     b"Tried to allocate",
     b"killed",
     b"Out Of Memory",
-    b"oom_kill",
+    b"kill event",
     b"Failed to allocate request",
     b"Cannot malloc",
     b"Free memory on device",
@@ -111,6 +111,20 @@ KEYWORDS: Final[tuple[bytes, ...]] = (
     b"low on resource: memory",
     b"memory mapping failed with OOM",
     b"low memory! at or below",
+    b"memory budget. Restarting",
+    b"[MemoryPressure]",
+    b"Memory allocation failed.",
+    b"memory::allocation::BadAlloc'",
+    b"OutOfDeviceMemory",
+    b"(-4:Insufficient memory)",
+    b"exceeded a memory resource limit",
+    b"more system memory (",
+    b"of the memory on node",
+    b"to allocate ROCm",
+    b"to allocate Vulkan",
+    b"to allocate SYCL",
+    b"memory_saver.cpp] CUresult error",
+    b"EigenAllocator for GPU ran out of memory",
 )
 """Byte strings at least one of which every family's failure line contains (second filter)."""
 
@@ -125,7 +139,7 @@ ANCHORS: Final[tuple[bytes, ...]] = (
     b"to allocate",
     b"killed",
     b"Memory",
-    b"oom_kill",
+    b"kill event",
     b"Cannot malloc",
 )
 """Fewer, shorter strings, one inside every keyword: the scan searches the whole input only for
@@ -156,14 +170,16 @@ class _WordBeforeCode:
     cuDevicePrimaryCtxRetain: CUDA_ERROR_OUT_OF_MEMORY")."""
 
     pattern: Final = (
-        r"(?:Error|ERROR|error|INTERNAL|Exception|failed to allocate|Failed|failed call to)\b"
-        r".{0,200}?(?:CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|hipErrorOutOfMemory)"
+        r"(?:Error|ERROR|error|INTERNAL|Exception|exception|failed to allocate|Failed|"
+        r"failed call to)\b.{0,200}?"
+        r"(?:CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|hipErrorOutOfMemory)"
     )
     _code: Final = re.compile(
         r"CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|hipErrorOutOfMemory"
     )
     _word: Final = re.compile(
-        r"(?:Error|ERROR|error|INTERNAL|Exception|failed to allocate|Failed|failed call to)\b"
+        r"(?:Error|ERROR|error|INTERNAL|Exception|exception|failed to allocate|Failed|"
+        r"failed call to)\b"
     )
     _GAP: Final = 200
     _LONGEST: Final = len("failed to allocate")
@@ -222,6 +238,8 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
         TENSORFLOW,
         re.compile(
             r"\bOOM when allocating tensor\b|"
+            # TensorFlow 1's Eigen allocator aborting the process
+            r"\bEigenAllocator for GPU ran out of memory when allocating\b|"
             # TensorFlow 2's eager ops
             r"ResourceExhaustedError: {0,4}failed to allocate memory\b"
         ),
@@ -251,13 +269,16 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"Out of memory error on GPU \d{1,5}\. Cannot allocate|"
             r"Cannot malloc [\d.]{1,24} MB GPU memory|"
             # the legacy and the retry allocators' checks
-            r"\bCannot allocate [\d.]{1,24}[KMG]?B in GPU \d{1,5}, available"
+            r"\bCannot allocate [\d.]{1,24}[KMG]?B in GPU \d{1,5}, available|"
+            # its allocator's exception uncaught by a C++ program (Paddle Inference)
+            r"\bterminate called after throwing an instance of "
+            r"'paddle::memory::allocation::BadAlloc'"
         ),
     ),
     (
         TENSORRT,
         re.compile(
-            r"Error Code 1: Cuda Runtime \(out of memory\)|"
+            r"Error [Cc]ode 1: [Cc]uda Runtime \(out of memory\)|"
             r"\bCuda Error in \w{1,40}: 2 \(out of memory\)|"  # its safe runtime's allocator
             # TensorRT-LLM's executor, one of its components (KV cache) not created
             r"\bExecutor creation failed due to insufficient GPU memory\b"
@@ -267,12 +288,18 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
         MXNET,
         re.compile(
             r"cudaMalloc(?: retry)? failed: out of memory|"
+            # its pooled storage manager before 1.0
+            r"storage_manager\.h:\d{1,6}: Memory allocation failed\.|"
             r"DeviceMalloc\([^)\n]{0,64}\) API call failed: out of memory"
         ),
     ),
     (
         ONNXRUNTIME,
-        re.compile(r"BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer"),
+        re.compile(
+            # ONNX Runtime 1.15 on prints the method's signature before its message
+            r"BFCArena::AllocateRawInternal(?:\([^)\n]{0,160}\))? Failed to allocate memory for "
+            r"requested buffer"
+        ),
     ),
     # the arena's own limit (the CUDA provider's gpu_mem_limit) reached, not the device
     (
@@ -294,11 +321,27 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
         re.compile(
             r"OutOfMemoryError: (?:Out of memory allocating|out of memory to allocate) \d|"
             # Chainer's trainer prints the message without its name (public10 s-015)
-            r"\bout of memory to allocate \d{1,20} bytes \(total \d{1,20} bytes\)"
+            r"\bout of memory to allocate \d{1,20} bytes \(total \d{1,20} bytes\)|"
+            # CuPy 7's wording, its figures with thousands separators (under Chainer's trainer)
+            r"\bOut of memory allocating [\d,]{1,26} bytes \(allocated so far: [\d,]{1,26} bytes\)"
         ),
     ),
-    (NCCL, re.compile(r"Cuda failure (?:\d{1,4} )?'?out of memory'?")),
-    (CUDA_LIBRARY, re.compile(r"\b(?:CUBLAS|CUDNN|CUSOLVER|CUFFT|CUSPARSE)_STATUS_ALLOC_FAILED\b")),
+    (
+        NCCL,
+        re.compile(
+            r"Cuda failure (?:\d{1,4} )?'?out of memory'?|"
+            # its allocator's own warning, after the CUDA call failed (alloc.h)
+            r"\bNCCL WARN Failed to CUDA (?:calloc|malloc|host alloc) \d{1,20} bytes"
+        ),
+    ),
+    (
+        CUDA_LIBRARY,
+        re.compile(
+            r"\b(?:CUBLAS|CUDNN|CUSOLVER|CUFFT|CUSPARSE)_STATUS_ALLOC_FAILED\b|"
+            # cuFFT's and cuRAND's own names for it
+            r"\bCUFFT_ALLOC_FAILED\b|\bCURAND_STATUS_ALLOCATION_FAILED\b"
+        ),
+    ),
     (
         VLLM,
         re.compile(
@@ -326,7 +369,9 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
         re.compile(
             r"\b(?:CUDA|HIP) [Ee]rror: out of memory\b|"
             # torch 0.x's THC wording; CTranslate2 (faster-whisper)
-            r"\bcuda runtime error \(2\) : out of memory|\bCUDA failed with error out of memory\b"
+            r"\bcuda runtime error \(2\) : out of memory|\bCUDA failed with error out of memory\b|"
+            # torch 0.x's check, printed before its RuntimeError
+            r"\bTHCudaCheck FAIL file=[^\n]{1,200}? error=2 : out of memory\b"
         ),
     ),
     # a CUDA call's out-of-memory error (code 2) as another stack's own check prints it: llama.cpp
@@ -340,7 +385,18 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"\b(?:CUDA|Cuda|GPU) (?:[Ee]rror|ERROR|failure)\b:? ?\(?2?\)?[^\n]{0,200}?"
             r"\bout of memory\b|"
             r"\bcudaSuccess \(2 vs\. 0\)[^\n]{0,120}?\bout of memory\b|"
-            r"\bCUDA runtime error:? ?\(?2?\)?:? ?out of memory\b|"
+            r"\bCUDA [Rr]untime [Ee]rror:? ?\(?2?\)?:? ?out of memory\b|"
+            # dlib's check; OpenCV's CUDA module (4.x, and 2.4's wording)
+            r"\bError while calling cuda\w{1,40}\([^\n]{0,160}?\bcode: 2, reason: out of memory\b|"
+            r"\(-217:Gpu API call\) out of memory\b|\bGpu API call \(out of memory\)|"
+            # Faiss's GPU resources; a thrust algorithm's system_error (XGBoost's gpu_hist)
+            r"\b[Ff]ailed to cudaMalloc \d{1,20} bytes\b|"
+            r"\bthrust::system::system_error'\s{0,8}what\(\):[^\n]{0,180}?: out of memory\b|"
+            # Vulkan (llama.cpp's Vulkan backend); the RAPIDS Accelerator for Spark's last retry
+            r"\bErrorOutOfDeviceMemory\b|"
+            # torch_memory_saver (SGLang, verl): cuMemCreate's CUresult 2, CUDA_ERROR_OUT_OF_MEMORY
+            r"\[torch_memory_saver\.cpp\] CUresult error\s{1,4}result=2\b|"
+            r"\bGpu(?:SplitAnd)?RetryOOM: GPU OutOfMemory\b|"
             # TensorRT-LLM's own check ("CUDA runtime error in <call>: out of memory"), the
             # gpuErrchk idiom's "GPUassert: <error> <file> <line>", Thrust's algorithms
             r"\bCUDA runtime error in [^\n]{1,160}?: out of memory\b|\bGPUassert: out of memory\b|"
@@ -351,7 +407,7 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             # Thrust's allocator; RAPIDS' RMM (its pool's own limit, or the device)
             r"\bbad_alloc: cudaErrorMemoryAllocation\b|\bout_of_memory: (?:RMM failure|CUDA error)|"
             # llama.cpp's (ggml's) backend buffers
-            r"\b(?:failed|unable) to allocate CUDA\d{0,3} buffer\b"
+            r"\b(?:failed|unable) to allocate (?:CUDA|ROCm|Vulkan|SYCL|MUSA|CANN)\d{0,3} buffer\b"
         ),
     ),
     # PyTorch's caching allocator warns before it raises or before a caller falls back
@@ -362,7 +418,15 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"(?:allocate|map) \d{1,20} bytes"
         ),
     ),
-    (HOST_ALLOC, re.compile(r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)")),
+    (
+        HOST_ALLOC,
+        re.compile(
+            r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)|"
+            # ollama's check before it loads a model; OpenCV's host allocator
+            r"\bmodel requires more system memory \([\d.]{1,24} ?[KMGT]i?B\) than is available\b|"
+            r"\(-4:Insufficient memory\) Failed to allocate \d{1,20} bytes\b"
+        ),
+    ),
     # Accelerate catches each OOM, halves the batch and retries; at zero it raises this, and the
     # caught OOMs may never reach the log (the probe's records do, one per OOM)
     (RETRY_EXHAUSTED, re.compile(r"No executable batch size found, reached zero")),
@@ -375,14 +439,20 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"(?:^|\])[ \t]{0,8}Killed[ \t]{0,8}$|\bline \d{1,9}: {1,8}\d{1,9} Killed\b|"
             # zsh's job report; the kernel's own words (dmesg); Slurm's cgroup OOM killer
             r"(?:^|\])\[\d{1,5}\][ \t]{1,16}\d{1,9} killed[ \t]{1,16}\S|"
-            r"\bOut of memory: Kill(?:ed)? process \d{1,9}\b|"
+            r"\b(?:Out of memory|Memory cgroup out of memory): Kill(?:ed)? process \d{1,9}\b|"
+            r"^[ \t]{0,8}(?:\[[ \d.]{1,24}\] )?Killed process \d{1,9} \([^)\n]{1,64}\) total-vm:|"
             r"\bDetected \d{1,9} oom[_-]kill events?(?:\(s\))? in \w|"
             r"\btask \d{1,9}: Out Of Memory\b|"
             # PBS's memory limit; earlyoom (the userspace killer) at its threshold
-            r"\bPBS: job killed: mem \d{1,20}kb exceeded limit\b|"
+            r"\bPBS: job killed: (?:p?v?mem|mem job total) [^\n]{1,48}? exceeded limit\b|"
+            r"\bJob exceeded a memory resource limit \(vmem, pvmem, etc\.\)|"
+            # Dask's nanny restarting a worker past its memory budget
+            r"\bWorker exceeded \d{1,3}% memory budget\. Restarting\b|"
             # the kubelet's eviction under node memory pressure, as the pod's status and the
             # pipelines that quote it print it (public11 t-011, t-012, v-030)
             r"\bThe node was low on resource: memory\b|"
+            # ...and the pod the node refused for its memory pressure
+            r"\bThe node had condition: \[MemoryPressure\]|"
             r"\blow memory! at or below SIG(?:TERM|KILL) limits: mem\b|"
             # Open MPI's launcher: a rank SIGKILLed
             r"\bexited on signal 9 \(Killed\)"
@@ -393,7 +463,9 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
         RAY_KILLED,
         re.compile(
             r"Workers? \(tasks / actors\) killed due to memory pressure \(OOM\)|"
-            r"OutOfMemoryError: Task was killed due to the node running low on memory|"
+            r"\bTask was killed due to the node running low on memory\b|"
+            # Ray before 1.x: its monitor raised in the worker over the node's threshold
+            r"\bRayOutOfMemoryError: More than \d{1,3}% of the memory on node\b|"
             # the monitor's own account of a kill, and the line every one of its reports ends
             # with (public9 n-019, o-011, o-012: the first lines cut or hard-wrapped)
             r"\bMemory on the node \([^\n]{0,200}?\) where the (?:task|actor)\b|"

@@ -792,3 +792,150 @@ def test_nccl_s_failure_names_jax_or_tensorflow_when_its_line_does(
     reservation's (classify.PREALLOCATING): the line must say which stack it ran in."""
     assert formats.match_line(line) == formats.NCCL
     assert formats.framework_of(formats.NCCL, line) == framework
+
+
+# -- the fifth round: a census of 256 failure lines from 175 repositories (issue 24) -----------
+# Each line as a public thread posted it (evaluation/census holds them with their sources);
+# the wordings below were missed before it.
+
+
+@pytest.mark.parametrize(("line", "family", "wording"), [
+    # torch 0.x's check before its RuntimeError (levyfan/reid-mgn#9)
+    ("THCudaCheck FAIL file=/pytorch/aten/src/THC/THCTensorRandom.cu line=25 error=2 : out of "
+     "memory", "torch-raw",
+     "THCudaCheck FAIL file=/pytorch/aten/src/THC/THCTensorRandom.cu line=25 error=2 : out of "
+     "memory"),
+    # CuPy 7 with thousands separators (cupy/cupy#2537); cuFFT's own code (cupy/cupy#1063)
+    ("Exception in main training loop: Out of memory allocating 25,600,000 bytes (allocated so "
+     "far: 3,635,267,072 bytes).", "cupy",
+     "Out of memory allocating 25,600,000 bytes (allocated so far: 3,635,267,072 bytes)"),
+    ("cupy.cuda.cufft.CuFftError: CUFFT_ALLOC_FAILED", "cuda-library", "CUFFT_ALLOC_FAILED"),
+    # MXNet before 1.0 (apache/mxnet#2913); Paddle Inference uncaught (PaddlePaddle/Paddle#42341)
+    ("[19:03:47] src/storage/./pooled_storage_manager.h:62: Memory allocation failed.", "mxnet",
+     "storage_manager.h:62: Memory allocation failed."),
+    ("terminate called after throwing an instance of 'paddle::memory::allocation::BadAlloc'",
+     "paddle",
+     "terminate called after throwing an instance of 'paddle::memory::allocation::BadAlloc'"),
+    # ONNX Runtime 1.15 on, with the method's signature (triton-inference-server/
+    # onnxruntime_backend#249)
+    ("/onnxruntime_src/onnxruntime/core/framework/bfc_arena.cc:368 void* onnxruntime::BFCArena::"
+     "AllocateRawInternal(size_t, bool, onnxruntime::Stream*, bool, onnxruntime::"
+     "WaitNotificationFn) Failed to allocate memory for requested buffer of size 15728896",
+     "onnxruntime",
+     "BFCArena::AllocateRawInternal(size_t, bool, onnxruntime::Stream*, bool, onnxruntime::"
+     "WaitNotificationFn) Failed to allocate memory for requested buffer"),
+    # llama.cpp's ROCm and Vulkan backends (ggml-org/llama.cpp#16725, #15256)
+    ("ggml_gallocr_reserve_n: failed to allocate ROCm0 buffer of size 14822711296", "cuda-error",
+     "failed to allocate ROCm0 buffer"),
+    ("ggml_vulkan: vk::Device::allocateMemory: ErrorOutOfDeviceMemory", "cuda-error",
+     "ErrorOutOfDeviceMemory"),
+    # torch_memory_saver's cuMemCreate (fzyzcjy/torch_memory_saver#4); cuda-python
+    # (NVIDIA/cuda-python#2458); redner's check (BachiLi/redner#167); dlib (davisking/dlib#462)
+    ("[torch_memory_saver.cpp] CUresult error  result=2 file=csrc/torch_memory_saver.cpp "
+     "func=cu_mem_create line=103 (5)", "cuda-error",
+     "[torch_memory_saver.cpp] CUresult error  result=2"),
+    ("exception: CUDA_ERROR_OUT_OF_MEMORY: The API call failed because it was unable to "
+     "allocate enough memory", "cuda-driver", "exception"),
+    ("CUDA Runtime Error: out of memory at E:\\redner\\src\\buffer.h:55", "cuda-error",
+     "CUDA Runtime Error: out of memory"),
+    ("Error while calling cudaMalloc(&backward_data_workspace, backward_data_workspace_size_in_"
+     "bytes) in file dlib/dnn/cudnn_dlibapi.cpp:888. code: 2, reason: out of memory",
+     "cuda-error",
+     "Error while calling cudaMalloc(&backward_data_workspace, backward_data_workspace_size_in_"
+     "bytes) in file dlib/dnn/cudnn_dlibapi.cpp:888. code: 2, reason: out of memory"),
+    # OpenCV's CUDA module (opencv/opencv#23392; TomHeaven/AnomalyAnalysisWithOpticalFlow#2)
+    ("opencv/modules/core/src/cuda_info.cpp:74: error: (-217:Gpu API call) out of memory in "
+     "function 'setDevice'", "cuda-error", "(-217:Gpu API call) out of memory"),
+    ("OpenCV Error: Gpu API call (out of memory) in CudaFuncTable::mallocPitch", "cuda-error",
+     "Gpu API call (out of memory)"),
+    # Faiss (facebookresearch/faiss#1031); XGBoost's gpu_hist (dmlc/xgboost#2874)
+    ("Error: 'err == cudaSuccess' failed: failed to cudaMalloc 47064032 bytes (error 2 out of "
+     "memory)", "cuda-error", "failed to cudaMalloc 47064032 bytes"),
+    ("terminate called after throwing an instance of 'thrust::system::system_error'  what():  "
+     "/src/common/device_helpers.cuh(456): out of memory", "cuda-error",
+     "thrust::system::system_error'  what():  /src/common/device_helpers.cuh(456): out of "
+     "memory"),
+    # the RAPIDS Accelerator for Spark's last retry (NVIDIA/cudf-spark#11584)
+    ("Caused by: com.nvidia.spark.rapids.jni.GpuSplitAndRetryOOM: GPU OutOfMemory: could not "
+     "split inputs and retry", "cuda-error", "GpuSplitAndRetryOOM: GPU OutOfMemory"),
+    # TensorFlow 1's Eigen allocator (CharlesShang/FastMaskRCNN#129)
+    (": F tensorflow/core/common_runtime/gpu/gpu_device.cc:103] EigenAllocator for GPU ran out "
+     "of memory when allocating 0.", "tensorflow",
+     "EigenAllocator for GPU ran out of memory when allocating"),
+    # the host: ollama's check (ollama/ollama#10920), OpenCV's allocator (lhoyer/DAFormer#89),
+    # the kernel (NervanaSystems/deepspeech#48, reportportal/kubernetes#203), Slurm's hyphen
+    # without "killed" (lanl/PyBNF#118), PBS and Torque (veg/hyphy#500, dask/dask-jobqueue#178,
+    # nf-core/sarek#541), Dask's nanny (modin-project/modin#1643), the kubelet
+    # (FederatedAI/KubeFATE#64), Ray (ray-project/ray#3323, OpenRLHF/OpenRLHF#936)
+    ("Error: model requires more system memory (164.8 GiB) than is available (13.4 GiB)",
+     "host-alloc", "model requires more system memory (164.8 GiB) than is available"),
+    ("cv2.error: OpenCV(4.4.0) alloc.cpp:73: error: (-4:Insufficient memory) Failed to allocate "
+     "6291456 bytes in function 'cv::OutOfMemoryError'", "host-alloc",
+     "(-4:Insufficient memory) Failed to allocate 6291456 bytes"),
+    ("[3017506.736861] Killed process 25635 (python) total-vm:55518724kB, anon-rss:23902876kB",
+     "host-killed", "[3017506.736861] Killed process 25635 (python) total-vm:"),
+    ("[ 7063.247407] Memory cgroup out of memory: Killed process 63214 (uwsgi) total-vm:3149468kB",
+     "host-killed", "Memory cgroup out of memory: Killed process 63214"),
+    ("slurmstepd: error: Detected 2 oom-kill event(s) in step 3756240.batch cgroup.",
+     "host-killed", "Detected 2 oom-kill event(s) in s"),
+    ("=>> PBS: job killed: vmem 3372163072 exceeded limit 2147483648", "host-killed",
+     "PBS: job killed: vmem 3372163072 exceeded limit"),
+    ("dask-worker.o1838772:=>> PBS: job killed: mem job total 115343360 kb exceeded limit "
+     "115343360 kb", "host-killed", "PBS: job killed: mem job total 115343360 kb exceeded limit"),
+    ("Job exceeded a memory resource limit (vmem, pvmem, etc.). Job was aborted", "host-killed",
+     "Job exceeded a memory resource limit (vmem, pvmem, etc.)"),
+    ("distributed.nanny - WARNING - Worker exceeded 95% memory budget. Restarting", "host-killed",
+     "Worker exceeded 95% memory budget. Restarting"),
+    ("4m7s  Warning  Evicted  pod/egg-1  The node had condition: [MemoryPressure].", "host-killed",
+     "The node had condition: [MemoryPressure]"),
+    ("ray.memory_monitor.RayOutOfMemoryError: More than 95% of the memory on node", "ray-killed",
+     "RayOutOfMemoryError: More than 95% of the memory on node"),
+    ("ERROR - An error occurred during score calculation: Task was killed due to the node running "
+     "low on memory.", "ray-killed", "Task was killed due to the node running low on memory"),
+])  # fmt: skip
+def test_each_census_wording_is_its_familys(line: str, family: str, wording: str) -> None:
+    found = formats.find_failure(line)
+    assert found is not None
+    assert (found[0], line[found[1] : found[2]]) == (family, wording)
+    assert diagnose(f"step 1\n{line}\n").detected
+
+
+@pytest.mark.parametrize("line", [
+    # a census line that is not a failure of memory, or a line close to a new wording
+    "THCudaCheck FAIL file=/pytorch/aten/src/THC/THCGeneral.cpp line=70 error=30 : unknown error",
+    "cupy.cuda.cufft.CuFftError: CUFFT_INVALID_PLAN",
+    "src/storage/./pooled_storage_manager.h:62: Memory allocation done.",
+    "terminate called after throwing an instance of 'paddle::platform::EnforceNotMet'",
+    "ggml_vulkan: allocating 4096.00 MiB for the ROCm0 buffer",
+    "[torch_memory_saver.cpp] CUresult error  result=1 file=csrc/torch_memory_saver.cpp",
+    "exception: CUDA_ERROR_INVALID_VALUE: invalid argument",
+    "CUDA Runtime Error: an illegal memory access was encountered at buffer.h:55",
+    "Error while calling cudaMalloc(&ws, n) in file cudnn_dlibapi.cpp:888. code: 700, reason: "
+    "an illegal memory access was encountered",
+    "gpu_mat.cu:116: error: (-217) unknown error in function allocate",
+    "com.nvidia.spark.rapids.jni.RetryOOM: task should retry operation",
+    "W tensorflow/core/common_runtime/bfc_allocator.cc:239] Allocator (GPU_0_bfc) ran out of "
+    "memory trying to allocate 45.53MiB with freed_by_count=0. The caller indicates that this is "
+    "not a failure",
+    "model requires more system memory than the default, set num_ctx",
+    "OpenCV(4.4.0) alloc.cpp:73: error: (-215:Assertion failed) size > 0",
+    "Killed process list refreshed",
+    "PBS: job killed: walltime 86420 exceeded limit 86400",
+    "distributed.nanny - WARNING - Worker process 22204 was killed by unknown signal",
+    "The node had condition: [DiskPressure].",
+    "WARNING: [TRT]: Requested amount of GPU memory (4294967296 bytes) could not be allocated.",
+])  # fmt: skip
+def test_near_misses_of_the_census_wordings(line: str) -> None:
+    assert formats.find_failure(line) is None
+    assert not diagnose(f"step 1\n{line}\nstep 2\n").detected
+
+
+def test_slurms_hyphenated_line_is_found_by_the_scan_without_killed() -> None:
+    """The scan's anchor "kill event" holds both spellings; before, only "oom_kill" was one,
+    and the hyphenated line without "killed" was never looked at."""
+    assert any(a in b"2 oom-kill event(s)" for a in formats.ANCHORS)
+    assert any(a in b"1 oom_kill event" for a in formats.ANCHORS)
+    assert len(formats.ANCHORS) == 12
+    d = diagnose("step 1\nslurmstepd: error: Detected 2 oom-kill event(s) in step 3756240.batch "
+                 "cgroup.\n")
+    assert d.detected and d.kind == "host-oom-killed"

@@ -26,6 +26,7 @@ from gpu_auditor.diagnosis import (
     aftermath,
     consequence,
     formats,
+    impossible,
     killed,
     leak,
     logtext,
@@ -43,7 +44,7 @@ pytestmark = pytest.mark.unit
 
 OWNED: tuple[ModuleType, ...] = (
     sizes, formats, parse, torchversion, logtext, phase, leak, proberecord, recommend, progress,
-    aftermath, killed, wrapped, consequence, addressspace,
+    aftermath, killed, wrapped, consequence, addressspace, impossible,
 )  # fmt: skip
 NUMBER_CHARS = frozenset("0123456789,. ")
 LONGEST_NUMBER = 64

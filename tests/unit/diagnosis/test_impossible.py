@@ -1,0 +1,71 @@
+"""A request more than any machine has is a size computed wrong, not an OOM (impossible.py):
+PyTorch's "more than 1EB" after an NCCL timeout (NVIDIA/nccl#1284) and ONNX Runtime's arena
+asked for about 4 EiB (both from the census of public failure lines); the bound at 1 PiB; real
+requests of every card size stay OOMs."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpu_auditor.diagnosis import diagnose
+from gpu_auditor.diagnosis.impossible import IMPOSSIBLE_REQUEST_BYTES
+
+pytestmark = pytest.mark.unit
+
+EXABYTE = (
+    "[rank3]: torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate more than 1EB "
+    "memory"
+)
+ORT = (
+    "onnxruntime.capi.onnxruntime_pybind11_state.RuntimeException: [ONNXRuntimeError] : 6 : "
+    "RUNTIME_EXCEPTION : Non-zero status code returned while running Conv node. Name:'fc1' "
+    "Status Message: /onnxruntime_src/onnxruntime/core/framework/bfc_arena.cc:376 void* "
+    "onnxruntime::BFCArena::AllocateRawInternal(size_t, bool, onnxruntime::Stream*, bool, "
+    "onnxruntime::WaitNotificationFn) Failed to allocate memory for requested buffer of size "
+    "{size}"
+)
+
+
+def test_pytorchs_more_than_an_exabyte_is_no_oom() -> None:
+    d = diagnose(f"[rank3]: Watchdog caught collective operation timeout\n{EXABYTE}\n")
+    assert not d.detected
+    assert d.summary == ("no out-of-memory failure: the request (more than 1 EiB) is more than "
+                         "any machine has, a size computed wrong")
+    assert d.recommendation.alloc_conf is None
+    assert d.recommendation.actions[0].startswith("the failure asked for more than 1 EiB")
+    assert d.to_json_dict()["impossible_request"] == "more than 1 EiB"
+
+
+def test_onnx_runtimes_four_exbibytes_is_no_oom() -> None:
+    d = diagnose(ORT.format(size=4585490524328388608) + "\n")
+    assert not d.detected
+    assert "4585490524328388608 bytes" in d.summary
+
+
+@pytest.mark.parametrize(("size", "detected"), [
+    (IMPOSSIBLE_REQUEST_BYTES - 1, True),  # a PiB less a byte: still read as a request
+    (IMPOSSIBLE_REQUEST_BYTES, False),
+    (2**62, False),
+])  # fmt: skip
+def test_the_bound_is_one_pebibyte(size: int, detected: bool) -> None:
+    assert diagnose(ORT.format(size=size) + "\n").detected is detected
+
+
+@pytest.mark.parametrize("line", [
+    # real requests on 4 GiB to 192 GiB cards, and a request above a whole H200
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total "
+    "capacity of 3.81 GiB of which 2.06 MiB is free.",
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 180.00 GiB. GPU 0 has a total "
+    "capacity of 139.81 GiB of which 130.06 GiB is free.",
+    ORT.format(size=15728896),
+])  # fmt: skip
+def test_requests_any_machine_could_hold_are_ooms(line: str) -> None:
+    d = diagnose(line + "\n")
+    assert d.detected
+    assert "impossible_request" not in d.to_json_dict()
+
+
+def test_a_word_like_the_exabyte_message_elsewhere_is_not_the_bound() -> None:
+    d = diagnose("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+                 "15.78 GiB of which 1.00 GiB is free. (logged: more than 1EB memory? no)\n")
+    assert d.detected
