@@ -259,8 +259,24 @@ class _Facts:
 
     def taken_before_start(self) -> bool:
         """TensorFlow failed reserving the GPU at its start, and the device it found then was
-        (near) full: another process held it before the job began."""
-        return self.phase == STARTUP and self.device_near_full()
+        (near) full: another process held it before the job began. Also when TensorFlow asked
+        for just what it found free (its default without a memory fraction: all the free
+        memory) and others held ``GPU_SHARED_MIN_BYTES`` of the device, as vLLM's own check at
+        its start reads (``held_at_start``): no fraction was too high, the memory was taken.
+        Public12 f-002: 173.69 MiB asked, 173.69 MiB free of 1.96 GiB (8.6 %, not near full);
+        the maintainer: "your GPU is already using 1.7GB of memory". A request other than the
+        free figure is a fraction of the device asked for, and stays a cap below near-full."""
+        if self.phase != STARTUP:
+            return False
+        if self.device_near_full():
+            return True
+        f, held = self.f, self.held_at_start()
+        asked_the_free = (
+            f.requested_bytes is not None
+            and f.free_bytes is not None
+            and abs(f.free_bytes - f.requested_bytes) <= full_gpu_margin(f, exact=False)
+        )
+        return asked_the_free and held is not None and held >= GPU_SHARED_MIN_BYTES
 
     def device_near_full(self) -> bool:
         """At most ``NEAR_FULL_FREE_SHARE`` of the device free. Memory held outside PyTorch can
@@ -458,9 +474,10 @@ def _primary(x: _Facts) -> str:
         return "gpu-shared" if held is not None and held >= GPU_SHARED_MIN_BYTES else (
             "memory-fraction-cap"
         )
-    if x.family in (formats.ENGINE_NO_CACHE, formats.ONNXRUNTIME_LIMIT):
+    if x.family in (formats.ENGINE_NO_CACHE, formats.ONNXRUNTIME_LIMIT, formats.HAMI):
         # the engine's budget (vLLM's gpu_memory_utilization, SGLang's --mem-fraction-static)
-        # spent before any KV cache fit; ONNX Runtime's arena at its gpu_mem_limit
+        # spent before any KV cache fit; ONNX Runtime's arena at its gpu_mem_limit; the pod's
+        # vGPU memory limit HAMi enforces
         return "memory-fraction-cap"
     if x.phase == STARTUP and x.family not in LIBRARIES:
         # TensorFlow's reservation at start, not the model's work (a library it starved: below)
@@ -586,6 +603,12 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
             "memory-fraction-cap: the engine's memory budget (vLLM's gpu_memory_utilization, "
             "SGLang's --mem-fraction-static) was spent on the weights and the profiling run "
             "before any KV cache fit"
+        )
+    if x.family == formats.HAMI:
+        return (
+            f"memory-fraction-cap: HAMi refused an allocation that would have brought the "
+            f"container to {fs(f.process_bytes)} of the GPU, past the {fs(f.allowed_bytes)} "
+            "vGPU memory the pod was given"
         )
     if x.family == formats.ONNXRUNTIME_LIMIT:
         asked = f" the {fs(r)} request" if r is not None else " the request"

@@ -103,7 +103,7 @@ def diagnose_scan(
     if hit is None:
         return _not_found(scan, torch_version, alloc_conf, backend, growth)
     later = later_failure(scan.tail, hit.line.rank)
-    if later is not None:
+    if later is not None and not _refusal_surfaced(hit.family, later):
         return _not_found(scan, torch_version, alloc_conf, backend, growth, later)
     reserve = address_space_call(hit.after)
     if reserve is not None:
@@ -179,6 +179,12 @@ def diagnose_scan(
     )
 
 
+def _refusal_surfaced(family: str, later: str) -> bool:
+    """HAMi refuses the CUDA call itself: the CUDA error the job raises next is that refusal,
+    whatever code it names (public12 f-016: "CUDA error: unrecognized error code")."""
+    return family == formats.HAMI and "CUDA error" in later
+
+
 def _rejoined(scan: ScanResult) -> ScanResult:
     """``scan``, or where the log's end broke a failure's wording across two lines, the scan of
     that end read joined (``wrapped.py``), with the log's own head and size."""
@@ -239,8 +245,8 @@ def _not_found(
         extra = (("address_space_call", reserve),)
     if impossible is not None:
         summary = (
-            f"no out-of-memory failure: the request ({impossible}) is more than any machine has, "
-            "a size computed wrong"
+            f"no out-of-memory failure: it counted {impossible}, more than any machine has, a "
+            "size computed wrong"
         )
         actions = (IMPOSSIBLE_ACTION.format(size=impossible), *actions)
         extra = (("impossible_request", impossible),)

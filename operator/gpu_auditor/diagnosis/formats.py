@@ -41,6 +41,7 @@ CUDA_ERROR = "cuda-error"  # any stack's own check of a CUDA call: CUDA error 2 
 TORCH_WARNING = "torch-warning"  # CUDACachingAllocator: memory allocation failed with OOM
 TGI = "tgi"  # text-generation-inference: Not enough memory to handle N prefill tokens
 RETRY_EXHAUSTED = "retry-exhausted"  # Accelerate's find_executable_batch_size reached zero
+HAMI = "hami"  # HAMi-core (Kubernetes vGPU): Device N OOM <usage + request> / <the pod's limit>
 
 PRIORITY: Final[dict[str, int]] = {
     TORCH: 10,
@@ -62,6 +63,7 @@ PRIORITY: Final[dict[str, int]] = {
     TORCH_WARNING: 2,
     ENGINE_NO_CACHE: 8,
     ONNXRUNTIME_LIMIT: 6,
+    HAMI: 8,
     HOST_ALLOC: 2,
     RETRY_EXHAUSTED: 2,
     BFC: 2,
@@ -125,13 +127,14 @@ KEYWORDS: Final[tuple[bytes, ...]] = (
     b"to allocate SYCL",
     b"memory_saver.cpp] CUresult error",
     b"EigenAllocator for GPU ran out of memory",
+    b"OOM ",
 )
 """Byte strings at least one of which every family's failure line contains (second filter)."""
 
 ANCHORS: Final[tuple[bytes, ...]] = (
     b"emory",
     b"MEMORY",
-    b"OOM when",
+    b"OOM ",
     b"ALLOC_FAILED",
     b"in KV cache",
     b"executable batch",
@@ -218,7 +221,7 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"\b(?:CUDA|HIP) out of memory Tried to allocate [\d.]{1,24} [KMG]iB\b|"
             r"\b(?:CUDA|HIP) out of memory\.\s{0,64}$|OutOfMemoryError: (?:CUDA|HIP) out of memory|"
             # the same message lower-cased, as people paste it into issue titles
-            r"\b(?:cuda|hip) out of memory[.,] [Tt]ried to allocate \d|"
+            r"\b(?:cuda|hip) out of memory[.,] ?[Tt]ried to allocate \d|"
             # the message pasted from its second sentence (1.x: "(GPU 0; 7.92 GiB total ...")
             r"^Tried to allocate [\d.]{1,24} [KMG]iB \(GPU \d{1,5}; |"
             # ...or from its 2.x second sentence, after words of the poster's own
@@ -299,6 +302,16 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             # ONNX Runtime 1.15 on prints the method's signature before its message
             r"BFCArena::AllocateRawInternal(?:\([^)\n]{0,160}\))? Failed to allocate memory for "
             r"requested buffer"
+        ),
+    ),
+    # HAMi-core, the library HAMi injects into a pod to enforce its vGPU memory
+    # (nvidia.com/gpumem): an allocation past the pod's limit is refused (allocator.c's
+    # oom_check: "Device %d OOM %lu / %lu", the usage with the request, then the limit;
+    # public12 f-016, where torch then said only "CUDA error: unrecognized error code")
+    (
+        HAMI,
+        re.compile(
+            r"\[HAMI-core ERROR \([^\n]{0,160}?\)\]: Device \d{1,3} OOM \d{1,20} / \d{1,20}\b"
         ),
     ),
     # the arena's own limit (the CUDA provider's gpu_mem_limit) reached, not the device
@@ -402,6 +415,10 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"\bCUDA runtime error in [^\n]{1,160}?: out of memory\b|\bGPUassert: out of memory\b|"
             r"\bparallel_for failed: out of memory\b|"
             r"\bcuda[A-Z]\w{1,40}\([^\n]{0,160}?\)\s{0,4}:\s{0,4}out of memory\b|"
+            # tiny-cuda-nn (instant-ngp, nerfstudio): its cudaMalloc check (public12 c-008)
+            r"\bcuda[A-Z]\w{1,40}\([^\n]{0,160}?\) failed with error out of memory\b|"
+            # kmcuda's Python binding (public12 e-030)
+            r"\bMemoryError: Failed to allocate memory on GPU\b|"
             # Legion/Realm (Legate, cuPyNumeric): the framebuffer memory of a GPU
             r"Failed to allocate \d{1,20} bytes on memory \w{1,24} \(of kind GPU_FB_MEM\)|"
             # Thrust's allocator; RAPIDS' RMM (its pool's own limit, or the device)
@@ -560,6 +577,7 @@ _FAMILY_FRAMEWORK: Final[dict[str, str | None]] = {
     DRIVER: None,
     HOST_ALLOC: "pytorch",
     RETRY_EXHAUSTED: "pytorch",
+    HAMI: None,
 }
 
 
@@ -574,7 +592,7 @@ def framework_of(family: str, line: str) -> str | None:
     if family == NCCL:  # NCCL's own name, unless the line names JAX or TensorFlow
         stacks = (m for m in _FRAMEWORK_MARKERS if m[0] in ("jax", "tensorflow"))
         return next((name for name, marker in stacks if marker.search(line)), NCCL)
-    if family in (TORCH_RAW, DRIVER, CUDA_LIBRARY, HOST_KILLED, RAY_KILLED, BFC, CUDA_ERROR):
+    if family in (TORCH_RAW, DRIVER, CUDA_LIBRARY, HOST_KILLED, RAY_KILLED, BFC, CUDA_ERROR, HAMI):
         for name, marker in _FRAMEWORK_MARKERS:
             if marker.search(line):
                 return name

@@ -1,12 +1,14 @@
-"""A request no machine could hold: a size computed wrong, not memory running out.
+"""A figure no machine could hold: a size computed wrong, not memory running out.
 
-A failure that asks for more than any machine has did not fail for lack of memory: the size was
-computed wrong (an overflow, a negative length cast to an unsigned one, an uninitialized value)
-or came from an error earlier in the job. Public threads: PyTorch's "Tried to allocate more than
-1EB memory" after an NCCL broadcast had timed out (NVIDIA/nccl#1284: the maintainer points at the
-timeout), and ONNX Runtime's arena asked for 4585490524328388608 bytes (about 4 EiB) by a
-vision model's first convolution (microsoft/onnxruntime, the poster asks why it needs so much).
-Reading either as an OOM would send the owner to shrink work that is not too big.
+A failure that asks for, or counts, more than any machine has did not fail for lack of memory:
+the figure was computed wrong (an overflow, a negative length cast to an unsigned one, an
+uninitialized value) or came from an error earlier in the job. Public threads: PyTorch's "Tried
+to allocate more than 1EB memory" after an NCCL broadcast had timed out (NVIDIA/nccl#1284: the
+maintainer points at the timeout), ONNX Runtime's arena asked for 4585490524328388608 bytes
+(about 4 EiB) by a vision model's first convolution (both from the census), and HAMi counting a
+container's vGPU usage as 2^64 bytes and refusing its next allocation (public12 f-017, the
+accounting bug its maintainers fixed). Reading any as an OOM would send the owner to shrink work
+that is not too big.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ _TORCH_EXABYTE: Final = re.compile(r"\bTried to allocate more than 1EB memory\b"
 """PyTorch's ``format_size`` prints any size from 1 EiB up this way, without a figure."""
 
 IMPOSSIBLE_ACTION: Final = (
-    "the failure asked for {size}, more than any machine has: a size computed wrong (an "
+    "the failure counted {size}, more than any machine has: a size computed wrong (an "
     "overflow, a negative or uninitialized length) or an error earlier in the job (a collective "
     "that timed out), not memory running out; look at the error before it and at the code that "
     "computed the size, not at the batch"
@@ -33,10 +35,11 @@ IMPOSSIBLE_ACTION: Final = (
 
 
 def impossible_request(event: OomEvent) -> str | None:
-    """The request, printed, when it is more than any machine could hold; else None."""
-    requested = event.figures.requested_bytes
-    if requested is not None and requested >= IMPOSSIBLE_REQUEST_BYTES:
-        return f"{requested} bytes"
+    """The request, or what the process would hold with it, printed, when it is more than any
+    machine could hold; else None."""
+    for figure in (event.figures.requested_bytes, event.figures.process_bytes):
+        if figure is not None and figure >= IMPOSSIBLE_REQUEST_BYTES:
+            return f"{figure} bytes"
     if _TORCH_EXABYTE.search(event.message) is not None:
         return "more than 1 EiB"
     return None

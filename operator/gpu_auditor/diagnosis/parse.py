@@ -172,6 +172,7 @@ _TORCH_WARNING: Final = re.compile(
     r"trying to (?:allocate|map) (\d{1,20}) bytes \(free: (\d{1,20}), total: (\d{1,20})\)"
 )
 _ONNX_LIMIT: Final = re.compile(r"smaller than requested bytes of (\d{1,20})")
+_HAMI: Final = re.compile(r"\]: Device \d{1,3} OOM (\d{1,20}) / (\d{1,20})\b")
 _TF_TOTAL: Final = _size_re(r"(?:Total memory|totalMemory):\s{0,8}{S}")
 _TF_FREE: Final = _size_re(r"(?:Free memory|freeMemory):\s{0,8}{S}")
 _TF_BANNER_CHARS: Final = 16384
@@ -293,7 +294,9 @@ def _torch_figures(message: str) -> Figures:
         requested_bytes=found["requested"],
         total_bytes=found["total"],
         free_bytes=found["free"],
-        process_bytes=process,
+        # NVML's "not available" (Windows' WDDM driver) prints as 2^64, like the cap's "no
+        # limit": public12 c-005, "this process has 17179869184.00 GiB memory in use"
+        process_bytes=None if is_no_limit(process) else process,
         allocated_bytes=allocated,
         reserved_unallocated_bytes=unallocated,
         allowed_bytes=None if is_no_limit(allowed) else allowed,
@@ -393,6 +396,12 @@ def parse_hit(hit: Hit) -> OomEvent:
         if warned is not None:
             requested, free, total = (_plain_bytes(warned.group(i)) for i in (1, 2, 3))
             figures = Figures(requested, total_bytes=total, free_bytes=free)
+    elif family == formats.HAMI:
+        over = _HAMI.search(message)
+        if over is not None:  # what the container would hold with the request, then its limit
+            figures = Figures(
+                process_bytes=_plain_bytes(over.group(1)), allowed_bytes=_plain_bytes(over.group(2))
+            )
     elif family == formats.ONNXRUNTIME_LIMIT:
         asked = _ONNX_LIMIT.search(message)
         figures = Figures(_plain_bytes(asked.group(1)) if asked is not None else None)

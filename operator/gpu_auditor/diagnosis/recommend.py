@@ -395,6 +395,14 @@ def _kind_actions(ctx: Context) -> list[str]:
                 "serve a quantized or smaller model, or shard it over more GPUs "
                 "(tensor parallelism)",
             ]
+        if fam == formats.HAMI:
+            return [
+                "raise the pod's vGPU memory (HAMi's nvidia.com/gpumem or "
+                "nvidia.com/gpumem-percentage resource) to what the job needs, or give it a "
+                "whole GPU; the card itself may have room",
+                "or make the work fit the limit (a smaller batch, shorter sequences, "
+                "activation checkpointing)",
+            ]
         if fam == formats.ONNXRUNTIME_LIMIT:
             return [
                 "raise the CUDA execution provider's gpu_mem_limit (or leave it unset) if the "

@@ -1990,3 +1990,75 @@ def test_an_eviction_is_a_host_kill_worded_as_the_kubelet_s() -> None:
         "host-oom-killed: the kubelet evicted the pod: the node was low on host (CPU) memory, not "
         "GPU memory",
     )
+
+
+HAMI = (
+    "[HAMI-core Msg(30:140387636202368:libvgpu.c:855)]: Initialized\n"
+    "[HAMI-core ERROR (pid:30 thread=140382094939712 allocator.c:53)]: Device 0 OOM 3171158016 / "
+    "3145728000\n"
+    "Traceback (most recent call last):\n"
+    '  File "train.py", line 40, in <module>\n'
+    "    loss.backward()\n"
+    "RuntimeError: CUDA error: unrecognized error code\n"
+)
+
+
+def test_hamis_refusal_is_the_pods_vgpu_memory_cap_and_names_its_resource() -> None:
+    """public12 f-016: HAMi refused past the pod's 3,000 MiB; torch said only an unrecognized
+    CUDA error, which is that refusal, not a later failure."""
+    d = diagnose(HAMI)
+    assert (d.detected, d.kind) == (True, "memory-fraction-cap")
+    assert d.summary == (
+        "memory-fraction-cap: HAMi refused an allocation that would have brought the container "
+        "to 2.95 GiB of the GPU, past the 2.93 GiB vGPU memory the pod was given")
+    assert (d.figures.process_bytes, d.figures.allowed_bytes) == (3171158016, 3145728000)
+    assert "nvidia.com/gpumem" in d.recommendation.actions[0]
+    assert d.recommendation.alloc_conf is None
+
+
+def test_another_error_after_a_hamis_refusal_is_still_a_later_failure() -> None:
+    d = diagnose(HAMI.replace("RuntimeError: CUDA error: unrecognized error code",
+                              "KeyError: 'labels'"))
+    assert not d.detected and "KeyError" in d.summary
+
+
+@pytest.mark.parametrize(("request_", "kind"), [
+    ("173.69M (182124544 bytes)", "gpu-shared"),  # asked what was free: the memory was taken
+    ("1.50G (1610612736 bytes)", "memory-fraction-cap"),  # asked a fraction of the device
+])  # fmt: skip
+def test_tensorflow_asking_what_it_found_free_at_start_on_a_shared_card(
+    request_: str, kind: str
+) -> None:
+    """public12 f-002: 1.79 GiB of a 1.96 GiB card held before TensorFlow started (8.6 % free,
+    above the near-full share); it asked for the 173.69 MiB it found free and failed."""
+    log = (
+        "Total memory: 1.96GiB\nFree memory: 173.69MiB\n"
+        "I tensorflow/core/common_runtime/gpu/gpu_device.cc:975] Creating TensorFlow device "
+        "(/gpu:0) -> (device: 0, name: GeForce GTX 950M)\n"
+        f"E tensorflow/stream_executor/cuda/cuda_driver.cc:1002] failed to allocate {request_} "
+        "from device: CUDA_ERROR_OUT_OF_MEMORY\n"
+    )
+    assert diagnose(log).kind == kind
+
+
+def test_tensorflow_asking_what_was_free_with_less_than_a_gib_held_is_no_sharing() -> None:
+    log = (
+        "Total memory: 7.92GiB\nFree memory: 7.10GiB\n"
+        "I tensorflow/core/common_runtime/gpu/gpu_device.cc:975] Creating TensorFlow device\n"
+        "E tensorflow/stream_executor/cuda/cuda_driver.cc:1002] failed to allocate 7.10G "
+        "(7623566950 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY\n"
+    )
+    assert diagnose(log).kind == "memory-fraction-cap"
+
+
+def test_a_process_figure_of_two_to_the_64_is_nvmls_not_available() -> None:
+    """public12 c-005 (Windows): "this process has 17179869184.00 GiB memory in use" is no
+    memory; before, it made the process's non-PyTorch memory the cause."""
+    d = diagnose(
+        "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 16.63 GiB. GPU 0 has "
+        "a total capacity of 23.99 GiB of which 0 bytes is free. Including non-PyTorch memory, "
+        "this process has 17179869184.00 GiB memory in use. Of the allocated memory 34.86 GiB is "
+        "allocated by PyTorch, and 5.63 GiB is reserved by PyTorch but unallocated.\n"
+    )
+    assert d.detected and d.figures.process_bytes is None
+    assert d.kind == "capacity"

@@ -939,3 +939,49 @@ def test_slurms_hyphenated_line_is_found_by_the_scan_without_killed() -> None:
     d = diagnose("step 1\nslurmstepd: error: Detected 2 oom-kill event(s) in step 3756240.batch "
                  "cgroup.\n")
     assert d.detected and d.kind == "host-oom-killed"
+
+
+# -- public12's calibration (after its blind score) --------------------------------------------
+
+
+@pytest.mark.parametrize(("line", "family", "wording"), [
+    # torch's message lower-cased with its spaces lost (c-002)
+    ("runtimeerror:cuda out of memory.tried to allocate 198.75GiB", "torch",
+     "cuda out of memory.tried to allocate 1"),
+    # tiny-cuda-nn's check (c-008); kmcuda's binding (e-030)
+    ("16:23:18 ERROR    Uncaught exception: Could not allocate memory: tiny-cuda-nn/gpu_memory.h:"
+     "112 cudaMalloc(&rawptr, n_bytes+DEBUG_GUARD_SIZE*2) failed with error out of memory",
+     "cuda-error",
+     "cudaMalloc(&rawptr, n_bytes+DEBUG_GUARD_SIZE*2) failed with error out of memory"),
+    ("MemoryError: Failed to allocate memory on GPU", "cuda-error",
+     "MemoryError: Failed to allocate memory on GPU"),
+    # HAMi-core refusing an allocation past the pod's vGPU memory (f-016)
+    ("[HAMI-core ERROR (pid:30 thread=140382094939712 allocator.c:53)]: Device 0 OOM 3171158016 "
+     "/ 3145728000", "hami",
+     "[HAMI-core ERROR (pid:30 thread=140382094939712 allocator.c:53)]: Device 0 OOM 3171158016 "
+     "/ 3145728000"),
+])  # fmt: skip
+def test_each_public12_wording_is_its_familys(line: str, family: str, wording: str) -> None:
+    found = formats.find_failure(line)
+    assert found is not None
+    assert (found[0], line[found[1] : found[2]]) == (family, wording)
+    assert diagnose(f"step 1\n{line}\n").detected
+
+
+@pytest.mark.parametrize("line", [
+    "[HAMI-core Msg(30:140387636202368:libvgpu.c:836)]: Initializing.....",
+    "[HAMI-core Debug(30:14:allocator.c:60)]: Device 0 current memory 3171158016 / 3145728000",
+    "cudaMalloc(&p, n) failed with error an illegal memory access was encountered",
+    "MemoryError: Failed to allocate memory on host",
+    "runtimeerror:cuda out of memory.tried to",
+])  # fmt: skip
+def test_near_misses_of_the_public12_wordings(line: str) -> None:
+    assert formats.find_failure(line) is None
+    assert not diagnose(f"step 1\n{line}\nstep 2\n").detected
+
+
+def test_the_scan_anchors_on_oom_and_a_space() -> None:
+    """HAMi's line holds no anchor but "OOM " (the anchor "OOM when" became "OOM ": still 12)."""
+    line = b"[HAMI-core ERROR (pid:1 thread=2 allocator.c:53)]: Device 0 OOM 3171158016 / 31457"
+    assert [a for a in formats.ANCHORS if a in line] == [b"OOM "]
+    assert any(a in b"OOM when allocating tensor" for a in formats.ANCHORS)

@@ -29,10 +29,10 @@ ORT = (
 def test_pytorchs_more_than_an_exabyte_is_no_oom() -> None:
     d = diagnose(f"[rank3]: Watchdog caught collective operation timeout\n{EXABYTE}\n")
     assert not d.detected
-    assert d.summary == ("no out-of-memory failure: the request (more than 1 EiB) is more than "
-                         "any machine has, a size computed wrong")
+    assert d.summary == ("no out-of-memory failure: it counted more than 1 EiB, more than any "
+                         "machine has, a size computed wrong")
     assert d.recommendation.alloc_conf is None
-    assert d.recommendation.actions[0].startswith("the failure asked for more than 1 EiB")
+    assert d.recommendation.actions[0].startswith("the failure counted more than 1 EiB")
     assert d.to_json_dict()["impossible_request"] == "more than 1 EiB"
 
 
@@ -69,3 +69,13 @@ def test_a_word_like_the_exabyte_message_elsewhere_is_not_the_bound() -> None:
     d = diagnose("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
                  "15.78 GiB of which 1.00 GiB is free. (logged: more than 1EB memory? no)\n")
     assert d.detected
+
+
+def test_hamis_usage_counted_as_two_to_the_64_is_no_oom() -> None:
+    """public12 f-017: HAMi's accounting bug; the card had 22 GiB of room."""
+    d = diagnose(
+        "[HAMI-core ERROR (pid:7 thread=140 allocator.c:53)]: Device 0 OOM 18446744073709551615 / "
+        "24150802432\nRuntimeError: CUDA error: out of memory\n"
+    )
+    assert not d.detected
+    assert d.to_json_dict()["impossible_request"] == "18446744073709551615 bytes"

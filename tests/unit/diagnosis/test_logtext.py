@@ -178,8 +178,8 @@ def _real_log_lines() -> list[str]:
     # the second and third public sets, scored blind (2bb226f, 7084003) and calibration since
     paths += sorted((root / "evaluation" / "public2" / "logs").glob("*.log"))
     paths += sorted((root / "evaluation" / "public3" / "logs").glob("*.log"))
-    # the fourth to seventh, each scored blind once (evaluation/results) and calibration since
-    for name in ("public4", "public5", "public6", "public7"):
+    # the fourth to twelfth, each scored blind once (evaluation/results) and calibration since
+    for name in [f"public{n}" for n in range(4, 13)]:
         paths += sorted((root / "evaluation" / name / "logs").glob("*.log"))
     lines: list[str] = []
     for path in paths:
