@@ -79,3 +79,14 @@ def test_hamis_usage_counted_as_two_to_the_64_is_no_oom() -> None:
     )
     assert not d.detected
     assert d.to_json_dict()["impossible_request"] == "18446744073709551615 bytes"
+
+
+def test_cudamallocasyncs_request_of_a_pebibyte_and_more_is_no_oom() -> None:
+    """Found by the property test: the async backend's "Requested" figure is read the same."""
+    d = diagnose(
+        "torch.OutOfMemoryError: Allocation on device 0 would exceed allowed memory. (out of "
+        "memory)\nCurrently allocated     : 1.00 GiB\nRequested               : 1100000.00 GiB\n"
+        "Device limit            : 139.80 GiB\nFree (according to CUDA): 31.12 MiB\n"
+    )
+    assert (d.detected, d.oom_count) == (False, 1)
+    assert d.to_json_dict()["impossible_request"] == "1181116006400000 bytes"
