@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 TORCH = "torch"  # CUDA/HIP out of memory. Tried to allocate ... (1.x and 2.x wording)
 TORCH_ASYNC = "torch-async"  # backend:cudaMallocAsync: would exceed allowed memory
@@ -130,6 +130,32 @@ KEYWORDS: Final[tuple[bytes, ...]] = (
     b"OOM ",
 )
 """Byte strings at least one of which every family's failure line contains (second filter)."""
+
+
+def _any_of(words: list[str]) -> str:
+    """One regex that finds any of ``words``, their common prefixes written once: Python's
+    ``re`` tries the alternatives of a flat ``a|b|c`` one by one at each position, so every
+    keyword added to a flat alternation slowed the scan of lines that hold an anchor (public
+    sets' "memory" lines: 40 -> 56 keywords cost 10 % of the scan's throughput). A word that
+    another word starts with ends the branch: finding the shorter one is enough."""
+    tree: dict[str, dict[str, Any]] = {}
+    for word in words:
+        node = tree
+        for char in word:
+            node = node.setdefault(char, {})
+        node[""] = {}
+
+    def branch(node: dict[str, Any]) -> str:
+        if "" in node:
+            return ""
+        parts = [re.escape(char) + branch(rest) for char, rest in sorted(node.items())]
+        return parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
+
+    return branch(tree)
+
+
+KEYWORD_PATTERN: Final = _any_of([k.decode("ascii") for k in KEYWORDS])
+"""``KEYWORDS`` as one pattern (str; the scan compiles its bytes)."""
 
 ANCHORS: Final[tuple[bytes, ...]] = (
     b"emory",

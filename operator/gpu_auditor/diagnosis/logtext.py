@@ -68,7 +68,7 @@ _WORD_BACK_BYTES: Final = 128  # how far a failure's start goes back over its ex
 _NEWLINE: Final = ord("\n")
 _WORD_BYTES: Final = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.")
 
-_KEYWORD_RE: Final = re.compile(b"|".join(re.escape(k) for k in formats.KEYWORDS))
+_KEYWORD_RE: Final = re.compile(formats.KEYWORD_PATTERN.encode("ascii"))
 _CRI_RE: Final = re.compile(r"^\d{4}-\d\d-\d\dT\S+ (?:stdout|stderr) ([FP]) ?(.*)$")
 _DOCKER_JSON_RE: Final = re.compile(r'\{"log":\s{0,8}"((?:[^"\\]++|\\.)*+)"')
 """docker's json-file record (``{"log":"...\\n","stream":...}``): only its leading ``log`` string

@@ -31,7 +31,7 @@ from typing import Final
 from . import formats
 from .logtext import Line, normalize_text
 
-_KEYWORD_RE: Final = re.compile("|".join(re.escape(k.decode()) for k in formats.KEYWORDS))
+_KEYWORD_RE: Final = re.compile(formats.KEYWORD_PATTERN)
 _ANCHORS: Final = tuple(a.decode() for a in formats.ANCHORS)
 _SENTINEL: Final = "\x00"
 _REACH: Final = formats.MAX_MATCH_CHARS

@@ -985,3 +985,17 @@ def test_the_scan_anchors_on_oom_and_a_space() -> None:
     line = b"[HAMI-core ERROR (pid:1 thread=2 allocator.c:53)]: Device 0 OOM 3171158016 / 31457"
     assert [a for a in formats.ANCHORS if a in line] == [b"OOM "]
     assert any(a in b"OOM when allocating tensor" for a in formats.ANCHORS)
+
+
+def test_the_keyword_pattern_finds_exactly_what_the_keywords_would() -> None:
+    """``KEYWORD_PATTERN`` writes common prefixes once (for speed); it must find a keyword in
+    exactly the lines where one of ``KEYWORDS`` occurs."""
+    flat = re.compile("|".join(re.escape(k.decode()) for k in formats.KEYWORDS))
+    shared = re.compile(formats.KEYWORD_PATTERN)
+    lines = [k.decode() for k in formats.KEYWORDS]
+    lines += [f"x {k.decode()[:-1]} y" for k in formats.KEYWORDS]  # each cut by a character
+    lines += [f"{a.decode()[: len(a) // 2]}{b.decode()[len(b) // 2 :]}"
+              for a in formats.KEYWORDS for b in formats.KEYWORDS]
+    lines += ["step 1 memory: 12.5 GiB", "OOM", "oom_kill event", "killed", "Kil led"]
+    for line in lines:
+        assert (shared.search(line) is None) == (flat.search(line) is None), line
