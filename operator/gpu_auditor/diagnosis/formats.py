@@ -128,6 +128,7 @@ KEYWORDS: Final[tuple[bytes, ...]] = (
     b"memory_saver.cpp] CUresult error",
     b"EigenAllocator for GPU ran out of memory",
     b"OOM ",
+    b"[Errno 12] Cannot allocate memory",
 )
 """Byte strings at least one of which every family's failure line contains (second filter)."""
 
@@ -199,16 +200,16 @@ class _WordBeforeCode:
     cuDevicePrimaryCtxRetain: CUDA_ERROR_OUT_OF_MEMORY")."""
 
     pattern: Final = (
-        r"(?:Error|ERROR|error|INTERNAL|Exception|exception|failed to allocate|Failed|"
-        r"failed call to)\b.{0,200}?"
+        r"(?:Error|ERROR|error|INTERNAL|Exception|exception|failed to allocate|failed to alloc|"
+        r"Failed|failed call to)\b.{0,200}?"
         r"(?:CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|hipErrorOutOfMemory)"
     )
     _code: Final = re.compile(
         r"CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|hipErrorOutOfMemory"
     )
     _word: Final = re.compile(
-        r"(?:Error|ERROR|error|INTERNAL|Exception|exception|failed to allocate|Failed|"
-        r"failed call to)\b"
+        r"(?:Error|ERROR|error|INTERNAL|Exception|exception|failed to allocate|failed to alloc|"
+        r"Failed|failed call to)\b"
     )
     _GAP: Final = 200
     _LONGEST: Final = len("failed to allocate")
@@ -445,6 +446,11 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"\bcuda[A-Z]\w{1,40}\([^\n]{0,160}?\) failed with error out of memory\b|"
             # kmcuda's Python binding (public12 e-030)
             r"\bMemoryError: Failed to allocate memory on GPU\b|"
+            # a Ray task's own OutOfMemoryError (torch's, raised in an actor: public13 j-016;
+            # Ray's kill of a task is ray.exceptions.OutOfMemoryError, not wrapped); the name of
+            # one as IPython heads its traceback (public13 k-007)
+            r"\bRayTaskError\(OutOfMemoryError\)|"
+            r"^OutOfMemoryError {2,64}Traceback \(most recent call last\)|"
             # Legion/Realm (Legate, cuPyNumeric): the framebuffer memory of a GPU
             r"Failed to allocate \d{1,20} bytes on memory \w{1,24} \(of kind GPU_FB_MEM\)|"
             # Thrust's allocator; RAPIDS' RMM (its pool's own limit, or the device)
@@ -467,7 +473,10 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)|"
             # ollama's check before it loads a model; OpenCV's host allocator
             r"\bmodel requires more system memory \([\d.]{1,24} ?[KMGT]i?B\) than is available\b|"
-            r"\(-4:Insufficient memory\) Failed to allocate \d{1,20} bytes\b"
+            r"\(-4:Insufficient memory\) Failed to allocate \d{1,20} bytes\b|"
+            # the kernel refusing a fork or a mapping (ENOMEM), as Python raises it (public13
+            # g-026: a DataLoader's workers forked on a full host)
+            r"\bOSError: \[Errno 12\] Cannot allocate memory\b"
         ),
     ),
     # Accelerate catches each OOM, halves the batch and retries; at zero it raises this, and the

@@ -999,3 +999,46 @@ def test_the_keyword_pattern_finds_exactly_what_the_keywords_would() -> None:
     lines += ["step 1 memory: 12.5 GiB", "OOM", "oom_kill event", "killed", "Kil led"]
     for line in lines:
         assert (shared.search(line) is None) == (flat.search(line) is None), line
+
+
+# -- public13's calibration (after its blind score) --------------------------------------------
+
+
+@pytest.mark.parametrize(("line", "family", "wording"), [
+    # a Ray actor's own OutOfMemoryError (j-016); IPython's traceback head (k-007, public9 n-007)
+    ("ray.exceptions.RayTaskError(OutOfMemoryError): ray::LLMActor.backload_to_gpu() "
+     "(pid=11992, ip=10.148.9.90)", "cuda-error", "RayTaskError(OutOfMemoryError)"),
+    ("OutOfMemoryError                          Traceback (most recent call last)", "cuda-error",
+     "OutOfMemoryError                          Traceback (most recent call last)"),
+    # XLA's unified memory under ColabFold (k-003); TensorFlow's pinned host memory (public12
+    # e-006)
+    ("E external/org_tensorflow/tensorflow/stream_executor/cuda/cuda_driver.cc:764] failed to "
+     "alloc 1997901824 bytes unified memory; result: CUDA_ERROR_OUT_OF_MEMORY: out of memory",
+     "cuda-driver", "failed to alloc"),
+    # the kernel refusing a DataLoader's fork (g-026)
+    ("OSError: [Errno 12] Cannot allocate memory",
+     "host-alloc", "OSError: [Errno 12] Cannot allocate memory"),
+])  # fmt: skip
+def test_each_public13_wording_is_its_familys(line: str, family: str, wording: str) -> None:
+    found = formats.find_failure(line)
+    assert found is not None
+    assert (found[0], line[found[1] : found[2]]) == (family, wording)
+    assert diagnose(f"step 1\n{line}\n").detected
+
+
+@pytest.mark.parametrize("line", [
+    "ray.exceptions.RayTaskError(ValueError): ray::LLMActor.generate()",
+    "    OutOfMemoryError                          Traceback (most recent call last)",
+    "KeyError                                  Traceback (most recent call last)",
+    "failed to alloc 1997901824 bytes unified memory; result: CUDA_ERROR_INVALID_VALUE",
+    "OSError: [Errno 28] No space left on device",
+])  # fmt: skip
+def test_near_misses_of_the_public13_wordings(line: str) -> None:
+    assert formats.find_failure(line) is None
+    assert not diagnose(f"step 1\n{line}\nstep 2\n").detected
+
+
+def test_a_forks_enomem_is_host_memory() -> None:
+    d = diagnose("  File \"multiprocessing/popen_fork.py\", line 70, in _launch\n"
+                 "    self.pid = os.fork()\nOSError: [Errno 12] Cannot allocate memory\n")
+    assert (d.detected, d.kind) == (True, "host-oom-killed")
