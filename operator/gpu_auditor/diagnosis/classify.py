@@ -605,10 +605,11 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
             "before any KV cache fit"
         )
     if x.family == formats.HAMI:
+        over = (f.process_bytes or 0) - (f.allowed_bytes or 0)
         return (
-            f"memory-fraction-cap: HAMi refused an allocation that would have brought the "
-            f"container to {fs(f.process_bytes)} of the GPU, past the {fs(f.allowed_bytes)} "
-            "vGPU memory the pod was given"
+            f"memory-fraction-cap: HAMi refused an allocation: the container's GPU memory with it "
+            f"came to {fs(f.process_bytes)}, {fs(over)} past the {fs(f.allowed_bytes)} of vGPU "
+            "memory the pod was given"
         )
     if x.family == formats.ONNXRUNTIME_LIMIT:
         asked = f" the {fs(r)} request" if r is not None else " the request"
@@ -738,10 +739,8 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
         return f"capacity: {event.framework or 'the job'} ran out of GPU memory ({event.family})"
     if kind == "host-oom-killed":
         if event.family == formats.HOST_ALLOC:
-            return (
-                f"host-oom-killed: host (CPU) memory ran out, not GPU memory: could not allocate "
-                f"{fs(r)}"
-            )
+            asked = f": could not allocate {fs(r)}" if r is not None else ""
+            return f"host-oom-killed: host (CPU) memory ran out, not GPU memory{asked}"
         if event.family == formats.RAY_KILLED:
             return (
                 "host-oom-killed: Ray's memory monitor killed a worker as the node's host (CPU) "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import BinaryIO, Final
@@ -10,7 +11,7 @@ from . import allocconf, formats
 from .addressspace import ADDRESS_SPACE_ACTION, address_space_call
 from .aftermath import later_failure
 from .classify import classify
-from .impossible import IMPOSSIBLE_ACTION, impossible_request
+from .impossible import HAMI_ACCOUNTING, IMPOSSIBLE_ACTION, impossible_request
 from .killed import KILLED_ACTION, killed_by_signal
 from .leak import growth_from_log, growth_from_rate, growth_from_samples
 from .logtext import ScanResult, printable, scan_bytes, scan_stream
@@ -103,7 +104,16 @@ def diagnose_scan(
     if hit is None:
         return _not_found(scan, torch_version, alloc_conf, backend, growth)
     later = later_failure(scan.tail, hit.line.rank)
-    if later is not None and not _refusal_surfaced(hit.family, later):
+    if hit.family == formats.HAMI:
+        # HAMi logs a refusal before it retries, and PyTorch's allocator retries after freeing
+        # its cache: a refusal counts only when the job raises it (in what follows it, at most
+        # the log's last TAIL_BYTES, or as the exception it died of)
+        if later is not None and _SURFACED.search(later):
+            later = None
+        elif later is None and _SURFACED.search(scan.tail) is None:
+            refusal = printable(hit.line.text.strip()[:200])
+            return _not_found(scan, torch_version, alloc_conf, backend, growth, refusal=refusal)
+    if later is not None:
         return _not_found(scan, torch_version, alloc_conf, backend, growth, later)
     reserve = address_space_call(hit.after)
     if reserve is not None:
@@ -111,7 +121,10 @@ def diagnose_scan(
     event = parse_hit(hit)
     size = impossible_request(event)
     if size is not None:
-        return _not_found(scan, torch_version, alloc_conf, backend, growth, impossible=size)
+        return _not_found(
+            scan, torch_version, alloc_conf, backend, growth, impossible=size,
+            accounting=event.family == formats.HAMI,
+        )
     release = _release(torch_version, scan.head + "\n" + hit.precontext, event.message)
     if event.framework not in (None, "pytorch") and torch_version is None:
         release = UNKNOWN
@@ -179,10 +192,17 @@ def diagnose_scan(
     )
 
 
-def _refusal_surfaced(family: str, later: str) -> bool:
-    """HAMi refuses the CUDA call itself: the CUDA error the job raises next is that refusal,
-    whatever code it names (public12 f-016: "CUDA error: unrecognized error code")."""
-    return family == formats.HAMI and "CUDA error" in later
+_SURFACED: Final = re.compile(
+    r"CUDA error: (?:out of memory|unrecognized error code|unknown error)\b|CUDA out of memory|"
+    r"CUDA_ERROR_OUT_OF_MEMORY|OutOfMemoryError"
+)
+"""How a HAMi refusal reaches the job: CUDA's out-of-memory code, or a code PyTorch cannot name
+(public12 f-016: "CUDA error: unrecognized error code")."""
+
+HAMI_HANDLED_ACTION: Final = (
+    "HAMi refused an allocation past the pod's vGPU memory (nvidia.com/gpumem) and the job got "
+    "past it; if it runs slowly or fails later, raise that limit"
+)
 
 
 def _rejoined(scan: ScanResult) -> ScanResult:
@@ -207,11 +227,14 @@ def _not_found(
     *,
     reserve: str | None = None,
     impossible: str | None = None,
+    refusal: str | None = None,
+    accounting: bool = False,
 ) -> Diagnosis:
     """No out-of-memory failure ended the job: none in the log, or ``later``, the error the job
     died of after it handled the last one (``aftermath.py``), or ``reserve``, the call that
     returned the out-of-memory code without asking for GPU memory (``addressspace.py``), or
-    ``impossible``, a request more than any machine has (``impossible.py``)."""
+    ``impossible``, a request more than any machine has (``impossible.py``), or ``refusal``,
+    HAMi's line for a refusal the job's next lines never raised."""
     release = _release(torch_version, scan.head, "")
     current = allocconf.check(alloc_conf, release, backend) if alloc_conf is not None else None
     problems = current.problems if current is not None else ()
@@ -220,7 +243,7 @@ def _not_found(
     )
     summary = "no out-of-memory failure found in the log"
     extra: tuple[tuple[str, object], ...] = ()
-    quiet = later is None and reserve is None and impossible is None
+    quiet = later is None and reserve is None and impossible is None and refusal is None
     kill = killed_by_signal(scan.tail) if quiet else None
     if kill is not None:
         actions = (KILLED_ACTION.format(line=kill), *actions)
@@ -243,12 +266,20 @@ def _not_found(
         )
         actions = (ADDRESS_SPACE_ACTION.format(line=reserve), *actions)
         extra = (("address_space_call", reserve),)
+    if refusal is not None:
+        summary = (
+            "no out-of-memory failure ended the job: HAMi refused an allocation past the pod's "
+            "vGPU memory and the job went on (HAMi retries; PyTorch frees its cache and retries)"
+        )
+        actions = (HAMI_HANDLED_ACTION, *actions)
+        extra = (("handled_refusal", refusal),)
     if impossible is not None:
         summary = (
             f"no out-of-memory failure: it counted {impossible}, more than any machine has, a "
             "size computed wrong"
         )
-        actions = (IMPOSSIBLE_ACTION.format(size=impossible), *actions)
+        action = HAMI_ACCOUNTING if accounting else IMPOSSIBLE_ACTION
+        actions = (action.format(size=impossible), *actions)
         extra = (("impossible_request", impossible),)
     return Diagnosis(
         detected=False,

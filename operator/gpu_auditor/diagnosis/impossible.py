@@ -34,6 +34,12 @@ IMPOSSIBLE_ACTION: Final = (
 )
 
 
+HAMI_ACCOUNTING: Final = (
+    "HAMi counted the container's GPU memory as {size}: its own usage count went wrong (a "
+    "count that fell below zero), not the job's memory; upgrade HAMi-core, or restart the pod"
+)
+
+
 def impossible_request(event: OomEvent) -> str | None:
     """The request, or what the process would hold with it, printed, when it is more than any
     machine could hold; else None."""

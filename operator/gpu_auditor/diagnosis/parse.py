@@ -172,6 +172,8 @@ _TORCH_WARNING: Final = re.compile(
     r"trying to (?:allocate|map) (\d{1,20}) bytes \(free: (\d{1,20}), total: (\d{1,20})\)"
 )
 _ONNX_LIMIT: Final = re.compile(r"smaller than requested bytes of (\d{1,20})")
+_OLLAMA_NEED: Final = _size_re(r"requires more system memory \({S}\)")
+_OLLAMA_HAVE: Final = _size_re(r"than is available \({S}\)")
 _HAMI: Final = re.compile(r"\]: Device \d{1,3} OOM (\d{1,20}) / (\d{1,20})\b")
 _TF_TOTAL: Final = _size_re(r"(?:Total memory|totalMemory):\s{0,8}{S}")
 _TF_FREE: Final = _size_re(r"(?:Free memory|freeMemory):\s{0,8}{S}")
@@ -465,6 +467,8 @@ def parse_hit(hit: Hit) -> OomEvent:
             if (match := _TENSORRT_REQUEST.search(text)) is not None:
                 figures = Figures(_plain_bytes(match.group(1)))
                 break
+    elif family == formats.HOST_ALLOC and _OLLAMA_NEED.search(message) is not None:
+        figures = Figures(_find(_OLLAMA_NEED, message), free_bytes=_find(_OLLAMA_HAVE, message))
     elif family in (formats.NCCL, formats.HOST_ALLOC, formats.DRIVER, formats.CUDA_ERROR):
         nearby = [message] + [x.text for x in hit.before[-3:]]
         for text in nearby:

@@ -2009,17 +2009,39 @@ def test_hamis_refusal_is_the_pods_vgpu_memory_cap_and_names_its_resource() -> N
     d = diagnose(HAMI)
     assert (d.detected, d.kind) == (True, "memory-fraction-cap")
     assert d.summary == (
-        "memory-fraction-cap: HAMi refused an allocation that would have brought the container "
-        "to 2.95 GiB of the GPU, past the 2.93 GiB vGPU memory the pod was given")
+        "memory-fraction-cap: HAMi refused an allocation: the container's GPU memory with it "
+        "came to 2.95 GiB, 24.25 MiB past the 2.93 GiB of vGPU memory the pod was given")
     assert (d.figures.process_bytes, d.figures.allowed_bytes) == (3171158016, 3145728000)
     assert "nvidia.com/gpumem" in d.recommendation.actions[0]
     assert d.recommendation.alloc_conf is None
 
 
-def test_another_error_after_a_hamis_refusal_is_still_a_later_failure() -> None:
-    d = diagnose(HAMI.replace("RuntimeError: CUDA error: unrecognized error code",
-                              "KeyError: 'labels'"))
-    assert not d.detected and "KeyError" in d.summary
+@pytest.mark.parametrize("error", [
+    "KeyError: 'labels'",
+    "RuntimeError: CUDA error: an illegal memory access was encountered",
+    "RuntimeError: CUDA error: device-side assert triggered",
+    "RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasSgemm( handle)`",
+])  # fmt: skip
+def test_another_error_after_a_hamis_refusal_is_still_a_later_failure(error: str) -> None:
+    """The review of this round: "CUDA error" in any later exception was read as the refusal."""
+    d = diagnose(HAMI.replace("RuntimeError: CUDA error: unrecognized error code", error))
+    assert not d.detected
+
+
+def test_a_hamis_refusal_the_job_got_past_is_no_oom() -> None:
+    """HAMi logs the refusal before it retries, and PyTorch's allocator frees its cache and
+    retries: with no out-of-memory error raised after it, the job went on."""
+    line = HAMI.splitlines()[1]
+    d = diagnose(f"step 10 loss 2.1\n{line}\nstep 11 loss 2.0\nstep 12 loss 1.9\n"
+                 "eval accuracy 0.41 < required 0.80\n")
+    assert not d.detected and d.oom_count == 1
+    assert d.to_json_dict()["handled_refusal"] == line
+    assert "nvidia.com/gpumem" in d.recommendation.actions[0]
+
+
+def test_a_hamis_refusal_raised_as_cudas_out_of_memory_is_the_cap() -> None:
+    d = diagnose(HAMI.replace("unrecognized error code", "out of memory"))
+    assert (d.detected, d.kind) == (True, "memory-fraction-cap")
 
 
 @pytest.mark.parametrize(("request_", "kind"), [
@@ -2062,3 +2084,12 @@ def test_a_process_figure_of_two_to_the_64_is_nvmls_not_available() -> None:
     )
     assert d.detected and d.figures.process_bytes is None
     assert d.kind == "capacity"
+
+
+def test_a_hamis_refusal_raised_past_a_deep_traceback_is_the_cap() -> None:
+    """The refusal's exception may come after more than the failure's 16 lines."""
+    frames = "".join(f'  File "model.py", line {n}, in forward\n    x = layer(x)\n'
+                     for n in range(30))
+    d = diagnose(HAMI.replace('  File "train.py", line 40, in <module>\n', frames)
+                 .replace("unrecognized error code", "out of memory"))
+    assert (d.detected, d.kind) == (True, "memory-fraction-cap")

@@ -850,14 +850,11 @@ def test_nccl_s_failure_names_jax_or_tensorflow_when_its_line_does(
      "Gpu API call (out of memory)"),
     # Faiss (facebookresearch/faiss#1031); XGBoost's gpu_hist (dmlc/xgboost#2874)
     ("Error: 'err == cudaSuccess' failed: failed to cudaMalloc 47064032 bytes (error 2 out of "
-     "memory)", "cuda-error", "failed to cudaMalloc 47064032 bytes"),
+     "memory)", "cuda-error", "failed to cudaMalloc 47064032 bytes (error 2 out of memory"),
     ("terminate called after throwing an instance of 'thrust::system::system_error'  what():  "
      "/src/common/device_helpers.cuh(456): out of memory", "cuda-error",
      "thrust::system::system_error'  what():  /src/common/device_helpers.cuh(456): out of "
      "memory"),
-    # the RAPIDS Accelerator for Spark's last retry (NVIDIA/cudf-spark#11584)
-    ("Caused by: com.nvidia.spark.rapids.jni.GpuSplitAndRetryOOM: GPU OutOfMemory: could not "
-     "split inputs and retry", "cuda-error", "GpuSplitAndRetryOOM: GPU OutOfMemory"),
     # TensorFlow 1's Eigen allocator (CharlesShang/FastMaskRCNN#129)
     (": F tensorflow/core/common_runtime/gpu/gpu_device.cc:103] EigenAllocator for GPU ran out "
      "of memory when allocating 0.", "tensorflow",
@@ -872,26 +869,14 @@ def test_nccl_s_failure_names_jax_or_tensorflow_when_its_line_does(
     ("cv2.error: OpenCV(4.4.0) alloc.cpp:73: error: (-4:Insufficient memory) Failed to allocate "
      "6291456 bytes in function 'cv::OutOfMemoryError'", "host-alloc",
      "(-4:Insufficient memory) Failed to allocate 6291456 bytes"),
-    ("[3017506.736861] Killed process 25635 (python) total-vm:55518724kB, anon-rss:23902876kB",
-     "host-killed", "[3017506.736861] Killed process 25635 (python) total-vm:"),
     ("[ 7063.247407] Memory cgroup out of memory: Killed process 63214 (uwsgi) total-vm:3149468kB",
      "host-killed", "Memory cgroup out of memory: Killed process 63214"),
     ("slurmstepd: error: Detected 2 oom-kill event(s) in step 3756240.batch cgroup.",
      "host-killed", "Detected 2 oom-kill event(s) in s"),
-    ("=>> PBS: job killed: vmem 3372163072 exceeded limit 2147483648", "host-killed",
-     "PBS: job killed: vmem 3372163072 exceeded limit"),
     ("dask-worker.o1838772:=>> PBS: job killed: mem job total 115343360 kb exceeded limit "
      "115343360 kb", "host-killed", "PBS: job killed: mem job total 115343360 kb exceeded limit"),
-    ("Job exceeded a memory resource limit (vmem, pvmem, etc.). Job was aborted", "host-killed",
-     "Job exceeded a memory resource limit (vmem, pvmem, etc.)"),
-    ("distributed.nanny - WARNING - Worker exceeded 95% memory budget. Restarting", "host-killed",
-     "Worker exceeded 95% memory budget. Restarting"),
-    ("4m7s  Warning  Evicted  pod/egg-1  The node had condition: [MemoryPressure].", "host-killed",
-     "The node had condition: [MemoryPressure]"),
     ("ray.memory_monitor.RayOutOfMemoryError: More than 95% of the memory on node", "ray-killed",
      "RayOutOfMemoryError: More than 95% of the memory on node"),
-    ("ERROR - An error occurred during score calculation: Task was killed due to the node running "
-     "low on memory.", "ray-killed", "Task was killed due to the node running low on memory"),
 ])  # fmt: skip
 def test_each_census_wording_is_its_familys(line: str, family: str, wording: str) -> None:
     found = formats.find_failure(line)
@@ -924,6 +909,19 @@ def test_each_census_wording_is_its_familys(line: str, family: str, wording: str
     "distributed.nanny - WARNING - Worker process 22204 was killed by unknown signal",
     "The node had condition: [DiskPressure].",
     "WARNING: [TRT]: Requested amount of GPU memory (4294967296 bytes) could not be allocated.",
+    # read then dropped on this round's review: a retried task, a worker the nanny restarts, a
+    # kernel line about whatever process, virtual memory, an admission refusal, a quoted retry
+    "Caused by: com.nvidia.spark.rapids.jni.GpuSplitAndRetryOOM: GPU OutOfMemory: could not "
+    "split inputs and retry",
+    "distributed.nanny - WARNING - Worker exceeded 95% memory budget. Restarting",
+    "[3017506.736861] Killed process 4321 (node_exporter) total-vm:55518724kB",
+    "=>> PBS: job killed: vmem 3372163072 exceeded limit 2147483648",
+    "Job exceeded a memory resource limit (vmem, pvmem, etc.). Job was aborted",
+    "4m7s  Warning  Evicted  pod/egg-1  The node had condition: [MemoryPressure].",
+    "WARNING shard 17 failed (Task was killed due to the node running low on memory.), retrying",
+    "Error: 'err == cudaSuccess' failed: Failed to cudaMalloc 1610612736 bytes on device 0 "
+    "(error 700 an illegal memory access was encountered",
+    "node:2134736 [0] include/alloc.h:185 NCCL WARN Failed to CUDA calloc 6291456 bytes",
 ])  # fmt: skip
 def test_near_misses_of_the_census_wordings(line: str) -> None:
     assert formats.find_failure(line) is None
@@ -965,12 +963,13 @@ def test_each_public12_wording_is_its_familys(line: str, family: str, wording: s
     found = formats.find_failure(line)
     assert found is not None
     assert (found[0], line[found[1] : found[2]]) == (family, wording)
-    assert diagnose(f"step 1\n{line}\n").detected
+    # HAMi's refusal counts once the job raises it (core._SURFACED)
+    raised = "RuntimeError: CUDA error: unrecognized error code\n" if family == "hami" else ""
+    assert diagnose(f"step 1\n{line}\n{raised}").detected
 
 
 @pytest.mark.parametrize("line", [
     "[HAMI-core Msg(30:140387636202368:libvgpu.c:836)]: Initializing.....",
-    "[HAMI-core Debug(30:14:allocator.c:60)]: Device 0 current memory 3171158016 / 3145728000",
     "cudaMalloc(&p, n) failed with error an illegal memory access was encountered",
     "MemoryError: Failed to allocate memory on host",
     "runtimeerror:cuda out of memory.tried to",
@@ -1042,3 +1041,24 @@ def test_a_forks_enomem_is_host_memory() -> None:
     d = diagnose("  File \"multiprocessing/popen_fork.py\", line 70, in _launch\n"
                  "    self.pid = os.fork()\nOSError: [Errno 12] Cannot allocate memory\n")
     assert (d.detected, d.kind) == (True, "host-oom-killed")
+
+
+@pytest.mark.parametrize("words", [
+    ["OOM ", "OOM when allocating", "out of memory", "out of mem", "Killed", "killed"],
+    ["a.b", "a+c", "(x)", "[y]", "abc", "abd", "b"],
+    ["only"],
+])  # fmt: skip
+def test_any_of_finds_each_word_and_nothing_else(words: list[str]) -> None:
+    """``_any_of`` itself (KEYWORD_PATTERN is built once, at import): each word found, a word
+    that another starts with is enough, regex characters are literal, and a line holding none
+    is not matched."""
+    pattern = re.compile(formats._any_of(words))
+    for word in words:
+        match = pattern.search(f"-- {word} --")
+        assert match is not None and match.group(0) in words
+    assert pattern.search("-- none of them here --") is None
+    assert pattern.fullmatch(min(words, key=len)) is not None
+    if "OOM " in words:
+        assert pattern.search("x OOM when allocating").group(0) == "OOM "  # the shorter ends it
+    if "a.b" in words:
+        assert pattern.search("axc") is None and pattern.search("aac") is None  # "." "+" literal

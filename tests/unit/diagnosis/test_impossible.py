@@ -79,6 +79,7 @@ def test_hamis_usage_counted_as_two_to_the_64_is_no_oom() -> None:
     )
     assert not d.detected
     assert d.to_json_dict()["impossible_request"] == "18446744073709551615 bytes"
+    assert d.recommendation.actions[0].startswith("HAMi counted the container's GPU memory")
 
 
 def test_cudamallocasyncs_request_of_a_pebibyte_and_more_is_no_oom() -> None:
