@@ -5,6 +5,8 @@ requests of every card size stay OOMs."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from gpu_auditor.diagnosis import diagnose
@@ -91,3 +93,18 @@ def test_cudamallocasyncs_request_of_a_pebibyte_and_more_is_no_oom() -> None:
     )
     assert (d.detected, d.oom_count) == (False, 1)
     assert d.to_json_dict()["impossible_request"] == "1181116006400000 bytes"
+
+
+def test_what_torch_printed_on_the_h200_is_read_as_the_bound_says() -> None:
+    """evaluation/gpu/impossible_requests.py on the H200 (torch 2.11, both allocator backends):
+    1 TiB stays an OOM (capacity); from a printed 1048576.00 GiB (1 PiB, rounded: 1 PiB less
+    1 MiB prints the same) and torch's "more than 1EB" up, no OOM."""
+    from pathlib import Path
+
+    rows = json.loads((Path(__file__).resolve().parents[3] / "evaluation" / "results"
+                       / "impossible-requests-h200.json").read_text())
+    assert {r["backend"] for r in rows} == {"native", "cudaMallocAsync"} and len(rows) == 12
+    for row in rows:
+        d = diagnose(f"{row['class']}: {row['error']}\n")
+        assert d.detected is (row["bytes"] <= 2**40), row
+        assert d.kind == ("capacity" if d.detected else "unknown")
