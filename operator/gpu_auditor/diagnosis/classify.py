@@ -774,8 +774,11 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
             "full, and the log does not say with what (the job's own tensors, or another process; "
             "the node report can tell)"
         )
+    who = event.framework or (
+        "an OutOfMemoryError's" if event.family == formats.EXCEPTION_NAME else event.family
+    )
     return (
-        f"unknown: {event.framework or event.family} failure with no memory figures in the log "
+        f"unknown: {who} failure with no memory figures in the log "
         "(another process may hold the GPU; the node report can tell)"
     )
 

@@ -9,7 +9,7 @@ from typing import BinaryIO, Final
 
 from . import allocconf, formats
 from .addressspace import ADDRESS_SPACE_ACTION, address_space_call
-from .aftermath import later_failure
+from .aftermath import TRACEBACK, later_failure
 from .classify import classify
 from .impossible import HAMI_ACCOUNTING, IMPOSSIBLE_ACTION, impossible_request
 from .killed import KILLED_ACTION, killed_by_signal
@@ -105,14 +105,15 @@ def diagnose_scan(
         return _not_found(scan, torch_version, alloc_conf, backend, growth)
     later = later_failure(scan.tail, hit.line.rank)
     if hit.family == formats.HAMI:
-        # HAMi logs a refusal before it retries, and PyTorch's allocator retries after freeing
-        # its cache: a refusal counts only when the job raises it (in what follows it, at most
-        # the log's last TAIL_BYTES, or as the exception it died of)
-        if later is not None and _SURFACED.search(later):
-            later = None
-        elif later is None and _SURFACED.search(scan.tail) is None:
-            refusal = printable(hit.line.text.strip()[:200])
-            return _not_found(scan, torch_version, alloc_conf, backend, growth, refusal=refusal)
+        after = _after_refusal(scan, later)
+        if isinstance(after, ScanResult):  # another failure followed the refusal: that one
+            return diagnose_scan(
+                after, torch_version=torch_version, alloc_conf=alloc_conf, backend=backend,
+                node=node, samples=samples, probe_record=probe_record,
+            )
+        if after is not None:
+            return _not_found(scan, torch_version, alloc_conf, backend, growth, refusal=after)
+        later = None
     if later is not None:
         return _not_found(scan, torch_version, alloc_conf, backend, growth, later)
     reserve = address_space_call(hit.after)
@@ -191,6 +192,36 @@ def diagnose_scan(
         extra=tuple(extra),
     )
 
+
+_REFUSAL_CODES: Final = frozenset(
+    {formats.HAMI, formats.TORCH_RAW, formats.DRIVER, formats.CUDA_ERROR}
+)
+"""Families whose line after a HAMi refusal is that refusal reaching the job: an
+out-of-memory code, without figures of its own."""
+
+
+def _after_refusal(scan: ScanResult, later: str | None) -> ScanResult | str | None:
+    """What follows HAMi's refusal line. HAMi logs a refusal before it retries and PyTorch's
+    allocator frees its cache and retries: the refusal ended the job only when a traceback
+    starts right after it (its first lines) and raises an out-of-memory code or one PyTorch
+    cannot name (public12 f-016: "CUDA error: unrecognized error code"). Returns the scan of
+    what follows when another stack's failure is there (that one is the job's: a TensorFlow
+    OOM, a DataLoader worker killed), the refusal line when the job went on past it, or None
+    when the refusal is the failure."""
+    rest = scan_bytes(scan.tail.encode("utf-8", errors="replace"))
+    if rest.last is not None and rest.last.family not in _REFUSAL_CODES:
+        return replace(rest, head=scan.head, bytes_scanned=scan.bytes_scanned)
+    hit = scan.last
+    assert hit is not None
+    raised = any(TRACEBACK in x.text for x in hit.after[:REFUSAL_LINES])
+    if raised and _SURFACED.search(later if later is not None else scan.tail):
+        return None
+    return printable(hit.line.text.strip()[:200])
+
+
+REFUSAL_LINES: Final = 3
+"""A traceback that raises HAMi's refusal starts within this many lines of it (the job's own
+lines; HAMi prints one line per refusal)."""
 
 _SURFACED: Final = re.compile(
     r"CUDA error: (?:out of memory|unrecognized error code|unknown error)\b|CUDA out of memory|"

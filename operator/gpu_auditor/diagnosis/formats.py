@@ -42,6 +42,7 @@ TORCH_WARNING = "torch-warning"  # CUDACachingAllocator: memory allocation faile
 TGI = "tgi"  # text-generation-inference: Not enough memory to handle N prefill tokens
 RETRY_EXHAUSTED = "retry-exhausted"  # Accelerate's find_executable_batch_size reached zero
 HAMI = "hami"  # HAMi-core (Kubernetes vGPU): Device N OOM <usage + request> / <the pod's limit>
+EXCEPTION_NAME = "exception-name"  # IPython's traceback head: OutOfMemoryError   Traceback ...
 
 PRIORITY: Final[dict[str, int]] = {
     TORCH: 10,
@@ -64,6 +65,7 @@ PRIORITY: Final[dict[str, int]] = {
     ENGINE_NO_CACHE: 8,
     ONNXRUNTIME_LIMIT: 6,
     HAMI: 8,
+    EXCEPTION_NAME: 0,
     HOST_ALLOC: 2,
     RETRY_EXHAUSTED: 2,
     BFC: 2,
@@ -115,9 +117,7 @@ KEYWORDS: Final[tuple[bytes, ...]] = (
     b"low memory! at or below",
     b"Memory allocation failed.",
     b"memory::allocation::BadAlloc'",
-    b"OutOfDeviceMemory",
     b"(-4:Insufficient memory)",
-    b"more system memory (",
     b"of the memory on node",
     b"to allocate ROCm",
     b"to allocate Vulkan",
@@ -125,7 +125,6 @@ KEYWORDS: Final[tuple[bytes, ...]] = (
     b"memory_saver.cpp] CUresult error",
     b"EigenAllocator for GPU ran out of memory",
     b"OOM ",
-    b"[Errno 12] Cannot allocate memory",
 )
 """Byte strings at least one of which every family's failure line contains (second filter)."""
 
@@ -197,16 +196,16 @@ class _WordBeforeCode:
     cuDevicePrimaryCtxRetain: CUDA_ERROR_OUT_OF_MEMORY")."""
 
     pattern: Final = (
-        r"(?:Error|ERROR|error|INTERNAL|Exception|exception|failed to allocate|failed to alloc|"
-        r"Failed|failed call to)\b.{0,200}?"
+        r"(?:Error|ERROR|error|INTERNAL|Exception|exception|failed to allocate|"
+        r"failed to alloc(?! \d{1,20} bytes on host)|Failed|failed call to)\b.{0,200}?"
         r"(?:CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|hipErrorOutOfMemory)"
     )
     _code: Final = re.compile(
         r"CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|hipErrorOutOfMemory"
     )
     _word: Final = re.compile(
-        r"(?:Error|ERROR|error|INTERNAL|Exception|exception|failed to allocate|failed to alloc|"
-        r"Failed|failed call to)\b"
+        r"(?:Error|ERROR|error|INTERNAL|Exception|exception|failed to allocate|"
+        r"failed to alloc(?! \d{1,20} bytes on host)|Failed|failed call to)\b"
     )
     _GAP: Final = 200
     _LONGEST: Final = len("failed to allocate")
@@ -338,6 +337,10 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"\[HAMI-core ERROR \([^\n]{0,160}?\)\]: Device \d{1,3} OOM \d{1,20} / \d{1,20}\b"
         ),
     ),
+    # IPython heads a traceback with the exception's bare name (public13 k-007, public9 n-007):
+    # torch's, CuPy's or Ray's (a host kill) OutOfMemoryError, so the least telling of all (any
+    # other wording of the failure, Ray's kill line included, represents it)
+    (EXCEPTION_NAME, re.compile(r"^OutOfMemoryError {2,64}Traceback \(most recent call last\)")),
     # the arena's own limit (the CUDA provider's gpu_mem_limit) reached, not the device
     (
         ONNXRUNTIME_LIMIT,
@@ -401,7 +404,8 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             # torch 0.x's THC wording; CTranslate2 (faster-whisper)
             r"\bcuda runtime error \(2\) : out of memory|\bCUDA failed with error out of memory\b|"
             # torch 0.x's check, printed before its RuntimeError
-            r"\bTHCudaCheck FAIL file=[^\n]{1,200}? error=2 : out of memory\b"
+            r"\bTHCudaCheck FAIL file=(?![^\n]{0,200}?HostAllocator)[^\n]{1,200}? error=2 : out of "
+            r"memory\b"
         ),
     ),
     # a CUDA call's out-of-memory error (code 2) as another stack's own check prints it: llama.cpp
@@ -423,8 +427,6 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"\b[Ff]ailed to cudaMalloc \d{1,20} bytes(?: on device \d{1,3})? "
             r"\(error 2 out of memory|"
             r"\bthrust::system::system_error'\s{0,8}what\(\):[^\n]{0,180}?: out of memory\b|"
-            # Vulkan (llama.cpp's Vulkan backend)
-            r"\bErrorOutOfDeviceMemory\b|"
             # torch_memory_saver (SGLang, verl): cuMemCreate's CUresult 2, CUDA_ERROR_OUT_OF_MEMORY
             r"\[torch_memory_saver\.cpp\] CUresult error\s{1,4}result=2\b|"
             # TensorRT-LLM's own check ("CUDA runtime error in <call>: out of memory"), the
@@ -436,11 +438,6 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"\bcuda[A-Z]\w{1,40}\([^\n]{0,160}?\) failed with error out of memory\b|"
             # kmcuda's Python binding (public12 e-030)
             r"\bMemoryError: Failed to allocate memory on GPU\b|"
-            # a Ray task's own OutOfMemoryError (torch's, raised in an actor: public13 j-016;
-            # Ray's kill of a task is ray.exceptions.OutOfMemoryError, not wrapped); the name of
-            # one as IPython heads its traceback (public13 k-007)
-            r"\bRayTaskError\(OutOfMemoryError\)|"
-            r"^OutOfMemoryError {2,64}Traceback \(most recent call last\)|"
             # Legion/Realm (Legate, cuPyNumeric): the framebuffer memory of a GPU
             r"Failed to allocate \d{1,20} bytes on memory \w{1,24} \(of kind GPU_FB_MEM\)|"
             # Thrust's allocator; RAPIDS' RMM (its pool's own limit, or the device)
@@ -461,12 +458,8 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
         HOST_ALLOC,
         re.compile(
             r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)|"
-            # ollama's check before it loads a model; OpenCV's host allocator
-            r"\bmodel requires more system memory \([\d.]{1,24} ?[KMGT]i?B\) than is available\b|"
-            r"\(-4:Insufficient memory\) Failed to allocate \d{1,20} bytes\b|"
-            # the kernel refusing a fork or a mapping (ENOMEM), as Python raises it (public13
-            # g-026: a DataLoader's workers forked on a full host)
-            r"\bOSError: \[Errno 12\] Cannot allocate memory\b"
+            # OpenCV's host allocator
+            r"\(-4:Insufficient memory\) Failed to allocate \d{1,20} bytes\b"
         ),
     ),
     # Accelerate catches each OOM, halves the batch and retries; at zero it raises this, and the
@@ -481,6 +474,8 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"(?:^|\])[ \t]{0,8}Killed[ \t]{0,8}$|\bline \d{1,9}: {1,8}\d{1,9} Killed\b|"
             # zsh's job report; the kernel's own words (dmesg); Slurm's cgroup OOM killer
             r"(?:^|\])\[\d{1,5}\][ \t]{1,16}\d{1,9} killed[ \t]{1,16}\S|"
+            # (the memory cgroup's wording too: a Kubernetes or Slurm limit; like the kernel's
+            # own, it names whatever process it killed, public12 f-015's job among them)
             r"\b(?:Out of memory|Memory cgroup out of memory): Kill(?:ed)? process \d{1,9}\b|"
             r"\bDetected \d{1,9} oom[_-]kill events?(?:\(s\))? in \w|"
             r"\btask \d{1,9}: Out Of Memory\b|"
@@ -598,6 +593,7 @@ _FAMILY_FRAMEWORK: Final[dict[str, str | None]] = {
     HOST_ALLOC: "pytorch",
     RETRY_EXHAUSTED: "pytorch",
     HAMI: None,
+    EXCEPTION_NAME: None,
 }
 
 
@@ -612,11 +608,8 @@ def framework_of(family: str, line: str) -> str | None:
     if family == NCCL:  # NCCL's own name, unless the line names JAX or TensorFlow
         stacks = (m for m in _FRAMEWORK_MARKERS if m[0] in ("jax", "tensorflow"))
         return next((name for name, marker in stacks if marker.search(line)), NCCL)
-    if family == HOST_ALLOC and "DefaultCPUAllocator" not in line:
-        # ollama's check before it loads a model; OpenCV's allocator: the markers, if any
-        return "llama.cpp" if "model requires more system memory" in line else next(
-            (name for name, marker in _FRAMEWORK_MARKERS if marker.search(line)), None
-        )
+    if family == HOST_ALLOC and "DefaultCPUAllocator" not in line:  # OpenCV's: its markers
+        return next((name for name, marker in _FRAMEWORK_MARKERS if marker.search(line)), None)
     if family in (TORCH_RAW, DRIVER, CUDA_LIBRARY, HOST_KILLED, RAY_KILLED, BFC, CUDA_ERROR, HAMI):
         for name, marker in _FRAMEWORK_MARKERS:
             if marker.search(line):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
+from . import formats
 from .model import OomEvent
 
 IMPOSSIBLE_REQUEST_BYTES: Final = 2**50
@@ -43,7 +44,10 @@ HAMI_ACCOUNTING: Final = (
 def impossible_request(event: OomEvent) -> str | None:
     """The request, or what the process would hold with it, printed, when it is more than any
     machine could hold; else None."""
-    for figure in (event.figures.requested_bytes, event.figures.process_bytes):
+    # the process figure only where HAMi counted it (PyTorch's comes from NVML: a wrong one
+    # is no figure, not a wrong size)
+    counted = event.figures.process_bytes if event.family == formats.HAMI else None
+    for figure in (event.figures.requested_bytes, counted):
         if figure is not None and figure >= IMPOSSIBLE_REQUEST_BYTES:
             return f"{figure} bytes"
     if _TORCH_EXABYTE.search(event.message) is not None:

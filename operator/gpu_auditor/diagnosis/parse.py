@@ -26,6 +26,7 @@ from dataclasses import replace
 from typing import Final
 
 from . import formats
+from .impossible import IMPOSSIBLE_REQUEST_BYTES
 from .logtext import Hit, Line
 from .model import Figures, OomEvent, OtherProcess
 from .sizes import MAX_DIGITS, MAX_SIZE_BYTES, SIZE_PATTERN, is_no_limit, to_bytes, to_count
@@ -172,8 +173,6 @@ _TORCH_WARNING: Final = re.compile(
     r"trying to (?:allocate|map) (\d{1,20}) bytes \(free: (\d{1,20}), total: (\d{1,20})\)"
 )
 _ONNX_LIMIT: Final = re.compile(r"smaller than requested bytes of (\d{1,20})")
-_OLLAMA_NEED: Final = _size_re(r"requires more system memory \({S}\)")
-_OLLAMA_HAVE: Final = _size_re(r"than is available \({S}\)")
 _HAMI: Final = re.compile(r"\]: Device \d{1,3} OOM (\d{1,20}) / (\d{1,20})\b")
 _TF_TOTAL: Final = _size_re(r"(?:Total memory|totalMemory):\s{0,8}{S}")
 _TF_FREE: Final = _size_re(r"(?:Free memory|freeMemory):\s{0,8}{S}")
@@ -296,9 +295,11 @@ def _torch_figures(message: str) -> Figures:
         requested_bytes=found["requested"],
         total_bytes=found["total"],
         free_bytes=found["free"],
-        # NVML's "not available" (Windows' WDDM driver) prints as 2^64, like the cap's "no
-        # limit": public12 c-005, "this process has 17179869184.00 GiB memory in use"
-        process_bytes=None if is_no_limit(process) else process,
+        # NVML's "not available" (Windows' WDDM driver) prints as 2^64 (public12 c-005, "this
+        # process has 17179869184.00 GiB memory in use"); any figure past what a machine has is
+        # no figure either (impossible.py)
+        process_bytes=None if process is not None and process >= IMPOSSIBLE_REQUEST_BYTES
+        else process,
         allocated_bytes=allocated,
         reserved_unallocated_bytes=unallocated,
         allowed_bytes=None if is_no_limit(allowed) else allowed,
@@ -467,8 +468,6 @@ def parse_hit(hit: Hit) -> OomEvent:
             if (match := _TENSORRT_REQUEST.search(text)) is not None:
                 figures = Figures(_plain_bytes(match.group(1)))
                 break
-    elif family == formats.HOST_ALLOC and _OLLAMA_NEED.search(message) is not None:
-        figures = Figures(_find(_OLLAMA_NEED, message), free_bytes=_find(_OLLAMA_HAVE, message))
     elif family in (formats.NCCL, formats.HOST_ALLOC, formats.DRIVER, formats.CUDA_ERROR):
         nearby = [message] + [x.text for x in hit.before[-3:]]
         for text in nearby:

@@ -442,12 +442,6 @@ def _kind_actions(ctx: Context) -> list[str]:
             return [EVICTION_FIX, *HOST_FIXES]
         if "DataLoader worker" in ctx.event.message:  # the workers' copies first
             return [HOST_FIXES[1], HOST_FIXES[0], *HOST_FIXES[2:]]
-        if ctx.event.framework == "llama.cpp":  # ollama's check: the layers it keeps on the host
-            return [
-                HOST_FIXES[0],
-                "load a smaller or more quantized model, or a shorter context: what the GPU "
-                "cannot hold is kept in host memory",
-            ]
         if ctx.event.framework not in (None, "pytorch") and fam == formats.HOST_ALLOC:
             return [HOST_FIXES[0], HOST_FIXES[4]]  # no PyTorch: its loaders' levers do not apply
         return list(HOST_FIXES)

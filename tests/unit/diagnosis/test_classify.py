@@ -2093,3 +2093,60 @@ def test_a_hamis_refusal_raised_past_a_deep_traceback_is_the_cap() -> None:
     d = diagnose(HAMI.replace('  File "train.py", line 40, in <module>\n', frames)
                  .replace("unrecognized error code", "out of memory"))
     assert (d.detected, d.kind) == (True, "memory-fraction-cap")
+
+
+@pytest.mark.parametrize(("after", "kind"), [
+    ("RuntimeError: DataLoader worker (pid 4242) is killed by signal: Killed.", "host-oom-killed"),
+    ("tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor "
+     "with shape[1024,1024,256] and type float on /job:localhost/replica:0/task:0/device:GPU:0",
+     "capacity"),
+    ("RuntimeError: [enforce fail at alloc_cpu.cpp:114] . DefaultCPUAllocator: can't allocate "
+     "memory: you tried to allocate 4294967296 bytes.", "host-oom-killed"),
+])  # fmt: skip
+def test_another_stacks_failure_after_a_hamis_refusal_is_the_one_read(after: str, kind: str
+                                                                       ) -> None:
+    """The second review of this round: HAMi's line (rank 8) absorbed a later failure of equal
+    or lower rank and was then read as a refusal the job got past: the job's own failure after
+    it is read instead."""
+    line = HAMI.splitlines()[1]
+    d = diagnose(f"step 10 loss 2.1\n{line}\nstep 11 loss 2.0\n{after}\n")
+    assert (d.detected, d.kind) == (True, kind)
+
+
+def test_a_hamis_refusal_raised_only_after_more_steps_is_no_cap() -> None:
+    """The traceback must start right after the refusal: a CUDA error after more training is
+    another failure (the second review's d2)."""
+    line = HAMI.splitlines()[1]
+    d = diagnose(f"{line}\nstep 11 loss 2.0\nstep 12 loss 1.9\nstep 13 loss 1.8\nstep 14 loss 1.7\n"
+                 "Traceback (most recent call last):\n  File \"t.py\", line 9, in <module>\n"
+                 "RuntimeError: CUDA error: unknown error\n")
+    assert not d.detected
+
+
+def test_the_readings_added_this_round_say_so_in_their_summaries() -> None:
+    line = HAMI.splitlines()[1]
+    handled = diagnose(f"{line}\nstep 11 loss 2.0\n")
+    assert handled.summary == (
+        "no out-of-memory failure ended the job: HAMi refused an allocation past the pod's vGPU "
+        "memory and the job went on (HAMi retries; PyTorch frees its cache and retries)")
+    named = diagnose("OutOfMemoryError                          Traceback (most recent call "
+                     "last)\n")
+    assert named.summary == (
+        "unknown: an OutOfMemoryError's failure with no memory figures in the log (another "
+        "process may hold the GPU; the node report can tell)")
+    bare = diagnose("DefaultCPUAllocator: can't allocate memory\n")
+    assert bare.summary == "host-oom-killed: host (CPU) memory ran out, not GPU memory"
+
+
+@pytest.mark.parametrize(("free", "kind"), [("1.00GiB", "gpu-shared"),  # 1 GiB held: the bound
+                                            ("1.01GiB", "memory-fraction-cap")])
+def test_tensorflow_asking_what_it_found_free_with_exactly_a_gib_held(free: str, kind: str
+                                                                       ) -> None:
+    size = {"1.00GiB": 1073741824, "1.01GiB": 1084479242}[free]
+    log = (
+        f"Total memory: 2.00GiB\nFree memory: {free}\n"
+        "I tensorflow/core/common_runtime/gpu/gpu_device.cc:975] Creating TensorFlow device\n"
+        f"E tensorflow/stream_executor/cuda/cuda_driver.cc:1002] failed to allocate {free[:-2]} "
+        f"({size} bytes) from device: CUDA_ERROR_OUT_OF_MEMORY\n"
+    )
+    assert diagnose(log).kind == kind

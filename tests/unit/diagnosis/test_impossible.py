@@ -77,7 +77,8 @@ def test_hamis_usage_counted_as_two_to_the_64_is_no_oom() -> None:
     """public12 f-017: HAMi's accounting bug; the card had 22 GiB of room."""
     d = diagnose(
         "[HAMI-core ERROR (pid:7 thread=140 allocator.c:53)]: Device 0 OOM 18446744073709551615 / "
-        "24150802432\nRuntimeError: CUDA error: out of memory\n"
+        "24150802432\nTraceback (most recent call last):\n  File \"t.py\", line 3, in <module>\n"
+        "RuntimeError: CUDA error: out of memory\n"
     )
     assert not d.detected
     assert d.to_json_dict()["impossible_request"] == "18446744073709551615 bytes"
