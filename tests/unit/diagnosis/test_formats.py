@@ -1054,6 +1054,7 @@ def test_ipythons_bare_name_gives_way_to_any_other_wording_of_the_failure() -> N
     ["OOM ", "OOM when allocating", "out of memory", "out of mem", "Killed", "killed"],
     ["a.b", "a+c", "(x)", "[y]", "abc", "abd", "b"],
     ["only"],
+    ["abc", "abd"],  # a node of two branches: both kept
 ])  # fmt: skip
 def test_any_of_finds_each_word_and_nothing_else(words: list[str]) -> None:
     """``_any_of`` itself (KEYWORD_PATTERN is built once, at import): each word found, a word
