@@ -16,7 +16,7 @@ from .killed import KILLED_ACTION, killed_by_signal
 from .leak import growth_from_log, growth_from_rate, growth_from_samples
 from .logtext import ScanResult, printable, scan_bytes, scan_stream
 from .model import Diagnosis, Figures, Growth, MemorySample, NodeEvidence, Recommendation
-from .parse import parse_hit, tensorflow_banner
+from .parse import hami_refusal, parse_hit, tensorflow_banner
 from .phase import STARTUP
 from .proberecord import ProbeRecord, find_record, record_verdict
 from .progress import finished_steps
@@ -120,6 +120,10 @@ def diagnose_scan(
     if reserve is not None:
         return _not_found(scan, torch_version, alloc_conf, backend, growth, reserve=reserve)
     event = parse_hit(hit)
+    refused = hami_refusal(hit.precontext) if event.family in _REFUSAL_RAISED else None
+    if refused is not None:  # HAMi refused it first: the pod's vGPU limit, whatever the figures
+        event = replace(event, family=formats.HAMI, figures=replace(
+            event.figures, process_bytes=refused[0], allowed_bytes=refused[1]))
     size = impossible_request(event)
     if size is not None:
         return _not_found(
@@ -192,6 +196,13 @@ def diagnose_scan(
         extra=tuple(extra),
     )
 
+
+_REFUSAL_RAISED: Final = frozenset(
+    {formats.TORCH, formats.TORCH_ASYNC, formats.TORCH_RAW, formats.DRIVER, formats.CUDA_ERROR}
+)
+"""Failures a HAMi refusal just before them explains: PyTorch's, and CUDA's out-of-memory code
+as any stack prints it (the reviewer's d1: torch's figures showed 58 GiB free of 79 GiB, read as
+room, under a pod's 20 GiB vGPU limit)."""
 
 _REFUSAL_CODES: Final = frozenset(
     {formats.HAMI, formats.TORCH_RAW, formats.DRIVER, formats.CUDA_ERROR}

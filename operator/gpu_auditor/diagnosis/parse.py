@@ -273,6 +273,22 @@ def _own_process(
     return own, [p for p in processes if p is not own]
 
 
+HAMI_LINES_BEFORE: Final = 64
+"""How far before another stack's failure a HAMi refusal is looked for: the traceback that
+raises it (PyTorch's caching allocator frees its cache, retries, then raises) lies between."""
+
+
+def hami_refusal(before: str) -> tuple[int, int] | None:
+    """``(usage with the request, the pod's limit)`` of the last HAMi refusal line among the
+    last ``HAMI_LINES_BEFORE`` lines of ``before``; None when there is none."""
+    for line in reversed(before.splitlines()[-HAMI_LINES_BEFORE:]):
+        if formats.match_line(line) == formats.HAMI and (m := _HAMI.search(line)) is not None:
+            wanted, limit = _plain_bytes(m.group(1)), _plain_bytes(m.group(2))
+            if wanted is not None and limit is not None:
+                return wanted, limit
+    return None
+
+
 def _torch_figures(message: str) -> Figures:
     found = {name: _find(pattern, message) for name, pattern in _TORCH_FIELDS.items()}
     allocated = found["allocated"]

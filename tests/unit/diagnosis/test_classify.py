@@ -2150,3 +2150,33 @@ def test_tensorflow_asking_what_it_found_free_with_exactly_a_gib_held(free: str,
         f"({size} bytes) from device: CUDA_ERROR_OUT_OF_MEMORY\n"
     )
     assert diagnose(log).kind == kind
+
+
+TORCH_ROOM = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.96 GiB. GPU 0 has a total "
+    "capacity of 79.33 GiB of which 58.12 GiB is free. Process 3471 has 21.20 GiB memory in use. "
+    "Of the allocated memory 17.81 GiB is allocated by PyTorch, and 2.90 GiB is reserved by "
+    "PyTorch but unallocated.\n"
+)
+
+
+def test_a_torch_oom_right_after_a_hamis_refusal_is_the_pods_vgpu_cap() -> None:
+    """The second review's d1: under a pod's 20 GiB vGPU limit torch's figures showed 58 GiB
+    free of the card and were read as room; the refusal just before it is the cause."""
+    log = (
+        "{'loss': 1.8812, 'epoch': 0.02}\n"
+        "[HAMI-core ERROR (pid:1 thread=139941524457280 allocator.c:54)]: Device 0 OOM "
+        "23555211264 / 21474836480\n"
+        "Traceback (most recent call last):\n  File \"/app/train.py\", line 142, in <module>\n"
+        "    trainer.train()\n" + TORCH_ROOM
+    )
+    d = diagnose(log)
+    assert (d.detected, d.kind, d.framework) == (True, "memory-fraction-cap", "pytorch")
+    assert d.figures.requested_bytes == round(1.96 * 2**30)
+    assert (d.figures.process_bytes, d.figures.allowed_bytes) == (23555211264, 21474836480)
+    assert "nvidia.com/gpumem" in d.recommendation.actions[0]
+    assert d.recommendation.alloc_conf is None
+
+
+def test_the_same_torch_oom_without_a_refusal_before_it_reads_its_figures() -> None:
+    assert diagnose("step 3\n" + TORCH_ROOM).kind != "memory-fraction-cap"
