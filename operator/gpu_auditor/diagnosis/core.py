@@ -14,7 +14,7 @@ from .classify import classify
 from .impossible import HAMI_ACCOUNTING, IMPOSSIBLE_ACTION, impossible_request
 from .killed import KILLED_ACTION, killed_by_signal
 from .leak import growth_from_log, growth_from_rate, growth_from_samples
-from .logtext import ScanResult, printable, scan_bytes, scan_stream
+from .logtext import Hit, ScanResult, printable, scan_bytes, scan_stream
 from .model import Diagnosis, Figures, Growth, MemorySample, NodeEvidence, Recommendation
 from .parse import hami_refusal, parse_hit, tensorflow_banner
 from .phase import STARTUP
@@ -105,7 +105,7 @@ def diagnose_scan(
         return _not_found(scan, torch_version, alloc_conf, backend, growth)
     later = later_failure(scan.tail, hit.line.rank)
     if hit.family == formats.HAMI:
-        after = _after_refusal(scan, later)
+        after = _after_refusal(scan, hit, later)
         if isinstance(after, ScanResult):  # another failure followed the refusal: that one
             return diagnose_scan(
                 after, torch_version=torch_version, alloc_conf=alloc_conf, backend=backend,
@@ -211,7 +211,7 @@ _REFUSAL_CODES: Final = frozenset(
 out-of-memory code, without figures of its own."""
 
 
-def _after_refusal(scan: ScanResult, later: str | None) -> ScanResult | str | None:
+def _after_refusal(scan: ScanResult, hit: Hit, later: str | None) -> ScanResult | str | None:
     """What follows HAMi's refusal line. HAMi logs a refusal before it retries and PyTorch's
     allocator frees its cache and retries: the refusal ended the job only when a traceback
     starts right after it (its first lines) and raises an out-of-memory code or one PyTorch
@@ -222,8 +222,6 @@ def _after_refusal(scan: ScanResult, later: str | None) -> ScanResult | str | No
     rest = scan_bytes(scan.tail.encode("utf-8", errors="replace"))
     if rest.last is not None and rest.last.family not in _REFUSAL_CODES:
         return replace(rest, head=scan.head, bytes_scanned=scan.bytes_scanned)
-    hit = scan.last
-    assert hit is not None
     raised = any(TRACEBACK in x.text for x in hit.after[:REFUSAL_LINES])
     if raised and _SURFACED.search(later if later is not None else scan.tail):
         return None

@@ -606,12 +606,18 @@ def framework_of(family: str, line: str) -> str | None:
     if family in (MXNET, CUDA_ERROR) and _GGML.search(line):
         return "llama.cpp"
     if family == NCCL:  # NCCL's own name, unless the line names JAX or TensorFlow
-        stacks = (m for m in _FRAMEWORK_MARKERS if m[0] in ("jax", "tensorflow"))
-        return next((name for name, marker in stacks if marker.search(line)), NCCL)
+        return _marked(line, ("jax", "tensorflow")) or NCCL
     if family == HOST_ALLOC and "DefaultCPUAllocator" not in line:  # OpenCV's: its markers
-        return next((name for name, marker in _FRAMEWORK_MARKERS if marker.search(line)), None)
+        return _marked(line)
     if family in (TORCH_RAW, DRIVER, CUDA_LIBRARY, HOST_KILLED, RAY_KILLED, BFC, CUDA_ERROR, HAMI):
-        for name, marker in _FRAMEWORK_MARKERS:
-            if marker.search(line):
-                return name
+        return _marked(line) or _FAMILY_FRAMEWORK.get(family)
     return _FAMILY_FRAMEWORK.get(family)
+
+
+def _marked(line: str, among: tuple[str, ...] | None = None) -> str | None:
+    """The first stack of ``_FRAMEWORK_MARKERS`` (or of those ``among`` them) the line names."""
+    return next(
+        (name for name, marker in _FRAMEWORK_MARKERS
+         if (among is None or name in among) and marker.search(line)),
+        None,
+    )

@@ -282,11 +282,21 @@ def hami_refusal(before: str) -> tuple[int, int] | None:
     """``(usage with the request, the pod's limit)`` of the last HAMi refusal line among the
     last ``HAMI_LINES_BEFORE`` lines of ``before``; None when there is none."""
     for line in reversed(before.splitlines()[-HAMI_LINES_BEFORE:]):
-        if formats.match_line(line) == formats.HAMI and (m := _HAMI.search(line)) is not None:
-            wanted, limit = _plain_bytes(m.group(1)), _plain_bytes(m.group(2))
-            if wanted is not None and limit is not None:
-                return wanted, limit
+        if formats.match_line(line) == formats.HAMI:
+            figures = _hami_figures(line)
+            if figures.process_bytes is not None and figures.allowed_bytes is not None:
+                return figures.process_bytes, figures.allowed_bytes
     return None
+
+
+def _hami_figures(text: str) -> Figures:
+    """HAMi's refusal: what the container would hold with the request, then its limit."""
+    over = _HAMI.search(text)
+    if over is None:
+        return Figures()
+    return Figures(
+        process_bytes=_plain_bytes(over.group(1)), allowed_bytes=_plain_bytes(over.group(2))
+    )
 
 
 def _torch_figures(message: str) -> Figures:
@@ -416,11 +426,7 @@ def parse_hit(hit: Hit) -> OomEvent:
             requested, free, total = (_plain_bytes(warned.group(i)) for i in (1, 2, 3))
             figures = Figures(requested, total_bytes=total, free_bytes=free)
     elif family == formats.HAMI:
-        over = _HAMI.search(message)
-        if over is not None:  # what the container would hold with the request, then its limit
-            figures = Figures(
-                process_bytes=_plain_bytes(over.group(1)), allowed_bytes=_plain_bytes(over.group(2))
-            )
+        figures = _hami_figures(message)
     elif family == formats.ONNXRUNTIME_LIMIT:
         asked = _ONNX_LIMIT.search(message)
         figures = Figures(_plain_bytes(asked.group(1)) if asked is not None else None)

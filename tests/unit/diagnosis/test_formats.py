@@ -30,6 +30,15 @@ TORCH_STR_E = (
 )
 
 
+def assert_wording(line: str, family: str, wording: str, then: str = "") -> None:
+    """``line`` is ``family``'s failure, its wording exactly ``wording``, and a log of it (and
+    of ``then``, the lines after it) is an OOM."""
+    found = formats.find_failure(line)
+    assert found is not None
+    assert (found[0], line[found[1] : found[2]]) == (family, wording)
+    assert diagnose(f"step 1\n{line}\n{then}").detected
+
+
 # -- a failure at the start of a line ----------------------------------------------------------
 
 
@@ -571,10 +580,7 @@ def test_the_new_driver_words_are_at_most_200_characters_before_the_code(
     ],
 )  # fmt: skip
 def test_each_second_round_wording_is_its_familys(line: str, family: str, wording: str) -> None:
-    found = formats.find_failure(line)
-    assert found is not None
-    assert (found[0], line[found[1] : found[2]]) == (family, wording)
-    assert diagnose(f"step 1\n{line}\n").detected
+    assert_wording(line, family, wording)
 
 
 @pytest.mark.parametrize(
@@ -746,10 +752,7 @@ def test_a_driver_error_under_jaxlib_s_sources_is_jax_s() -> None:
      "-2.14 GiB", "engine-no-cache", "Available KV cache memory: -2"),
 ])  # fmt: skip
 def test_each_fourth_round_wording_is_its_familys(line: str, family: str, wording: str) -> None:
-    found = formats.find_failure(line)
-    assert found is not None
-    assert (found[0], line[found[1] : found[2]]) == (family, wording)
-    assert diagnose(f"step 1\n{line}\n").detected
+    assert_wording(line, family, wording)
 
 
 @pytest.mark.parametrize("line", [
@@ -875,10 +878,7 @@ def test_nccl_s_failure_names_jax_or_tensorflow_when_its_line_does(
      "RayOutOfMemoryError: More than 95% of the memory on node"),
 ])  # fmt: skip
 def test_each_census_wording_is_its_familys(line: str, family: str, wording: str) -> None:
-    found = formats.find_failure(line)
-    assert found is not None
-    assert (found[0], line[found[1] : found[2]]) == (family, wording)
-    assert diagnose(f"step 1\n{line}\n").detected
+    assert_wording(line, family, wording)
 
 
 @pytest.mark.parametrize("line", [
@@ -967,13 +967,10 @@ def test_slurms_hyphenated_line_is_found_by_the_scan_without_killed() -> None:
      "/ 3145728000"),
 ])  # fmt: skip
 def test_each_public12_wording_is_its_familys(line: str, family: str, wording: str) -> None:
-    found = formats.find_failure(line)
-    assert found is not None
-    assert (found[0], line[found[1] : found[2]]) == (family, wording)
     # HAMi's refusal counts once the job raises it (core._SURFACED)
     raised = ("Traceback (most recent call last):\n  File \"t.py\", line 1, in <module>\n"
               "RuntimeError: CUDA error: unrecognized error code\n") if family == "hami" else ""
-    assert diagnose(f"step 1\n{line}\n{raised}").detected
+    assert_wording(line, family, wording, then=raised)
 
 
 @pytest.mark.parametrize("line", [
@@ -1023,10 +1020,7 @@ def test_the_keyword_pattern_finds_exactly_what_the_keywords_would() -> None:
      "cuda-driver", "failed to alloc"),
 ])  # fmt: skip
 def test_each_public13_wording_is_its_familys(line: str, family: str, wording: str) -> None:
-    found = formats.find_failure(line)
-    assert found is not None
-    assert (found[0], line[found[1] : found[2]]) == (family, wording)
-    assert diagnose(f"step 1\n{line}\n").detected
+    assert_wording(line, family, wording)
 
 
 @pytest.mark.parametrize("line", [
