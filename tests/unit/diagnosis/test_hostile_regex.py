@@ -25,6 +25,7 @@ from gpu_auditor.diagnosis import (
     addressspace,
     aftermath,
     consequence,
+    core,
     formats,
     impossible,
     killed,
@@ -44,7 +45,7 @@ pytestmark = pytest.mark.unit
 
 OWNED: tuple[ModuleType, ...] = (
     sizes, formats, parse, torchversion, logtext, phase, leak, proberecord, recommend, progress,
-    aftermath, killed, wrapped, consequence, addressspace, impossible,
+    aftermath, killed, wrapped, consequence, addressspace, impossible, core,
 )  # fmt: skip
 NUMBER_CHARS = frozenset("0123456789,. ")
 LONGEST_NUMBER = 64
