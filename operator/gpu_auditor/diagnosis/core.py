@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import BinaryIO, Final
 
 from . import allocconf, formats
@@ -112,13 +112,15 @@ def diagnose_scan(
                 node=node, samples=samples, probe_record=probe_record,
             )
         if after is not None:
-            return _not_found(scan, torch_version, alloc_conf, backend, growth, refusal=after)
+            return _not_found(
+                scan, torch_version, alloc_conf, backend, growth, _handled_refusal(after)
+            )
         later = None
     if later is not None:
-        return _not_found(scan, torch_version, alloc_conf, backend, growth, later)
+        return _not_found(scan, torch_version, alloc_conf, backend, growth, _went_on(later))
     reserve = address_space_call(hit.after)
     if reserve is not None:
-        return _not_found(scan, torch_version, alloc_conf, backend, growth, reserve=reserve)
+        return _not_found(scan, torch_version, alloc_conf, backend, growth, _reserved(reserve))
     event = parse_hit(hit)
     refused = hami_refusal(hit.precontext) if event.family in _REFUSAL_RAISED else None
     if refused is not None:  # HAMi refused it first: the pod's vGPU limit, whatever the figures
@@ -126,10 +128,8 @@ def diagnose_scan(
             event.figures, process_bytes=refused[0], allowed_bytes=refused[1]))
     size = impossible_request(event)
     if size is not None:
-        return _not_found(
-            scan, torch_version, alloc_conf, backend, growth, impossible=size,
-            accounting=event.family == formats.HAMI,
-        )
+        why = _impossible(size, accounting=event.family == formats.HAMI)
+        return _not_found(scan, torch_version, alloc_conf, backend, growth, why)
     release = _release(torch_version, scan.head + "\n" + hit.precontext, event.message)
     if event.framework not in (None, "pytorch") and torch_version is None:
         release = UNKNOWN
@@ -257,24 +257,73 @@ def _rejoined(scan: ScanResult) -> ScanResult:
     return replace(found, head=scan.head, bytes_scanned=scan.bytes_scanned)
 
 
+@dataclass(frozen=True)
+class _Dismissed:
+    """Why the log's last failure line did not end the job: the summary, the first action, and
+    the JSON key that names the evidence (``Diagnosis.extra``)."""
+
+    summary: str
+    action: str
+    key: str
+    evidence: str
+
+
+def _went_on(later: str) -> _Dismissed:
+    """The job handled the failure and died of ``later`` (``aftermath.py``)."""
+    return _Dismissed(
+        "no out-of-memory failure ended the job: it went on after the log's last "
+        f"out-of-memory error and then failed with {later}",
+        f"the job failed with {later}, not for lack of GPU memory: the out-of-memory error "
+        "before it was caught and the job went on",
+        "later_failure",
+        later,
+    )
+
+
+def _reserved(call: str) -> _Dismissed:
+    """The code came from a call that reserves address space (``addressspace.py``)."""
+    return _Dismissed(
+        "no out-of-memory failure: CUDA's out-of-memory code came from a call that reserves "
+        "virtual address space, not GPU memory",
+        ADDRESS_SPACE_ACTION.format(line=call),
+        "address_space_call",
+        call,
+    )
+
+
+def _handled_refusal(line: str) -> _Dismissed:
+    """HAMi's refusal that the job's next lines never raised."""
+    return _Dismissed(
+        "no out-of-memory failure ended the job: HAMi refused an allocation past the pod's "
+        "vGPU memory and the job went on (HAMi retries; PyTorch frees its cache and retries)",
+        HAMI_HANDLED_ACTION,
+        "handled_refusal",
+        line,
+    )
+
+
+def _impossible(size: str, *, accounting: bool) -> _Dismissed:
+    """A request more than any machine has (``impossible.py``); HAMi's own count when
+    ``accounting``."""
+    return _Dismissed(
+        f"no out-of-memory failure: it counted {size}, more than any machine has, a "
+        "size computed wrong",
+        (HAMI_ACCOUNTING if accounting else IMPOSSIBLE_ACTION).format(size=size),
+        "impossible_request",
+        size,
+    )
+
+
 def _not_found(
     scan: ScanResult,
     torch_version: str | None,
     alloc_conf: str | None,
     backend: str | None,
     growth: Growth | None,
-    later: str | None = None,
-    *,
-    reserve: str | None = None,
-    impossible: str | None = None,
-    refusal: str | None = None,
-    accounting: bool = False,
+    why: _Dismissed | None = None,
 ) -> Diagnosis:
-    """No out-of-memory failure ended the job: none in the log, or ``later``, the error the job
-    died of after it handled the last one (``aftermath.py``), or ``reserve``, the call that
-    returned the out-of-memory code without asking for GPU memory (``addressspace.py``), or
-    ``impossible``, a request more than any machine has (``impossible.py``), or ``refusal``,
-    HAMi's line for a refusal the job's next lines never raised."""
+    """No out-of-memory failure ended the job: none in the log, or ``why`` the last one did not.
+    Only a log without one is read for a kill by signal 9 (``killed.py``)."""
     release = _release(torch_version, scan.head, "")
     current = allocconf.check(alloc_conf, release, backend) if alloc_conf is not None else None
     problems = current.problems if current is not None else ()
@@ -283,44 +332,14 @@ def _not_found(
     )
     summary = "no out-of-memory failure found in the log"
     extra: tuple[tuple[str, object], ...] = ()
-    quiet = later is None and reserve is None and impossible is None and refusal is None
-    kill = killed_by_signal(scan.tail) if quiet else None
+    kill = killed_by_signal(scan.tail) if why is None else None
     if kill is not None:
         actions = (KILLED_ACTION.format(line=kill), *actions)
         extra = (("killed_by_signal", kill),)
-    if later is not None:
-        summary = (
-            "no out-of-memory failure ended the job: it went on after the log's last "
-            f"out-of-memory error and then failed with {later}"
-        )
-        actions = (
-            f"the job failed with {later}, not for lack of GPU memory: the out-of-memory error "
-            "before it was caught and the job went on",
-            *actions,
-        )
-        extra = (("later_failure", later),)
-    if reserve is not None:
-        summary = (
-            "no out-of-memory failure: CUDA's out-of-memory code came from a call that reserves "
-            "virtual address space, not GPU memory"
-        )
-        actions = (ADDRESS_SPACE_ACTION.format(line=reserve), *actions)
-        extra = (("address_space_call", reserve),)
-    if refusal is not None:
-        summary = (
-            "no out-of-memory failure ended the job: HAMi refused an allocation past the pod's "
-            "vGPU memory and the job went on (HAMi retries; PyTorch frees its cache and retries)"
-        )
-        actions = (HAMI_HANDLED_ACTION, *actions)
-        extra = (("handled_refusal", refusal),)
-    if impossible is not None:
-        summary = (
-            f"no out-of-memory failure: it counted {impossible}, more than any machine has, a "
-            "size computed wrong"
-        )
-        action = HAMI_ACCOUNTING if accounting else IMPOSSIBLE_ACTION
-        actions = (action.format(size=impossible), *actions)
-        extra = (("impossible_request", impossible),)
+    if why is not None:
+        summary = why.summary
+        actions = (why.action, *actions)
+        extra = ((why.key, why.evidence),)
     return Diagnosis(
         detected=False,
         framework=None,

@@ -141,15 +141,23 @@ EVICTION_FIX: Final = (
     "set the pod's memory request to what it uses: under node memory pressure the kubelet evicts "
     "first the pods that use more than they request (a request of 0 goes first)"
 )
-HOST_FIXES: Final = (
-    "raise the container's memory limit (and set the request equal to it)",
-    "use fewer DataLoader workers (each worker holds its own copy of the dataset object)",
-    "set pin_memory=False or a smaller prefetch_factor "
-    "(pinned host buffers count against the limit)",
-    "load checkpoints with torch.load(..., mmap=True) or straight to the GPU (map_location='cuda')",
-    "a memory-backed /dev/shm (emptyDir medium: Memory) counts against the limit: "
-    "size it explicitly",
+RAISE_LIMIT: Final = "raise the container's memory limit (and set the request equal to it)"
+FEWER_WORKERS: Final = (
+    "use fewer DataLoader workers (each worker holds its own copy of the dataset object)"
 )
+NO_PINNING: Final = (
+    "set pin_memory=False or a smaller prefetch_factor "
+    "(pinned host buffers count against the limit)"
+)
+MMAP_LOAD: Final = (
+    "load checkpoints with torch.load(..., mmap=True) or straight to the GPU (map_location='cuda')"
+)
+SHM_SIZE: Final = (
+    "a memory-backed /dev/shm (emptyDir medium: Memory) counts against the limit: "
+    "size it explicitly"
+)
+HOST_FIXES: Final = (RAISE_LIMIT, FEWER_WORKERS, NO_PINNING, MMAP_LOAD, SHM_SIZE)
+"""Host memory's levers, the container's limit first; PyTorch's loaders' levers in between."""
 
 
 @dataclass(frozen=True)
@@ -434,16 +442,16 @@ def _kind_actions(ctx: Context) -> list[str]:
             return [
                 "give Ray's tasks and actors memory to match what they use (memory=... in their "
                 "options) so fewer run at once on a node, or raise the pod's memory limit",
-                HOST_FIXES[0],
+                RAISE_LIMIT,
                 "Ray's monitor kills at RAY_memory_usage_threshold (0.95 of the node's memory by "
                 "default): a job that needs that much needs more memory, not a higher threshold",
             ]
         if EVICTED in ctx.event.message:
             return [EVICTION_FIX, *HOST_FIXES]
         if "DataLoader worker" in ctx.event.message:  # the workers' copies first
-            return [HOST_FIXES[1], HOST_FIXES[0], *HOST_FIXES[2:]]
+            return [FEWER_WORKERS, RAISE_LIMIT, NO_PINNING, MMAP_LOAD, SHM_SIZE]
         if ctx.event.framework not in (None, "pytorch") and fam == formats.HOST_ALLOC:
-            return [HOST_FIXES[0], HOST_FIXES[4]]  # no PyTorch: its loaders' levers do not apply
+            return [RAISE_LIMIT, SHM_SIZE]  # no PyTorch: its loaders' levers do not apply
         return list(HOST_FIXES)
     if kind == "unknown":
         check = (
