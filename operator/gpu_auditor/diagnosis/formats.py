@@ -426,6 +426,9 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             # Faiss's GPU resources; a thrust algorithm's system_error (XGBoost's gpu_hist)
             r"\b[Ff]ailed to cudaMalloc \d{1,20} bytes(?: on device \d{1,3})? "
             r"\(error 2 out of memory|"
+            # ...and Faiss 1.7+'s (its bench_gpu_1bn.py quotes one)
+            r"\bStandardGpuResources: alloc fail\b[^\n]{0,240}?\(cudaMalloc error out of memory "
+            r"\[2\]\)|"
             r"\bthrust::system::system_error'\s{0,8}what\(\):[^\n]{0,180}?: out of memory\b|"
             # torch_memory_saver (SGLang, verl): cuMemCreate's CUresult 2, CUDA_ERROR_OUT_OF_MEMORY
             r"\[torch_memory_saver\.cpp\] CUresult error\s{1,4}result=2\b|"
@@ -563,6 +566,7 @@ _FRAMEWORK_MARKERS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     ("mxnet", re.compile(r"\bMXNet|\bmxnet\b|\bmshadow\b")),
     ("caffe", re.compile(r"\bcaffe\b|\bsyncedmem\.cpp\b")),
     ("opencv", re.compile(r"\bcv2\.error\b|\bOpenCV\(\d")),
+    ("faiss", re.compile(r"\bfaiss::|\bStandardGpuResources\b")),
     ("pytorch", re.compile(r"\btorch\b|RuntimeError|c10::|AcceleratorError")),
 )
 

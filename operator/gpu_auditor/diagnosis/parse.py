@@ -146,6 +146,10 @@ _BYTES_REQUEST: Final = re.compile(
     r"(?:allocate|calloc|malloc|alloc)\w{0,24}\s{1,8}([\d,]{1,32}) bytes"
 )
 _DRIVER_REQUEST: Final = re.compile(r"failed to allocate [^(\n]{0,200}\((\d{1,32}) bytes\)")
+_FAISS_REQUEST: Final = re.compile(
+    r"\bStandardGpuResources: alloc fail\b[^\n]{0,200}? size (\d{1,32}) bytes"
+)
+"""Faiss 1.7+'s request: "alloc fail type ... size 4513349632 bytes (cudaMalloc error ...)"."""
 _TENSORRT_REQUEST: Final = re.compile(
     r"Requested amount of GPU memory \((\d{1,32}) bytes\) could not be allocated"
 )
@@ -493,7 +497,11 @@ def parse_hit(hit: Hit) -> OomEvent:
     elif family in (formats.NCCL, formats.HOST_ALLOC, formats.DRIVER, formats.CUDA_ERROR):
         nearby = [message] + [x.text for x in hit.before[-3:]]
         for text in nearby:
-            match = _BYTES_REQUEST.search(text) or _DRIVER_REQUEST.search(text)
+            match = (
+                _BYTES_REQUEST.search(text)
+                or _DRIVER_REQUEST.search(text)
+                or _FAISS_REQUEST.search(text)
+            )
             if match is not None:
                 figures = Figures(_plain_bytes(match.group(1)))
                 break

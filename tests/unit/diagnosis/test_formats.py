@@ -852,6 +852,12 @@ def test_nccl_s_failure_names_jax_or_tensorflow_when_its_line_does(
     # Faiss (facebookresearch/faiss#1031); XGBoost's gpu_hist (dmlc/xgboost#2874)
     ("Error: 'err == cudaSuccess' failed: failed to cudaMalloc 47064032 bytes (error 2 out of "
      "memory)", "cuda-error", "failed to cudaMalloc 47064032 bytes (error 2 out of memory"),
+    # Faiss 1.7+ (facebookresearch/faiss benchs/bench_gpu_1bn.py quotes it)
+    ("Error: 'err == cudaSuccess' failed: StandardGpuResources: alloc fail type "
+     "TemporaryMemoryOverflow dev 0 space Device stream 0x7effcc5f47a0 size 4513349632 bytes "
+     "(cudaMalloc error out of memory [2])", "cuda-error",
+     "StandardGpuResources: alloc fail type TemporaryMemoryOverflow dev 0 space Device stream "
+     "0x7effcc5f47a0 size 4513349632 bytes (cudaMalloc error out of memory [2])"),
     ("terminate called after throwing an instance of 'thrust::system::system_error'  what():  "
      "/src/common/device_helpers.cuh(456): out of memory", "cuda-error",
      "thrust::system::system_error'  what():  /src/common/device_helpers.cuh(456): out of "

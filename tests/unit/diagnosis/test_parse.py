@@ -606,6 +606,18 @@ def test_torchs_allocator_warning_gives_request_free_and_total() -> None:
     assert (d.framework, d.kind) == ("pytorch", "capacity")
 
 
+def test_faiss_s_resources_give_the_request_and_name_faiss() -> None:
+    # Faiss 1.7+ raised through SWIG as a RuntimeError (its benchs/bench_gpu_1bn.py quotes it)
+    d = diagnose(
+        "RuntimeError: Error in virtual void* faiss::gpu::StandardGpuResourcesImpl::allocMemory("
+        "const faiss::gpu::AllocRequest&) at faiss/gpu/StandardGpuResources.cpp:452: Error: "
+        "'err == cudaSuccess' failed: StandardGpuResources: alloc fail type "
+        "TemporaryMemoryOverflow dev 0 space Device stream 0x7effcc5f47a0 size 4513349632 bytes "
+        "(cudaMalloc error out of memory [2])\n"
+    )
+    assert (d.detected, d.framework, d.figures.requested_bytes) == (True, "faiss", 4513349632)
+
+
 def test_the_bfc_failing_path_gives_the_rounded_request() -> None:
     f = event(
         "Allocator (GPU_0_bfc) ran out of memory trying to allocate 1.17GiB (rounded to "
