@@ -276,7 +276,11 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
         BFC,
         re.compile(
             r"ran out of memory trying to allocate [^\n]{0,64}requested by op\b|"
-            r"ran out of memory trying to allocate [\d.]{1,24}[KMGT]?i?B \(rounded to \d{1,20}\)"
+            r"ran out of memory trying to allocate [\d.]{1,24}[KMGT]?i?B \(rounded to \d{1,20}\)|"
+            # TensorFlow 1.x's failing path, before it printed the rounded size (its "not a
+            # failure" warning has no summary to follow)
+            r"ran out of memory trying to allocate [\d.]{1,24}[KMGT]?i?B\.\s{1,4}"
+            r"Current allocation summary follow"
         ),
     ),
     (
@@ -354,7 +358,11 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
     ),
     (
         VLLM_STARTUP,
-        re.compile(r"Free memory on device \([\d./ ]{1,32}GiB\) on startup is less than desired"),
+        # vLLM 0.11+ names the device: "Free memory on device cuda:0 (22.65/79.18 GiB)"
+        re.compile(
+            r"Free memory on device (?:[\w:]{1,24} )?\([\d./ ]{1,32}GiB\) on startup is less than "
+            r"desired"
+        ),
     ),
     (
         CUPY,

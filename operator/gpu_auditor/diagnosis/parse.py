@@ -138,7 +138,8 @@ _CUPY_OLD: Final = re.compile(
 _ONNX_REQUEST: Final = re.compile(r"requested buffer of size (\d{1,32})\b")
 _VLLM_NEEDED: Final = _size_re(r"\({S} KV cache is needed")
 _VLLM_STARTUP: Final = re.compile(
-    r"Free memory on device \(([\d.]{1,24})/([\d.]{1,24}) GiB\) on startup is less than desired "
+    r"Free memory on device (?:[\w:]{1,24} )?\(([\d.]{1,24})/([\d.]{1,24}) GiB\) on startup is "
+    r"less than desired "
     r"GPU memory utilization \([\d.]{1,24}, ([\d.]{1,24}) GiB\)"
 )
 _VLLM_AVAILABLE: Final = _size_re(r"available KV cache memory \({S}\)")
@@ -150,9 +151,9 @@ _FAISS_REQUEST: Final = re.compile(
     r"\bStandardGpuResources: alloc fail\b[^\n]{0,200}? size (\d{1,32}) bytes"
 )
 """Faiss 1.7+'s request: "alloc fail type ... size 4513349632 bytes (cudaMalloc error ...)"."""
-_TENSORRT_REQUEST: Final = re.compile(
-    r"Requested amount of GPU memory \((\d{1,32}) bytes\) could not be allocated"
-)
+_TENSORRT_REQUEST: Final = re.compile(r"Requested amount of GPU memory \((\d{1,32}) bytes\)")
+"""TensorRT's warning beside its failure, "... could not be allocated"; the request is named
+first (public14 r-006's post cut the line after it)."""
 _PADDLE_MALLOC: Final = _size_re(r"Cannot malloc {S} GPU memory")
 _PADDLE_SIZE: Final = r"\d{1,12}(?:\.\d{1,12})? ?[KMG]?B"
 """A size as Paddle's HumanReadableSize prints it, which may run into the next word."""

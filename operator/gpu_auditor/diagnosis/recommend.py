@@ -512,9 +512,15 @@ def phase_of(event: OomEvent, precontext: str) -> str | None:
         return CUDA_INIT
     if event.framework == "pytorch":
         return failure_phase(own_text(precontext, event.rank))
-    if event.framework == "tensorflow":
+    if event.framework == "tensorflow" and event.family not in _OP_ALLOCATIONS:
         return tensorflow_phase(own_text(precontext, event.rank))
     return None
+
+
+_OP_ALLOCATIONS: Final = frozenset({formats.BFC, formats.TENSORFLOW})
+"""TensorFlow's failures of an op's allocation from its BFC pool: the pool exists, so they are
+never its reservation of the device at start (the driver's "failed to allocate ... from device"
+is; public14 n-003: a BFC failure at the first step of epoch 1 was read as the reservation)."""
 
 
 def _place_actions(ctx: Context) -> list[str]:

@@ -1974,6 +1974,39 @@ def test_tensorflows_banner_with_exactly_5_percent_free(free: str, kind: str) ->
     assert diagnose(log).kind == kind
 
 
+def test_vllm_s_start_check_naming_its_device_reads_like_the_older_one() -> None:
+    # vLLM 0.11+ (public14 r-021: a flaky test beside other processes on the node's GPU)
+    d = diagnose(
+        "(EngineCore pid=407) ValueError: Free memory on device cuda:0 (22.65/79.18 GiB) on "
+        "startup is less than desired GPU memory utilization (0.825, 65.32 GiB). Decrease GPU "
+        "memory utilization or reduce GPU memory used by other processes.\n"
+    )
+    assert (d.kind, d.summary) == (
+        "gpu-shared",
+        "gpu-shared: vLLM found 22.65 GiB free of the 79.18 GiB GPU at start, less than the 65.32 "
+        "GiB its gpu_memory_utilization asks: 56.53 GiB was held by other processes; at most 0.28 "
+        "of the GPU is there to take",
+    )
+
+
+def test_an_op_s_allocation_failing_in_tensorflow_s_pool_is_not_its_start_reservation() -> None:
+    """public14 n-003: TensorFlow 1.x created its device, printed "Epoch 1/1" and its BFC pool
+    failed an op's 798 MiB at the first step: the pool existed, so this is no reservation at start
+    (b-039's driver line "failed to allocate 5.93G ... from device" is)."""
+    from .diagnosis_helpers import FIXTURES
+
+    log = (FIXTURES.parents[2] / "evaluation" / "public14" / "logs" / "n-003.log").read_text(
+        errors="replace"
+    )
+    d = diagnose(log)
+    assert (d.kind, d.summary) == (
+        "capacity", "capacity: tensorflow could not get the 798.06 MiB it requested"
+    )
+    for op in ("OOM when allocating tensor with shape[16,3785,512] and type float on "
+               "/job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc",):
+        assert diagnose(log + op + "\n").kind != "memory-fraction-cap"
+
+
 def test_a_library_starved_at_tensorflow_s_start_is_not_tensorflow_s_own_reservation() -> None:
     """TensorFlow created its device, then cuBLAS could not create its handle: TensorFlow's
     reservation left the library no room (tests/fixtures/oom/families/tf_cublas_alloc_failed)."""

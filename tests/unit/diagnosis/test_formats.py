@@ -852,6 +852,11 @@ def test_nccl_s_failure_names_jax_or_tensorflow_when_its_line_does(
     # Faiss (facebookresearch/faiss#1031); XGBoost's gpu_hist (dmlc/xgboost#2874)
     ("Error: 'err == cudaSuccess' failed: failed to cudaMalloc 47064032 bytes (error 2 out of "
      "memory)", "cuda-error", "failed to cudaMalloc 47064032 bytes (error 2 out of memory"),
+    # TensorFlow 1.x's BFC failing path, before "(rounded to N)" (public14 n-003, public2 q-025)
+    ("2017-10-23 22:07:38.053482: W tensorflow/core/common_runtime/bfc_allocator.cc:273] "
+     "Allocator (GPU_0_bfc) ran out of memory trying to allocate 798.06MiB.  Current allocation "
+     "summary follow", "bfc",
+     "ran out of memory trying to allocate 798.06MiB.  Current allocation summary follow"),
     # Faiss 1.7+ (facebookresearch/faiss benchs/bench_gpu_1bn.py quotes it)
     ("Error: 'err == cudaSuccess' failed: StandardGpuResources: alloc fail type "
      "TemporaryMemoryOverflow dev 0 space Device stream 0x7effcc5f47a0 size 4513349632 bytes "

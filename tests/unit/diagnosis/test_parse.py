@@ -534,6 +534,17 @@ def test_tensorrts_request_is_read_within_3_lines_of_its_failure(
         assert d.summary == "capacity: tensorrt could not get the 19.00 GiB it requested"
 
 
+def test_tensorrts_request_line_cut_after_its_figure_still_gives_the_request() -> None:
+    # public14 r-006: Triton's log, the post cut at "could not be alloca"; a 20 GB MIG slice
+    d = diagnose(
+        'E0915 15:27:00.910199 134 logging.cc:40] "[defaultAllocator.cpp::allocateAsync::44] '
+        'Error Code 1: Cuda Runtime (out of memory)"\n'
+        'W0915 15:27:00.910234 134 logging.cc:43] "Requested amount of GPU memory (22649242112 '
+        "bytes) could not be alloca\n"
+    )
+    assert (d.kind, d.figures.requested_bytes) == ("capacity", 22649242112)
+
+
 def test_pytorchs_message_lower_cased_gives_every_figure() -> None:
     # as pasted into an issue title: every field read without case
     d = diagnose(
