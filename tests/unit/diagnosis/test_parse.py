@@ -545,6 +545,29 @@ def test_tensorrts_request_line_cut_after_its_figure_still_gives_the_request() -
     assert (d.kind, d.figures.requested_bytes) == ("capacity", 22649242112)
 
 
+_UNSEEN = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.32 GiB. GPU 0 has a total "
+    "capacity of 79.25 GiB of which {free} is free. Including non-PyTorch memory, this process "
+    "has {process} memory in use. Of the allocated memory 36.46 GiB is allocated by PyTorch, and "
+    "20.98 MiB is reserved by PyTorch but unallocated.\n"
+)
+
+
+@pytest.mark.parametrize(("free", "process", "kind", "process_bytes"), [
+    # public14 m-018 (SGLang in a container; the thread: 40 GB of each card was free to it)
+    ("2.27 GiB", "0 bytes", "gpu-shared", None),
+    # a figure NVML saw is kept (and read: memory in the process outside PyTorch)
+    ("2.27 GiB", "76.90 GiB", "non-pytorch-memory", 82570746266),
+    # what NVML could not see, the rest of the card is free: the figures show room
+    ("42.27 GiB", "0 bytes", "unknown", None),
+])  # fmt: skip
+def test_a_process_figure_of_0_beside_what_pytorch_holds_is_no_figure(
+    free: str, process: str, kind: str, process_bytes: int | None
+) -> None:
+    d = diagnose(_UNSEEN.format(free=free, process=process))
+    assert (d.kind, d.figures.process_bytes) == (kind, process_bytes)
+
+
 def test_pytorchs_message_lower_cased_gives_every_figure() -> None:
     # as pasted into an issue title: every field read without case
     d = diagnose(
