@@ -2146,6 +2146,30 @@ def test_another_stacks_failure_after_a_hamis_refusal_is_the_one_read(after: str
     assert (d.detected, d.kind) == (True, kind)
 
 
+def test_the_failure_after_a_hamis_refusal_is_read_with_everything_the_caller_gave() -> None:
+    """The re-read of the later failure gets the caller's torch version, allocator setting,
+    backend, node evidence and probe record, as a log without the refusal would."""
+    from gpu_auditor.diagnosis.model import NodeEvidence
+
+    after = (
+        "RuntimeError: [enforce fail at alloc_cpu.cpp:114] . DefaultCPUAllocator: can't allocate "
+        "memory: you tried to allocate 4294967296 bytes.\n"
+    )
+    given = {
+        "torch_version": "1.8.1",
+        "alloc_conf": "expandable_segments:True,max_split_size_mb:1",
+        "backend": "cudaMallocAsync",
+        "node": NodeEvidence(gpu_total_bytes=16 * 2**30, growth_bytes_per_second=2**30),
+    }
+    line = HAMI.splitlines()[1]
+    read = diagnose(f"step 10 loss 2.1\n{line}\nstep 11 loss 2.0\n{after}", **given)
+    alone = diagnose(f"step 10 loss 2.1\nstep 11 loss 2.0\n{after}", **given)
+    assert read.alloc_conf_problems  # 1.8.1 has no expandable_segments
+    first, second = read.to_json_dict(), alone.to_json_dict()
+    del first["oom_count"], second["oom_count"]
+    assert first == second
+
+
 def test_a_hamis_refusal_raised_only_after_more_steps_is_no_cap() -> None:
     """The traceback must start right after the refusal: a CUDA error after more training is
     another failure (the second review's d2)."""
