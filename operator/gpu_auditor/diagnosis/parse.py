@@ -316,8 +316,13 @@ def _torch_figures(message: str) -> Figures:
         if (pid := to_count(m.group(1))) is not None and (size := _bytes_of(m.group(2))) is not None
     ]
     process = found["process"]
+    reserved = None if allocated is None else allocated + (unallocated or 0)
+    if process == 0 and reserved:
+        # NVML did not see the process's memory (a container's PID namespace; public14 m-018:
+        # "this process has 0 bytes memory in use" beside 36.46 GiB allocated by PyTorch, four
+        # more logs of the public sets print it): no figure, and a process listed may be the job
+        process = None
     if process is None and processes:
-        reserved = None if allocated is None else allocated + (unallocated or 0)
         own, processes = _own_process(processes, reserved)
         process = own.bytes if own else None
     gpu = _GPU_INDEX.search(message)
@@ -396,16 +401,10 @@ def _plain_bytes(text: str) -> int | None:
 def _possible(figures: Figures) -> Figures:
     """The figures without a free figure above the device's total: no device has more free than
     it has, so the allocator printed a bogus value (public9 o-009: "of which 17179869183.96 GiB
-    is free" on a 512 MiB AMD iGPU under HIP), and a verdict must not read room from it; and
-    without a process figure of 0 beside memory PyTorch holds: NVML could not see the process
-    (in a container's PID namespace: public14 m-018, "this process has 0 bytes memory in use"
-    beside 36.46 GiB allocated by PyTorch; four more logs of the public sets print it). A
-    figure NVML saw is never below PyTorch's own: it adds the CUDA context."""
+    is free" on a 512 MiB AMD iGPU under HIP), and a verdict must not read room from it."""
     f = figures
     if f.free_bytes is not None and f.total_bytes is not None and f.free_bytes > f.total_bytes:
-        f = replace(f, free_bytes=None)
-    if f.process_bytes == 0 and f.reserved_bytes:
-        f = replace(f, process_bytes=None)
+        return replace(f, free_bytes=None)
     return f
 
 

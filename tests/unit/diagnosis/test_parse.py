@@ -560,6 +560,9 @@ _UNSEEN = (
     ("2.27 GiB", "76.90 GiB", "non-pytorch-memory", 82570746266),
     # what NVML could not see, the rest of the card is free: the figures show room
     ("42.27 GiB", "0 bytes", "unknown", None),
+    # ...and the job listed under the host's pid beside it is the job's own, not another's
+    ("2.27 GiB", "0 bytes memory in use. Process 4242 has 36.98 GiB", "capacity",
+     39706972652),
 ])  # fmt: skip
 def test_a_process_figure_of_0_beside_what_pytorch_holds_is_no_figure(
     free: str, process: str, kind: str, process_bytes: int | None
