@@ -125,6 +125,8 @@ KEYWORDS: Final[tuple[bytes, ...]] = (
     b"memory_saver.cpp] CUresult error",
     b"EigenAllocator for GPU ran out of memory",
     b"OOM ",
+    b"setMemoryPoolLimit",
+    b"Memory allocation error on worker",
 )
 """Byte strings at least one of which every family's failure line contains (second filter)."""
 
@@ -290,6 +292,8 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"CUDA_ERROR_OUT_OF_MEMORY)|"
             # older XLA/JAX releases
             r"Resource exhausted: Out of memory while trying to allocate|"
+            # bindings that print XLA's status without its code (Elixir's EXLA; public15 v-021)
+            r"\bOut of memory while trying to allocate \d{1,20} bytes\.|"
             r"(?:RESOURCE_EXHAUSTED|Resource exhausted): Failed to allocate request for \d"
         ),
     ),
@@ -311,7 +315,9 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"Error [Cc]ode 1: [Cc]uda Runtime \(out of memory\)|"
             r"\bCuda Error in \w{1,40}: 2 \(out of memory\)|"  # its safe runtime's allocator
             # TensorRT-LLM's executor, one of its components (KV cache) not created
-            r"\bExecutor creation failed due to insufficient GPU memory\b"
+            r"\bExecutor creation failed due to insufficient GPU memory\b|"
+            # TensorRT-LLM's attention plugin at build time (public15 v-011, v-024)
+            r"\brequires \d{1,20} bytes of scratch space, but only \d{1,20} is available\b"
         ),
     ),
     (
@@ -454,7 +460,9 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             # Thrust's allocator; RAPIDS' RMM (its pool's own limit, or the device)
             r"\bbad_alloc: cudaErrorMemoryAllocation\b|\bout_of_memory: (?:RMM failure|CUDA error)|"
             # llama.cpp's (ggml's) backend buffers
-            r"\b(?:failed|unable) to allocate (?:CUDA|ROCm|Vulkan|SYCL)\d{0,3} buffer\b"
+            r"\b(?:failed|unable) to allocate (?:CUDA|ROCm|Vulkan|SYCL)\d{0,3} buffer\b|"
+            # XGBoost's device allocator, a LOG(FATAL) (public15 v-009, v-010; census)
+            r"\bMemory allocation error on worker \d{1,6}: "
         ),
     ),
     # PyTorch's caching allocator warns before it raises or before a caller falls back
@@ -575,6 +583,8 @@ _FRAMEWORK_MARKERS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     ("caffe", re.compile(r"\bcaffe\b|\bsyncedmem\.cpp\b")),
     ("opencv", re.compile(r"\bcv2\.error\b|\bOpenCV\(\d")),
     ("faiss", re.compile(r"\bfaiss::|\bStandardGpuResources\b")),
+    ("xgboost", re.compile(
+        r"\bxgboost|\bXGBoost|updater_gpu_hist|\bMemory allocation error on worker \d")),
     ("pytorch", re.compile(r"\btorch\b|RuntimeError|c10::|AcceleratorError")),
 )
 

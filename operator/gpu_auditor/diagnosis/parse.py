@@ -151,6 +151,13 @@ _FAISS_REQUEST: Final = re.compile(
     r"\bStandardGpuResources: alloc fail\b[^\n]{0,200}? size (\d{1,32}) bytes"
 )
 """Faiss 1.7+'s request: "alloc fail type ... size 4513349632 bytes (cudaMalloc error ...)"."""
+_TENSORRT_SCRATCH: Final = re.compile(
+    r"requires (\d{1,20}) bytes of scratch space, but only (\d{1,20}) is available"
+)
+"""TensorRT-LLM's attention plugin at build time: what it needs, what the builder has."""
+_XGBOOST: Final = re.compile(r"\bMemory allocation error on worker \d{1,6}: ")
+_XGBOOST_FIGURE: Final = re.compile(r"^[ \t]{0,8}- (Free|Requested) memory: (\d{1,20})[ \t]*$")
+"""XGBoost's two lines under its failure ("- Free memory: N", "- Requested memory: M")."""
 _TENSORRT_REQUEST: Final = re.compile(r"Requested amount of GPU memory \((\d{1,32}) bytes\)")
 """TensorRT's warning beside its failure, "... could not be allocated"; the request is named
 first (public14 r-006's post cut the line after it)."""
@@ -494,12 +501,18 @@ def parse_hit(hit: Hit) -> OomEvent:
             if size:
                 figures = Figures(size)
                 break
+    elif family == formats.TENSORRT and (scratch := _TENSORRT_SCRATCH.search(message)):
+        figures = Figures(_plain_bytes(scratch.group(1)), free_bytes=_plain_bytes(scratch.group(2)))
     elif family == formats.TENSORRT:
         nearby = [message] + [x.text for x in (*hit.before[-3:], *hit.after[:3])]
         for text in nearby:
             if (match := _TENSORRT_REQUEST.search(text)) is not None:
                 figures = Figures(_plain_bytes(match.group(1)))
                 break
+    elif family in (formats.CUDA_ERROR, formats.DRIVER) and _XGBOOST.search(message):
+        below = {m.group(1): _plain_bytes(m.group(2))
+                 for x in hit.after[:2] if (m := _XGBOOST_FIGURE.match(x.text))}
+        figures = Figures(below.get("Requested"), free_bytes=below.get("Free"))
     elif family in (formats.NCCL, formats.HOST_ALLOC, formats.DRIVER, formats.CUDA_ERROR):
         nearby = [message] + [x.text for x in hit.before[-3:]]
         for text in nearby:

@@ -1075,3 +1075,36 @@ def test_any_of_finds_each_word_and_nothing_else(words: list[str]) -> None:
         assert pattern.search("x OOM when allocating").group(0) == "OOM "  # the shorter ends it
     if "a.b" in words:
         assert pattern.search("axc") is None and pattern.search("aac") is None  # "." "+" literal
+
+
+# -- the sixth round: public14's and public15's calibration (after their blind scores) ---------
+
+
+@pytest.mark.parametrize(("line", "family", "wording"), [
+    # Elixir's EXLA prints XLA's status without its code (public15 v-021)
+    ("** (RuntimeError) Out of memory while trying to allocate 117964800 bytes.", "xla",
+     "Out of memory while trying to allocate 117964800 bytes."),
+    # TensorRT-LLM's attention plugin at build time (public15 v-024, v-011)
+    ("requires 26927499520 bytes of scratch space, but only 15642329088 is available. Try "
+     "increasing the workspace size with IBuilderConfig::setMemoryPoolLimit().", "tensorrt",
+     "requires 26927499520 bytes of scratch space, but only 15642329088 is available"),
+    # XGBoost's device allocator (public15 v-009, v-010)
+    ("../src/data/../common/device_helpers.cuh:428: Memory allocation error on worker 3: Caching "
+     "allocator", "cuda-error", "Memory allocation error on worker 3: "),
+])  # fmt: skip
+def test_each_sixth_round_wording_is_its_familys(line: str, family: str, wording: str) -> None:
+    assert_wording(line, family, wording)
+
+
+@pytest.mark.parametrize("line", [
+    # TensorRT skipping a tactic is no failure (public14 n-017), nor a plugin that fit
+    "    Try decreasing the workspace size with IBuilderConfig::setMemoryPoolLimit().",
+    "[W] Skipping tactic 3 due to insufficient memory on requested size of 68719476736 detected",
+    "plugin node attention requires 1024 bytes of scratch space",
+    # XLA's wording without a byte count, or in prose
+    "Out of memory while trying to allocate the KV cache",
+    "XGBoost: Memory allocation error handling was improved in 1.7",
+])  # fmt: skip
+def test_near_misses_of_the_sixth_round_wordings(line: str) -> None:
+    assert formats.find_failure(line) is None
+    assert not diagnose(f"step 1\n{line}\nstep 2\n").detected

@@ -571,6 +571,37 @@ def test_a_process_figure_of_0_beside_what_pytorch_holds_is_no_figure(
     assert (d.kind, d.figures.process_bytes) == (kind, process_bytes)
 
 
+def test_xgboost_s_two_lines_under_its_failure_give_request_and_free() -> None:
+    # the census's XGBoost 1.7 line (its driver wording) and public15 v-010's (its own)
+    for head in (
+        "device_helpers.cuh:431: Memory allocation error on worker 0: std::bad_alloc: "
+        "cudaErrorMemoryAllocation: out of memory",
+        "device_helpers.cuh:428: Memory allocation error on worker 3: Caching allocator",
+    ):
+        d = diagnose(f"{head}\n- Free memory: 8126464\n- Requested memory: 33554432\n")
+        f = d.figures
+        assert (d.framework, f.requested_bytes, f.free_bytes) == ("xgboost", 33554432, 8126464)
+        assert d.summary == "capacity: the 32.00 MiB request exceeds the 7.75 MiB free"
+    # lines further down, or another stack's, are not XGBoost's
+    d = diagnose(
+        "device_helpers.cuh:428: Memory allocation error on worker 3: Caching allocator\n"
+        "a\nb\n- Free memory: 8126464\n- Requested memory: 33554432\n"
+    )
+    assert (d.figures.requested_bytes, d.figures.free_bytes) == (None, None)
+
+
+def test_tensorrt_llm_s_scratch_space_gives_request_and_what_the_builder_had() -> None:
+    d = diagnose(
+        "[07/17/2024-01:56:09] [TRT] [E] IBuilder::buildSerializedNetwork: Error Code 4: "
+        "Internal Error (Internal error: plugin node QWenForCausalLM/transformer/layers/0/attention"
+        "/wrapper/gpt_attention/PLUGIN_V2_GPTAttention_0 \nrequires 26927499520 bytes of scratch "
+        "space, but only 15642329088 is available. Try increasing the workspace size with "
+        "IBuilderConfig::setMemoryPoolLimit().\n"
+    )
+    f = d.figures
+    assert (d.kind, f.requested_bytes, f.free_bytes) == ("capacity", 26927499520, 15642329088)
+
+
 def test_pytorchs_message_lower_cased_gives_every_figure() -> None:
     # as pasted into an issue title: every field read without case
     d = diagnose(
