@@ -152,6 +152,13 @@ EVICTED: Final = "The node was low on resource: memory"
 LIBRARIES: Final = {formats.NCCL: "NCCL", formats.CUDA_LIBRARY: "a CUDA library (cuBLAS/cuDNN)"}
 """The families of libraries that allocate outside the framework's cache, by the name a summary
 gives them."""
+POOL_ALLOCATIONS: Final = frozenset({formats.BFC, formats.TENSORFLOW})
+"""TensorFlow's failures of an op's allocation from its BFC pool. Before a step finished they
+are not its reservation of the device at start (the driver's "failed to allocate ... from
+device" is): the pool was reserved, from what was free then (all of it by default, or a
+memory fraction of it), and the op did not fit it; which of the two limited it the log does not
+say (public14 n-003: TensorFlow 1.x, 798 MiB at the first step on a 4 GiB card, 3.55 GiB free at
+start). A device near full at start is another process's, whatever failed."""
 PREALLOCATING: Final = ("tensorflow", "jax")
 """Frameworks that reserve most of the GPU up front (TensorFlow's BFC, JAX's 75 %): a library
 outside them (cuBLAS, cuDNN, NCCL) that cannot get memory is starved by that reservation
@@ -481,7 +488,10 @@ def _primary(x: _Facts) -> str:
         return "memory-fraction-cap"
     if x.phase == STARTUP and x.family not in LIBRARIES:
         # TensorFlow's reservation at start, not the model's work (a library it starved: below)
-        return "gpu-shared" if x.taken_before_start() else "memory-fraction-cap"
+        if x.taken_before_start():
+            return "gpu-shared"
+        # an op's allocation failing in the pool: not the reservation (public14 n-003)
+        return "unknown" if x.family in POOL_ALLOCATIONS else "memory-fraction-cap"
     if x.too_big():
         return "capacity"
     if x.cap_only():
@@ -584,6 +594,15 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
         )
     if kind == "capacity" and x.too_big():
         return f"capacity: the {fs(r)} request alone exceeds the GPU's {fs(t)}"
+    if kind == "unknown" and x.phase == STARTUP and x.family in POOL_ALLOCATIONS:
+        asked = f"the {fs(r)} an op asked" if r is not None else "an op's allocation"
+        found = f" from the {fs(free)} free of the {fs(t)} GPU" if free and t else ""
+        return (
+            f"unknown: {asked} did not fit TensorFlow's pool before a step finished; the pool "
+            f"was reserved at start{found} (all of it by default, or "
+            "per_process_gpu_memory_fraction of it): the work's size or a memory fraction is the "
+            "limit, and the log does not say which"
+        )
     if kind == "memory-fraction-cap" and x.phase == STARTUP:
         return (
             f"memory-fraction-cap: TensorFlow could not reserve the {fs(r)} it maps at start "

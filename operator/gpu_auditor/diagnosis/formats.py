@@ -125,7 +125,6 @@ KEYWORDS: Final[tuple[bytes, ...]] = (
     b"memory_saver.cpp] CUresult error",
     b"EigenAllocator for GPU ran out of memory",
     b"OOM ",
-    b"setMemoryPoolLimit",
     b"Memory allocation error on worker",
 )
 """Byte strings at least one of which every family's failure line contains (second filter)."""
@@ -315,9 +314,7 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"Error [Cc]ode 1: [Cc]uda Runtime \(out of memory\)|"
             r"\bCuda Error in \w{1,40}: 2 \(out of memory\)|"  # its safe runtime's allocator
             # TensorRT-LLM's executor, one of its components (KV cache) not created
-            r"\bExecutor creation failed due to insufficient GPU memory\b|"
-            # TensorRT-LLM's attention plugin at build time (public15 v-011, v-024)
-            r"\brequires \d{1,20} bytes of scratch space, but only \d{1,20} is available\b"
+            r"\bExecutor creation failed due to insufficient GPU memory\b"
         ),
     ),
     (
@@ -441,7 +438,7 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"\b[Ff]ailed to cudaMalloc \d{1,20} bytes(?: on device \d{1,3})? "
             r"\(error 2 out of memory|"
             # ...and Faiss 1.7+'s (its bench_gpu_1bn.py quotes one)
-            r"\bStandardGpuResources: alloc fail\b[^\n]{0,240}?\(cudaMalloc error out of memory "
+            r"\bStandardGpuResources: alloc fail\b[^\n]{0,180}?\(cudaMalloc error out of memory "
             r"\[2\]\)|"
             r"\bthrust::system::system_error'\s{0,8}what\(\):[^\n]{0,180}?: out of memory\b|"
             # torch_memory_saver (SGLang, verl): cuMemCreate's CUresult 2, CUDA_ERROR_OUT_OF_MEMORY
@@ -461,8 +458,11 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"\bbad_alloc: cudaErrorMemoryAllocation\b|\bout_of_memory: (?:RMM failure|CUDA error)|"
             # llama.cpp's (ggml's) backend buffers
             r"\b(?:failed|unable) to allocate (?:CUDA|ROCm|Vulkan|SYCL)\d{0,3} buffer\b|"
-            # XGBoost's device allocator, a LOG(FATAL) (public15 v-009, v-010; census)
-            r"\bMemory allocation error on worker \d{1,6}: "
+            # XGBoost's device allocator, a LOG(FATAL) (public15 v-009, v-010; census); it wraps
+            # any pending CUDA error the same way (dmlc/xgboost#8493: no kernel image), so the
+            # allocator's own words must follow
+            r"\bMemory allocation error on worker \d{1,6}: (?:Caching allocator|[^\n]{0,120}?"
+            r"(?:out of memory|cudaErrorMemoryAllocation|out_of_memory))"
         ),
     ),
     # PyTorch's caching allocator warns before it raises or before a caller falls back

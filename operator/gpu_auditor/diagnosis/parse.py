@@ -151,10 +151,6 @@ _FAISS_REQUEST: Final = re.compile(
     r"\bStandardGpuResources: alloc fail\b[^\n]{0,200}? size (\d{1,32}) bytes"
 )
 """Faiss 1.7+'s request: "alloc fail type ... size 4513349632 bytes (cudaMalloc error ...)"."""
-_TENSORRT_SCRATCH: Final = re.compile(
-    r"requires (\d{1,20}) bytes of scratch space, but only (\d{1,20}) is available"
-)
-"""TensorRT-LLM's attention plugin at build time: what it needs, what the builder has."""
 _XGBOOST: Final = re.compile(r"\bMemory allocation error on worker \d{1,6}: ")
 _XGBOOST_FIGURE: Final = re.compile(r"^[ \t]{0,8}- (Free|Requested) memory: (\d{1,20})[ \t]*$")
 """XGBoost's two lines under its failure ("- Free memory: N", "- Requested memory: M")."""
@@ -324,12 +320,14 @@ def _torch_figures(message: str) -> Figures:
     ]
     process = found["process"]
     reserved = None if allocated is None else allocated + (unallocated or 0)
-    if process == 0 and reserved:
-        # NVML did not see the process's memory (a container's PID namespace; public14 m-018:
-        # "this process has 0 bytes memory in use" beside 36.46 GiB allocated by PyTorch, four
-        # more logs of the public sets print it): no figure, and a process listed may be the job
+    unseen = process == 0 and bool(reserved)
+    if unseen:
+        # NVML gave no usage for the job's own process (public14 m-018 in a container: "this
+        # process has 0 bytes memory in use" beside 36.46 GiB allocated by PyTorch; four more
+        # logs of the public sets print it): no figure. PyTorch named it "this process", so
+        # NVML's pids are the job's: every process listed beside it is another.
         process = None
-    if process is None and processes:
+    if process is None and processes and not unseen:
         own, processes = _own_process(processes, reserved)
         process = own.bytes if own else None
     gpu = _GPU_INDEX.search(message)
@@ -501,8 +499,6 @@ def parse_hit(hit: Hit) -> OomEvent:
             if size:
                 figures = Figures(size)
                 break
-    elif family == formats.TENSORRT and (scratch := _TENSORRT_SCRATCH.search(message)):
-        figures = Figures(_plain_bytes(scratch.group(1)), free_bytes=_plain_bytes(scratch.group(2)))
     elif family == formats.TENSORRT:
         nearby = [message] + [x.text for x in (*hit.before[-3:], *hit.after[:3])]
         for text in nearby:

@@ -56,6 +56,13 @@ REDUCE_PEAK: Final = (
     "(torch.utils.checkpoint / model.gradient_checkpointing_enable())",
     "for inference, run under torch.inference_mode() so no autograd graph is kept",
 )
+OTHER_STACK_PEAK: Final = (
+    "reduce the work per call: a smaller batch, shorter inputs or a lower resolution, or a "
+    "smaller or quantized model",
+    "use a GPU with more memory, or spread the work over several GPUs",
+)
+"""The levers of a stack with no entry of its own here (TensorRT, ONNX Runtime, Paddle, MXNet,
+Faiss, XGBoost, ...): PyTorch's own are not its."""
 LEAK_FIXES: Final = (
     "accumulate numbers, not tensors: total_loss += loss.item() (a tensor keeps its graph alive)",
     "store outputs with .detach() (and .cpu()) instead of keeping graph-attached tensors in lists",
@@ -321,6 +328,8 @@ def _framework_actions(ctx: Context) -> list[str]:
             "or lower max_model_len / max_num_seqs",
             "use tensor_parallel_size > 1 or a quantized model",
         ]
+    if fw not in (None, "pytorch"):  # PyTorch's levers (autocast, checkpointing) are not its
+        return list(OTHER_STACK_PEAK)
     if (
         kind == "capacity"
         and f.requested_bytes is not None
@@ -512,15 +521,9 @@ def phase_of(event: OomEvent, precontext: str) -> str | None:
         return CUDA_INIT
     if event.framework == "pytorch":
         return failure_phase(own_text(precontext, event.rank))
-    if event.framework == "tensorflow" and event.family not in _OP_ALLOCATIONS:
+    if event.framework == "tensorflow":
         return tensorflow_phase(own_text(precontext, event.rank))
     return None
-
-
-_OP_ALLOCATIONS: Final = frozenset({formats.BFC, formats.TENSORFLOW})
-"""TensorFlow's failures of an op's allocation from its BFC pool: the pool exists, so they are
-never its reservation of the device at start (the driver's "failed to allocate ... from device"
-is; public14 n-003: a BFC failure at the first step of epoch 1 was read as the reservation)."""
 
 
 def _place_actions(ctx: Context) -> list[str]:

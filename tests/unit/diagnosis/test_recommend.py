@@ -16,6 +16,7 @@ from gpu_auditor.diagnosis.model import (
 )
 from gpu_auditor.diagnosis.recommend import (
     HOST_FIXES,
+    OTHER_STACK_PEAK,
     REDUCE_PEAK,
     Context,
     looks_like_inference,
@@ -1185,3 +1186,23 @@ def test_host_memory_outside_pytorch_gets_no_dataloader_levers(
     assert d.recommendation.actions[0].startswith("raise the container's memory limit")
     assert d.recommendation.actions[1].startswith(second)
     assert not any("DataLoader" in a for a in d.recommendation.actions)
+
+
+@pytest.mark.parametrize("log", [
+    # Faiss (its benchs/bench_gpu_1bn.py), XGBoost (public15 v-010), ONNX Runtime, Paddle
+    "Error: 'err == cudaSuccess' failed: StandardGpuResources: alloc fail type "
+    "TemporaryMemoryOverflow dev 0 space Device stream 0x7effcc5f47a0 size 4513349632 bytes "
+    "(cudaMalloc error out of memory [2])\n",
+    "device_helpers.cuh:428: Memory allocation error on worker 3: Caching allocator\n"
+    "- Free memory: 224067584\n- Requested memory: 878511352\n",
+    "Out of memory error on GPU 0. Cannot allocate 1.531250GB memory on GPU 0, available memory "
+    "is only 416.625000MB.\n",
+])  # fmt: skip
+def test_another_stack_s_capacity_gets_no_pytorch_lever(log: str) -> None:
+    """The review of the sixth round: Faiss, XGBoost and TensorRT failures were told to use
+    torch.autocast and torch.utils.checkpoint."""
+    d = diagnose(log)
+    assert (d.detected, d.kind) == (True, "capacity")
+    assert d.framework not in (None, "pytorch")
+    assert not any("torch" in action for action in d.recommendation.actions)
+    assert d.recommendation.actions[: len(OTHER_STACK_PEAK)] == OTHER_STACK_PEAK
