@@ -1206,3 +1206,28 @@ def test_another_stack_s_capacity_gets_no_pytorch_lever(log: str) -> None:
     assert d.framework not in (None, "pytorch")
     assert not any("torch" in action for action in d.recommendation.actions)
     assert d.recommendation.actions[: len(OTHER_STACK_PEAK)] == OTHER_STACK_PEAK
+
+
+_EDGE = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+    "capacity of 79.15 GiB of which 1.50 GiB is free. Including non-PyTorch memory, this process "
+    "has 77.64 GiB memory in use. Of the allocated memory 73.00 GiB is allocated by PyTorch, and "
+    "4.00 GiB is reserved by PyTorch but unallocated.\n"
+)
+
+
+def test_a_setting_that_might_help_a_little_is_an_action_never_the_recommendation() -> None:
+    """Issue 24: capacity with fragmentation contributing (the idle cache would cover this
+    request, not the rest of the job) says the setting as an action only (mutation found this
+    path untested)."""
+    d = diagnose(_EDGE, torch_version="2.4.0")
+    assert (d.kind, d.contributing, d.recommendation.alloc_conf) == (
+        "capacity", ("fragmentation",), None)
+    assert d.recommendation.actions.count(
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True may recover part of the 4.00 GiB "
+        "reserved but unallocated, but not the room the job needs beyond it: not recommended as "
+        "the fix"
+    ) == 1
+    # under cudaMallocAsync PyTorch's fragmentation settings do nothing: not even an action
+    asynced = diagnose(_EDGE, torch_version="2.4.0", backend="cudaMallocAsync")
+    assert not any("may recover" in a for a in asynced.recommendation.actions)
