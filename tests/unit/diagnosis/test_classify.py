@@ -2014,6 +2014,21 @@ def test_an_op_s_allocation_failing_in_tensorflow_s_pool_is_not_its_start_reserv
     assert diagnose(full).kind == diagnose(full + op).kind == "gpu-shared"
 
 
+def test_an_op_s_failure_in_tensorflow_s_pool_without_its_size_says_so() -> None:
+    """An "OOM when allocating tensor" cut before its dtype has no request: the summary names
+    the op's allocation, not a size (mutation found the branch unpinned)."""
+    event = OomEvent(formats.TENSORFLOW, "tensorflow", "OOM when allocating tensor with shape",
+                     Figures(total_bytes=4 * 2**30, free_bytes=3 * 2**30))
+    v = classify(event, phase=STARTUP)
+    assert (v.kind, v.summary) == (
+        "unknown",
+        "unknown: an op's allocation did not fit TensorFlow's pool before a step finished; the "
+        "pool was reserved at start from the 3.00 GiB free of the 4.00 GiB GPU (all of it by "
+        "default, or per_process_gpu_memory_fraction of it): the work's size or a memory "
+        "fraction is the limit, and the log does not say which",
+    )
+
+
 def test_a_library_starved_at_tensorflow_s_start_is_not_tensorflow_s_own_reservation() -> None:
     """TensorFlow created its device, then cuBLAS could not create its handle: TensorFlow's
     reservation left the library no room (tests/fixtures/oom/families/tf_cublas_alloc_failed)."""
