@@ -236,6 +236,13 @@ MAX_MATCH_CHARS: Final = 256
 characters, a 25-letter code). Every pattern here is bounded: a long line cannot make one
 attempt expensive."""
 
+VLLM_FREE_ON_DEVICE: Final = r"Free memory on device (?:[\w:]{1,24} )?\("
+"""vLLM's start check up to its figures; 0.11+ names the device ("on device cuda:0 (")."""
+FAISS_ALLOC_FAIL: Final = r"\bStandardGpuResources: alloc fail\b"
+"""Faiss 1.7+'s resources refusing an allocation (its figures follow on the line)."""
+XGBOOST_ALLOC_ERROR: Final = r"\bMemory allocation error on worker \d{1,6}: "
+"""XGBoost's device allocator's LOG(FATAL); its figures follow on the next two lines."""
+
 _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
     (
         TORCH,
@@ -363,8 +370,7 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
         VLLM_STARTUP,
         # vLLM 0.11+ names the device: "Free memory on device cuda:0 (22.65/79.18 GiB)"
         re.compile(
-            r"Free memory on device (?:[\w:]{1,24} )?\([\d./ ]{1,32}GiB\) on startup is less than "
-            r"desired"
+            VLLM_FREE_ON_DEVICE + r"[\d./ ]{1,32}GiB\) on startup is less than desired"
         ),
     ),
     (
@@ -438,7 +444,7 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"\b[Ff]ailed to cudaMalloc \d{1,20} bytes(?: on device \d{1,3})? "
             r"\(error 2 out of memory|"
             # ...and Faiss 1.7+'s (its bench_gpu_1bn.py quotes one)
-            r"\bStandardGpuResources: alloc fail\b[^\n]{0,180}?\(cudaMalloc error out of memory "
+            + FAISS_ALLOC_FAIL + r"[^\n]{0,180}?\(cudaMalloc error out of memory "
             r"\[2\]\)|"
             r"\bthrust::system::system_error'\s{0,8}what\(\):[^\n]{0,180}?: out of memory\b|"
             # torch_memory_saver (SGLang, verl): cuMemCreate's CUresult 2, CUDA_ERROR_OUT_OF_MEMORY
@@ -461,7 +467,7 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             # XGBoost's device allocator, a LOG(FATAL) (public15 v-009, v-010; census); it wraps
             # any pending CUDA error the same way (dmlc/xgboost#8493: no kernel image), so the
             # allocator's own words must follow
-            r"\bMemory allocation error on worker \d{1,6}: (?:Caching allocator|[^\n]{0,120}?"
+            + XGBOOST_ALLOC_ERROR + r"(?:Caching allocator|[^\n]{0,120}?"
             r"(?:out of memory|cudaErrorMemoryAllocation|out_of_memory))"
         ),
     ),

@@ -138,9 +138,8 @@ _CUPY_OLD: Final = re.compile(
 _ONNX_REQUEST: Final = re.compile(r"requested buffer of size (\d{1,32})\b")
 _VLLM_NEEDED: Final = _size_re(r"\({S} KV cache is needed")
 _VLLM_STARTUP: Final = re.compile(
-    r"Free memory on device (?:[\w:]{1,24} )?\(([\d.]{1,24})/([\d.]{1,24}) GiB\) on startup is "
-    r"less than desired "
-    r"GPU memory utilization \([\d.]{1,24}, ([\d.]{1,24}) GiB\)"
+    formats.VLLM_FREE_ON_DEVICE + r"([\d.]{1,24})/([\d.]{1,24}) GiB\) on startup is less than "
+    r"desired GPU memory utilization \([\d.]{1,24}, ([\d.]{1,24}) GiB\)"
 )
 _VLLM_AVAILABLE: Final = _size_re(r"available KV cache memory \({S}\)")
 _BYTES_REQUEST: Final = re.compile(
@@ -148,10 +147,10 @@ _BYTES_REQUEST: Final = re.compile(
 )
 _DRIVER_REQUEST: Final = re.compile(r"failed to allocate [^(\n]{0,200}\((\d{1,32}) bytes\)")
 _FAISS_REQUEST: Final = re.compile(
-    r"\bStandardGpuResources: alloc fail\b[^\n]{0,200}? size (\d{1,32}) bytes"
+    formats.FAISS_ALLOC_FAIL + r"[^\n]{0,200}? size (\d{1,32}) bytes"
 )
 """Faiss 1.7+'s request: "alloc fail type ... size 4513349632 bytes (cudaMalloc error ...)"."""
-_XGBOOST: Final = re.compile(r"\bMemory allocation error on worker \d{1,6}: ")
+_XGBOOST: Final = re.compile(formats.XGBOOST_ALLOC_ERROR)
 _XGBOOST_FIGURE: Final = re.compile(r"^[ \t]{0,8}- (Free|Requested) memory: (\d{1,20})[ \t]*$")
 """XGBoost's two lines under its failure ("- Free memory: N", "- Requested memory: M")."""
 _TENSORRT_REQUEST: Final = re.compile(r"Requested amount of GPU memory \((\d{1,32}) bytes\)")
