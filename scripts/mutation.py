@@ -279,11 +279,28 @@ def mutmut_bin() -> str:
     return found
 
 
-def run_mutmut(max_children: int, max_seconds: float | None) -> tuple[int, float, bool]:
-    """mutmut's exit code, the seconds it ran, and whether the time box stopped it."""
+# mutmut makes its mutants in a fork Pool (2 s here for one module); a Pool whose worker dies
+# (the OOM killer, a fork taken while its spinner thread held stdout's lock) waits forever
+# (boxed/mutmut#412 is the same stall), and CI's run on 6c7f46c spent its whole time box at
+# "Generating mutants", not one mutant scored. A run that has not finished
+# making its mutants by then is stopped and started again from a fresh stage.
+GENERATION_SECONDS = 120.0
+GENERATION_TRIES = 3
+
+
+def generation_stalled(log: str, seconds: float, limit: float) -> bool:
+    """Whether mutmut is still making its mutants ``seconds`` after it started, past ``limit``:
+    it prints "done in" when they are made."""
+    return seconds > limit and "done in" not in log
+
+
+def run_mutmut(max_children: int, max_seconds: float | None) -> tuple[int, float, bool, bool]:
+    """mutmut's exit code, the seconds it ran, whether the time box stopped it, and whether it
+    stalled making its mutants; a run stopped for either has exit code 0."""
     start = time.monotonic()
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
-    with (STAGE / "mutmut-run.log").open("w") as log:
+    log_path = STAGE / "mutmut-run.log"
+    with log_path.open("w") as log:
         proc = subprocess.Popen(
             [mutmut_bin(), "run", "--max-children", str(max_children)],
             cwd=STAGE,
@@ -292,18 +309,25 @@ def run_mutmut(max_children: int, max_seconds: float | None) -> tuple[int, float
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: the time box stops its workers too
         )
-        try:
-            code = proc.wait(timeout=max_seconds)
-            boxed = False
-        except subprocess.TimeoutExpired:
+        boxed = stalled = False
+        while (code := proc.poll()) is None:
+            seconds = time.monotonic() - start
+            if max_seconds is not None and seconds >= max_seconds:
+                boxed = True
+            elif generation_stalled(log_path.read_text(errors="replace"), seconds, GENERATION_SECONDS):
+                stalled = True
+            else:
+                time.sleep(1.0)
+                continue
             os.killpg(proc.pid, signal.SIGTERM)
             try:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-            code, boxed = 0, True
-    return code, time.monotonic() - start, boxed
+            code = 0
+            break
+    return code, time.monotonic() - start, boxed, stalled
 
 
 def results(modules: list[str]) -> dict[str, str]:
@@ -605,12 +629,25 @@ def main(argv: list[str] | None = None) -> int:
                 if left <= 0:
                     print(f"mutation: time box spent; not run: {', '.join(group_modules)}")
                     continue
-            stage(group_modules)
-            code, seconds, boxed = run_mutmut(args.max_children, left)
+            for attempt in range(1, GENERATION_TRIES + 1):
+                stage(group_modules)
+                code, seconds, boxed, stalled = run_mutmut(args.max_children, left)
+                if not stalled:
+                    break
+                print(f"mutation: mutmut made no mutants in {GENERATION_SECONDS:.0f} s "
+                      f"(try {attempt} of {GENERATION_TRIES}): stopped", flush=True)  # fmt: skip
+                if left is not None:
+                    left -= seconds
+            if stalled:
+                raise SystemExit(f"mutmut made no mutants in {GENERATION_TRIES} tries; "
+                                 f"see {STAGE}/mutmut-run.log")  # fmt: skip
             run = {"seconds": seconds, "exit": code, "command": command, "boxed": boxed,
                    "modules": group_modules}  # fmt: skip
             (STAGE / "run.json").write_text(json.dumps(run))
         statuses = results(group_modules)
+        if boxed and not statuses:
+            raise SystemExit(f"mutation: the time box ended before mutmut scored a mutant of "
+                             f"{', '.join(group_modules)}; see {STAGE}/mutmut-run.log")  # fmt: skip
         if code != 0 or not statuses:
             tail = (STAGE / "mutmut-run.log").read_text()[-4000:]
             print(re.sub(r"[\u2800-\u28ff]\s*\w[^\n]*?(?=[\u2800-\u28ff]|\n)", "", tail))

@@ -61,6 +61,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     "node_agent/podresources": ("node_agent/podresources",),
     "probe": ("probe/gpu_auditor_probe", "probe/sitecustomize.py"),
     "devtools": ("devtools",),
+    "scripts": ("scripts/mutation.py",),
     "devtools/dashboard_lint": ("devtools/dashboard_lint",),
     "devtools/localcluster": ("devtools/localcluster",),
 }
