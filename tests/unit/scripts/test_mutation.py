@@ -37,20 +37,22 @@ def test_a_run_still_making_mutants_past_the_limit_has_stalled(mutation: ModuleT
     assert not mutation.generation_stalled(made, 500.0, 120.0)  # its tests may take long
 
 
-def _fake_mutmut(tmp_path: Path, body: str) -> Path:
+def _use_fake_mutmut(
+    mutation: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str
+) -> None:
+    """mutmut replaced by a shell script, run in ``tmp_path`` as the stage."""
     exe = tmp_path / "mutmut"
     exe.write_text(f"#!/bin/sh\n{body}\n")
     exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
-    return exe
+    monkeypatch.setattr(mutation, "STAGE", tmp_path)
+    monkeypatch.setattr(mutation, "mutmut_bin", lambda: str(exe))
+    monkeypatch.setattr(mutation, "GENERATION_SECONDS", 0.5)
 
 
 def test_a_stalled_generation_is_stopped_and_said(
     mutation: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    exe = _fake_mutmut(tmp_path, "printf 'Generating mutants'; exec sleep 60")
-    monkeypatch.setattr(mutation, "STAGE", tmp_path)
-    monkeypatch.setattr(mutation, "mutmut_bin", lambda: str(exe))
-    monkeypatch.setattr(mutation, "GENERATION_SECONDS", 0.5)
+    _use_fake_mutmut(mutation, tmp_path, monkeypatch, "printf 'Generating mutants'; exec sleep 60")
     code, seconds, boxed, stalled = mutation.run_mutmut(1, 30.0)
     assert (code, boxed, stalled) == (0, False, True)
     assert seconds < 30
@@ -59,10 +61,7 @@ def test_a_stalled_generation_is_stopped_and_said(
 def test_a_run_past_its_mutants_is_left_to_the_time_box(
     mutation: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    exe = _fake_mutmut(tmp_path, "echo '    done in 3ms'; exec sleep 60")
-    monkeypatch.setattr(mutation, "STAGE", tmp_path)
-    monkeypatch.setattr(mutation, "mutmut_bin", lambda: str(exe))
-    monkeypatch.setattr(mutation, "GENERATION_SECONDS", 0.5)
+    _use_fake_mutmut(mutation, tmp_path, monkeypatch, "echo '    done in 3ms'; exec sleep 60")
     code, seconds, boxed, stalled = mutation.run_mutmut(1, 2.0)
     assert (code, boxed, stalled) == (0, True, False)
     assert seconds >= 2.0
@@ -71,8 +70,6 @@ def test_a_run_past_its_mutants_is_left_to_the_time_box(
 def test_a_finished_run_gives_its_own_exit_code(
     mutation: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    exe = _fake_mutmut(tmp_path, "echo '    done in 3ms'; exit 3")
-    monkeypatch.setattr(mutation, "STAGE", tmp_path)
-    monkeypatch.setattr(mutation, "mutmut_bin", lambda: str(exe))
+    _use_fake_mutmut(mutation, tmp_path, monkeypatch, "echo '    done in 3ms'; exit 3")
     code, _, boxed, stalled = mutation.run_mutmut(1, 30.0)
     assert (code, boxed, stalled) == (3, False, False)
