@@ -148,6 +148,8 @@ def cap_binding(f: Figures) -> bool:
 
 
 EVICTED: Final = "The node was low on resource: memory"
+SCHEDULER_LIMIT: Final = ("exceeded memory limit (", "PBS: job killed: mem ")
+"""Slurm's accounting and PBS killing a job over its memory limit (formats' HOST_KILLED)."""
 """The kubelet's eviction message (the pod's status; pipelines quote it)."""
 LIBRARIES: Final = {formats.NCCL: "NCCL", formats.CUDA_LIBRARY: "a CUDA library (cuBLAS/cuDNN)"}
 """The families of libraries that allocate outside the framework's cache, by the name a summary
@@ -769,6 +771,11 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
             return (
                 "host-oom-killed: the kubelet evicted the pod: the node was low on host (CPU) "
                 "memory, not GPU memory"
+            )
+        if any(words in event.message for words in SCHEDULER_LIMIT):
+            return (
+                "host-oom-killed: the batch scheduler (Slurm, PBS) killed the job over its "
+                "memory limit: host (CPU) memory, not GPU memory"
             )
         if "DataLoader worker" in event.message:
             return (

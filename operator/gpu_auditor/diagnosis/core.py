@@ -17,7 +17,7 @@ from .leak import growth_from_log, growth_from_rate, growth_from_samples
 from .logtext import Hit, ScanResult, printable, scan_bytes, scan_stream
 from .model import Diagnosis, Figures, Growth, MemorySample, NodeEvidence, Recommendation
 from .parse import hami_refusal, parse_hit, tensorflow_banner
-from .phase import STARTUP
+from .phase import ENGINE_WARM_UP, FORWARD, STARTUP, engine_warm_up
 from .proberecord import ProbeRecord, find_record, record_verdict
 from .progress import finished_steps
 from .recommend import EVICTION_FIX, Context, host_recommendation, phase_of, recommend
@@ -151,6 +151,8 @@ def diagnose_scan(
     if record is not None and not _same_request(record, event.figures.requested_bytes):
         record = None
     phase = phase_of(event, hit.precontext)
+    if phase in (None, FORWARD) and engine_warm_up(scan.tail):
+        phase = ENGINE_WARM_UP
     if phase == STARTUP:  # TensorFlow's reservation at start: the device as it printed it then
         total, free = tensorflow_banner(hit.precontext)
         f = event.figures

@@ -242,6 +242,8 @@ FAISS_ALLOC_FAIL: Final = r"\bStandardGpuResources: alloc fail\b"
 """Faiss 1.7+'s resources refusing an allocation (its figures follow on the line)."""
 XGBOOST_ALLOC_ERROR: Final = r"\bMemory allocation error on worker \d{1,6}: "
 """XGBoost's device allocator's LOG(FATAL); its figures follow on the next two lines."""
+CATBOOST_OUT_OF_MEMORY: Final = r"\bError: Out of memory\. Requested "
+"""CatBoost's pool failing, before "<request>[ MB]; Free <free>[ MB]"."""
 
 _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
     (
@@ -464,6 +466,9 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"\bbad_alloc: cudaErrorMemoryAllocation\b|\bout_of_memory: (?:RMM failure|CUDA error)|"
             # llama.cpp's (ggml's) backend buffers
             r"\b(?:failed|unable) to allocate (?:CUDA|ROCm|Vulkan|SYCL)\d{0,3} buffer\b|"
+            # CatBoost's device pool (it takes gpu_ram_part of the card up front): its
+            # TOutOfMemoryError, in MB, " MB" printed since 0.8 (public18 h-010)
+            + CATBOOST_OUT_OF_MEMORY + r"[\d.]{1,24}(?: MB)?; Free [\d.]{1,24}\b|"
             # XGBoost's device allocator, a LOG(FATAL) (public15 v-009, v-010; census); it wraps
             # any pending CUDA error the same way (dmlc/xgboost#8493: no kernel image), so the
             # allocator's own words must follow
@@ -511,7 +516,15 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"\bThe node was low on resource: memory\b|"
             r"\blow memory! at or below SIG(?:TERM|KILL) limits: mem\b|"
             # Open MPI's launcher: a rank SIGKILLed
-            r"\bexited on signal 9 \(Killed\)"
+            r"\bexited on signal 9 \(Killed\)|"
+            # systemd's account of a unit's process the kernel's OOM killer took (public18
+            # g-009: a llama.cpp server's unit); Slurm's accounting killing a job over its
+            # memory limit (public18 h-009, h-011; not its "Exceeded step memory limit at some
+            # point", which a step that was not killed prints too)
+            # (its "Failed with result 'oom-kill'" follows that line: not read, no keyword of the
+            # scan's is in it)
+            r"\bA process (?:of this unit )?has been killed by the OOM killer\b|"
+            r"\bexceeded memory limit \(\d{1,24} > \d{1,24}\), being killed\b"
         ),
     ),
     # Ray's memory monitor kills workers when the node's host memory runs low
@@ -520,6 +533,8 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
         re.compile(
             r"Workers? \(tasks / actors\) killed due to memory pressure \(OOM\)|"
             r"OutOfMemoryError: Task was killed due to the node running low on memory|"
+            # Ray 2.55+ counts the workers it killed (public18 g-018, a Serve replica's check)
+            r"\b\d{1,9} worker\(s\) were killed due to the node running low on memory\b|"
             # Ray before 1.x: its monitor raised in the worker over the node's threshold
             r"\bRayOutOfMemoryError: More than \d{1,3}% of the memory on node\b|"
             # the monitor's own account of a kill, and the line every one of its reports ends
@@ -591,6 +606,7 @@ _FRAMEWORK_MARKERS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     ("faiss", re.compile(r"\bfaiss::|\bStandardGpuResources\b")),
     ("xgboost", re.compile(
         r"\bxgboost|\bXGBoost|updater_gpu_hist|\bMemory allocation error on worker \d")),
+    ("catboost", re.compile(r"\bcatboost|\bCatBoost|\bNCudaLib::")),
     ("pytorch", re.compile(r"\btorch\b|RuntimeError|c10::|AcceleratorError")),
 )
 

@@ -153,6 +153,11 @@ _FAISS_REQUEST: Final = re.compile(
 _XGBOOST: Final = re.compile(formats.XGBOOST_ALLOC_ERROR)
 _XGBOOST_FIGURE: Final = re.compile(r"^[ \t]{0,8}- (Free|Requested) memory: (\d{1,20})[ \t]*$")
 """XGBoost's two lines under its failure ("- Free memory: N", "- Requested memory: M")."""
+_CATBOOST_REQUEST: Final = re.compile(
+    formats.CATBOOST_OUT_OF_MEMORY + r"(\d{1,12}(?:\.\d{1,12})?)(?: MB)?; Free "
+)
+"""CatBoost's request, in its MB (1024 * 1024 bytes). Its "Free" is what is left of its own pool
+(gpu_ram_part of the card, taken up front), not the device's: not read."""
 _TENSORRT_REQUEST: Final = re.compile(r"Requested amount of GPU memory \((\d{1,32}) bytes\)")
 """TensorRT's warning beside its failure, "... could not be allocated"; the request is named
 first (public14 r-006's post cut the line after it)."""
@@ -504,6 +509,8 @@ def parse_hit(hit: Hit) -> OomEvent:
             if (match := _TENSORRT_REQUEST.search(text)) is not None:
                 figures = Figures(_plain_bytes(match.group(1)))
                 break
+    elif family == formats.CUDA_ERROR and (match := _CATBOOST_REQUEST.search(message)):
+        figures = Figures(_binary_bytes(match.group(1) + "MB"))
     elif family in (formats.CUDA_ERROR, formats.DRIVER) and _XGBOOST.search(message):
         below = {m.group(1): _plain_bytes(m.group(2))
                  for x in hit.after[:2] if (m := _XGBOOST_FIGURE.match(x.text))}

@@ -15,6 +15,10 @@ to a phase names it (``forward`` only when nothing more specific matched):
 - ``cuda-init``: the job's first CUDA call creating its context (``torch/cuda/__init__.py``'s
   ``_lazy_init``, ``torch._C._cuda_init``), or, in any stack, a failure message that names the
   context's creation (``context_phase``);
+- ``engine-warm-up``: an inference engine's warm-up after its memory budget went to the
+  weights and the KV cache: vLLM's ``_dummy_sampler_run``/``_dummy_pooler_run`` frames, or its
+  wrapper after the failure, "out of memory occurred when warming up sampler with N dummy
+  requests" (``engine_warm_up``; public18 g-007, fixed by a lower gpu_memory_utilization);
 - ``forward``: ``torch/nn/modules/module.py`` call frames;
 - ``startup`` (TensorFlow): the failure follows TensorFlow's "Creating TensorFlow device" (1.x)
   or "Created device ..." (2.x) with no finished step after it: its start-up reservation of the
@@ -47,8 +51,10 @@ CUDA_INIT: Final = "cuda-init"
 STARTUP: Final = "startup"
 FORWARD: Final = "forward"
 RETRY_EXHAUSTED: Final = "retry-exhausted"
+ENGINE_WARM_UP: Final = "engine-warm-up"
 PHASES: Final = (
-    OPTIMIZER_STEP, BACKWARD, GRAPH_CAPTURE, LOADING, CUDA_INIT, FORWARD, RETRY_EXHAUSTED, STARTUP
+    OPTIMIZER_STEP, BACKWARD, GRAPH_CAPTURE, LOADING, CUDA_INIT, FORWARD, RETRY_EXHAUSTED, STARTUP,
+    ENGINE_WARM_UP,
 )
 
 MAX_TRACEBACK_BYTES: Final = 64 * 1024
@@ -117,6 +123,8 @@ def _phase_of(path: str, func: str, code: str) -> str | None:
         or "cudagraph" in low_func
     ):
         return GRAPH_CAPTURE
+    if low_func in _WARM_UP_FRAMES:
+        return ENGINE_WARM_UP
     if (
         "/torch/serialization.py" in low_path
         or "safetensors" in low_path
@@ -138,6 +146,17 @@ def _phase_of(path: str, func: str, code: str) -> str | None:
     if module and low_func in ("_call_impl", "_wrapped_call_impl"):
         return FORWARD
     return None
+
+
+_WARM_UP_FRAMES: Final = ("_dummy_sampler_run", "_dummy_pooler_run")
+_WARM_UP_WRAPPER: Final = "out of memory occurred when warming up "
+MAX_WARM_UP_LOOKAHEAD: Final = 64 * 1024
+
+
+def engine_warm_up(tail: str) -> bool:
+    """vLLM's wrapper of the failure follows it: the OOM happened in its warm-up (module doc).
+    ``tail``: the log after the failure; its first ``MAX_WARM_UP_LOOKAHEAD`` characters are read."""
+    return _WARM_UP_WRAPPER in tail[:MAX_WARM_UP_LOOKAHEAD]
 
 
 def failure_phase(precontext: str) -> str | None:

@@ -28,6 +28,7 @@ from .model import ALLOC_CONF_ENV, Growth, NodeEvidence, OomEvent, Recommendatio
 from .phase import (
     BACKWARD,
     CUDA_INIT,
+    ENGINE_WARM_UP,
     GRAPH_CAPTURE,
     LOADING,
     OPTIMIZER_STEP,
@@ -128,6 +129,15 @@ COLOCATED_ENGINE_FIX: Final = (
 _ENGINE_UTILIZATION = re.compile(
     r"gpu_memory_utilization\s{0,4}[=:]\s{0,4}(0?\.\d{1,4}|1\.0{1,4})\b"
 )
+
+ENGINE_WARM_UP_FIX: Final = (
+    "vLLM ran out warming up its sampler, after its memory budget (gpu_memory_utilization of the "
+    "GPU) went to the weights and the KV cache: lower gpu_memory_utilization so the warm-up has "
+    "room (the KV cache shrinks, the engine still runs), or lower max_num_seqs (the warm-up runs "
+    "that many dummy requests at once)"
+)
+"""The public write-ups of vLLM's warm-up OOM were fixed by one of the two (public18 g-007: a
+lower --gpu-memory-utilization and --max-num-seqs); PyTorch's training levers do not apply."""
 
 ENGINE_GRAPH_FIX: Final = (
     "{engine} ran out capturing its CUDA graphs, after its memory budget went to the weights and "
@@ -543,6 +553,8 @@ def _place_actions(ctx: Context) -> list[str]:
                     engine=name, lever=lever, sizes=sizes, eager=eager
                 ))
                 break
+    if ctx.phase == ENGINE_WARM_UP:
+        out.append(ENGINE_WARM_UP_FIX)
     if ctx.event.framework == "pytorch" and ctx.verdict.kind in ("capacity", "leak"):
         engine = _ENGINE_UTILIZATION.search(ctx.precontext[-65536:])
         if engine is not None:
@@ -578,7 +590,9 @@ def recommend(ctx: Context) -> Recommendation:
     if kind == "capacity" or (kind == "fragmentation" and alloc_conf is None and not notes):
         framework = _framework_actions(ctx)
         phase = ctx.phase
-        if phase in PHASE_FIXES:
+        if phase == ENGINE_WARM_UP:  # the engine's levers, in its place action, not PyTorch's
+            framework = []
+        elif phase in PHASE_FIXES:
             framework = [PHASE_FIXES[phase], *framework]
             if phase == RETRY_EXHAUSTED:
                 framework = [a for a in framework if a != REDUCE_PEAK[0]]

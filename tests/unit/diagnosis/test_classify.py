@@ -1626,6 +1626,20 @@ def test_unseen_memory_more_than_pytorchs_names_the_figures() -> None:
             "memory ran out, not GPU memory",
             "raise the container's memory limit (and set the request equal to it)",
         ),
+        # the scheduler killed it, not the kernel (public18 h-009; the census's PBS lines)
+        (
+            "slurmstepd: error: Job 7518 exceeded memory limit (626359956 > 512000000), being "
+            "killed",
+            "host-oom-killed: the batch scheduler (Slurm, PBS) killed the job over its memory "
+            "limit: host (CPU) memory, not GPU memory",
+            "raise the container's memory limit (and set the request equal to it)",
+        ),
+        (
+            "=>> PBS: job killed: mem 38427376kb exceeded limit 33554432kb",
+            "host-oom-killed: the batch scheduler (Slurm, PBS) killed the job over its memory "
+            "limit: host (CPU) memory, not GPU memory",
+            "raise the container's memory limit (and set the request equal to it)",
+        ),
     ],
 )
 def test_a_kill_by_the_kernel_is_host_memory(line: str, summary: str, first_action: str) -> None:

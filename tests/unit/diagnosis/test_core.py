@@ -849,3 +849,36 @@ def test_a_wrapped_failure_keeps_the_release_the_log_s_head_printed() -> None:
     d = diagnose(head + broken)
     assert d.detected and d.torch_version_hint == "1.8"
     assert diagnose(broken).torch_version_hint == "<=1.9"  # the wording alone
+
+
+# -- issue 24, seventh round: vLLM's warm-up, told by its wrapper after the failure ------------
+
+_WARM_UP_OOM = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 100.00 MiB. GPU 0 has a total "
+    "capacity of 14.58 GiB of which 33.56 MiB is free. Including non-PyTorch memory, this "
+    "process has 14.54 GiB memory in use. Of the allocated memory 13.62 GiB is allocated by "
+    "PyTorch, and 120.00 MiB is reserved by PyTorch but unallocated.\n"
+)
+_WARM_UP_WRAPPER = (
+    "\nThe above exception was the direct cause of the following exception:\n\n"
+    "RuntimeError: CUDA out of memory occurred when warming up sampler with 256 dummy requests. "
+    "Please try lowering `max_num_seqs` or `gpu_memory_utilization` when initializing the "
+    "engine.\n"
+)
+
+
+def test_vllm_s_wrapper_after_a_pytorch_oom_makes_it_the_engine_s_warm_up() -> None:
+    # public18 g-007's shape (a 125M model on a 16 GB card: the budget, not the model)
+    d = diagnose(_WARM_UP_OOM + _WARM_UP_WRAPPER)
+    out = d.to_json_dict()
+    assert (d.detected, d.kind, out["phase"]) == (True, "capacity", "engine-warm-up")
+    # without the wrapper the same failure is no warm-up
+    assert "phase" not in diagnose(_WARM_UP_OOM).to_json_dict()
+    # a phase the frames name is kept (the wrapper only fills in for none, or forward)
+    frames = (
+        "Traceback (most recent call last):\n"
+        '  File "/app/train.py", line 7, in main\n    loss.backward()\n'
+    )
+    assert diagnose(frames + _WARM_UP_OOM + _WARM_UP_WRAPPER).to_json_dict()["phase"] == (
+        "backward"
+    )

@@ -1117,3 +1117,59 @@ def test_each_sixth_round_wording_is_its_familys(line: str, family: str, wording
 def test_near_misses_of_the_sixth_round_wordings(line: str) -> None:
     assert formats.find_failure(line) is None
     assert not diagnose(f"step 1\n{line}\nstep 2\n").detected
+
+
+# -- issue 24, seventh round: the eighteenth public set's wordings -----------------------------
+
+
+@pytest.mark.parametrize(("line", "family", "wording"), [
+    # systemd's account of its unit's process the kernel killed (public18 g-009, llama.cpp's
+    # server; public12 c-003's syslog), and a unit-less wording of the same line
+    ("Mar 02 10:00:01 host systemd[1]: llama.service: A process of this unit has been killed by "
+     "the OOM killer.", "host-killed", "A process of this unit has been killed by the OOM killer"),
+    ("discord-bot.service: A process has been killed by the OOM killer.", "host-killed",
+     "A process has been killed by the OOM killer"),
+    # Slurm's accounting killing a job or a step over its limit (public18 h-009, h-011)
+    ("slurmstepd: error: Job 7518 exceeded memory limit (626359956 > 512000000), being killed",
+     "host-killed", "exceeded memory limit (626359956 > 512000000), being killed"),
+    ("slurmstepd: error: StepId=7284712.0 exceeded memory limit (1295467052032 > "
+     "1288490188800), being killed", "host-killed",
+     "exceeded memory limit (1295467052032 > 1288490188800), being killed"),
+    # Ray 2.55+ counts the workers it killed (public18 g-018, a Serve replica's health check)
+    ("14 worker(s) were killed due to the node running low on memory. ... 28.64GB used / "
+     "30.00GB limit", "ray-killed",
+     "14 worker(s) were killed due to the node running low on memory"),
+    # CatBoost's device pool, 0.7's figures bare (public18 h-010) and later ones in MB
+    ("Application terminated with error: (NCudaLib::TOutOfMemoryError) catboost/cuda/cuda_lib/"
+     "memory_pool/stack_like_memory_pool.h:294: Error: Out of memory. Requested 1070.546387; "
+     "Free 1010.952393", "cuda-error",
+     "Error: Out of memory. Requested 1070.546387; Free 1010.952393"),
+    ("catboost/cuda/cuda_lib/memory_pool/stack_like_memory_pool.h:308: Error: Out of memory. "
+     "Requested 512 MB; Free 100 MB", "cuda-error",
+     "Error: Out of memory. Requested 512 MB; Free 100"),
+])  # fmt: skip
+def test_each_eighteenth_set_wording_is_its_familys(line: str, family: str, wording: str) -> None:
+    assert_wording(line, family, wording)
+
+
+@pytest.mark.parametrize("line", [
+    # printed at a step's end when its usage touched the limit, killed or not
+    "slurmstepd: error: Exceeded step memory limit at some point.",
+    "slurmstepd: error: Exceeded job memory limit at some point.",
+    # a unit's main process killed by a signal, not by the OOM killer
+    "erigon.service: Main process exited, code=killed, status=9/KILL",
+    "llama.service: Failed with result 'signal'.",
+    # a host library's malloc (MuPDF's fz_malloc), not CatBoost's pool
+    "Fatal Error: Out of memory. Requested 12.00KB memory. Must shutdown app.",
+    # Ray's count of killed workers without its reason
+    "2 worker(s) were killed.",
+])  # fmt: skip
+def test_near_misses_of_the_eighteenth_set_wordings_are_no_failure(line: str) -> None:
+    assert formats.find_failure(line) is None
+    assert not diagnose(f"step 1\n{line}\n").detected
+
+
+def test_catboost_is_named_by_its_pool_s_namespace_or_its_name() -> None:
+    line = "(NCudaLib::TOutOfMemoryError) Error: Out of memory. Requested 1.5 MB; Free 1.0 MB"
+    assert formats.framework_of(formats.CUDA_ERROR, line) == "catboost"
+    assert formats.framework_of(formats.CUDA_ERROR, "catboost: " + line[27:]) == "catboost"

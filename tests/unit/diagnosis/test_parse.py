@@ -845,3 +845,19 @@ def test_llama_cpp_s_buffer_line_alone_gives_its_request() -> None:
                      b"2629828608\n").last
     assert hit is not None and hit.family == "cuda-error"
     assert parse_hit(hit).figures.requested_bytes == 2629828608
+
+
+def test_catboost_s_request_is_read_in_its_mb_and_its_pool_s_free_is_not() -> None:
+    # public18 h-010 (0.7, bare figures) and the later wording with " MB"; CatBoost's MB is
+    # 1024 * 1024 bytes, its "Free" what is left of its own pool (gpu_ram_part of the card)
+    for line in (
+        "(NCudaLib::TOutOfMemoryError) catboost/cuda/cuda_lib/memory_pool/stack_like_memory_pool"
+        ".h:294: Error: Out of memory. Requested 1070.546387; Free 1010.952393",
+        "catboost/cuda/cuda_lib/memory_pool/stack_like_memory_pool.h:308: Error: Out of memory. "
+        "Requested 1070.546387 MB; Free 1010.952393 MB",
+    ):
+        d = diagnose(line + "\n")
+        f = d.figures
+        assert (d.framework, d.kind) == ("catboost", "capacity")
+        assert (f.requested_bytes, f.free_bytes) == (int(1070.546387 * 2**20), None)
+        assert d.summary == "capacity: catboost could not get the 1.05 GiB it requested"

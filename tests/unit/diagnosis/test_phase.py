@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from gpu_auditor.diagnosis import diagnose
-from gpu_auditor.diagnosis.phase import CUDA_INIT, context_phase, failure_phase
+from gpu_auditor.diagnosis.phase import (
+    CUDA_INIT,
+    MAX_WARM_UP_LOOKAHEAD,
+    context_phase,
+    engine_warm_up,
+    failure_phase,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -47,6 +53,15 @@ FORWARD = (f"{SITE}/torch/nn/modules/module.py", "_call_impl", "return forward_c
         (("/app/runner.py", "capture_graphs", "x = 1"), "graph-capture"),
         (("/app/cudagraph_runner.py", "capture", "x = 1"), "graph-capture"),
         (("/app/runner.py", "run_cudagraph", "x = 1"), "graph-capture"),
+        # vLLM's warm-up after its budget went to the weights and the KV cache (issue 24,
+        # seventh round)
+        (
+            (f"{SITE}/vllm/v1/worker/gpu_model_runner.py", "_dummy_sampler_run",
+             "sampler_output = self.sampler(logits=logits)"),
+            "engine-warm-up",
+        ),
+        ((f"{SITE}/vllm/v1/worker/gpu_model_runner.py", "_dummy_pooler_run", "x = 1"),
+         "engine-warm-up"),
         ((f"{SITE}/torch/serialization.py", "load", "return _load(f)"), "loading"),
         ((f"{SITE}/safetensors/torch.py", "load_file", "x = 1"), "loading"),
         (("/app/model.py", "load_state_dict", "x = 1"), "loading"),
@@ -362,3 +377,17 @@ def test_a_message_that_names_the_contexts_creation_is_cuda_init(message: str) -
 )
 def test_other_messages_are_not_the_contexts_creation(message: str) -> None:
     assert context_phase(message) is None
+
+
+def test_vllm_s_wrapper_after_the_failure_says_it_was_the_engine_s_warm_up() -> None:
+    wrapper = (
+        "RuntimeError: CUDA out of memory occurred when warming up sampler with 256 dummy "
+        "requests. Please try lowering `max_num_seqs` or `gpu_memory_utilization` when "
+        "initializing the engine.\n"
+    )
+    assert engine_warm_up("\n" + wrapper)
+    assert engine_warm_up(wrapper.replace("sampler with", "pooler (task='embed') with"))
+    # only within the lookahead after the failure; and not another stack's warm-up words
+    assert engine_warm_up("x" * (MAX_WARM_UP_LOOKAHEAD - 60) + wrapper)
+    assert not engine_warm_up("x" * MAX_WARM_UP_LOOKAHEAD + wrapper)
+    assert not engine_warm_up("INFO warming up sampler with 256 dummy requests\n")

@@ -15,6 +15,7 @@ from gpu_auditor.diagnosis.model import (
     Recommendation,
 )
 from gpu_auditor.diagnosis.recommend import (
+    ENGINE_WARM_UP_FIX,
     HOST_FIXES,
     OTHER_STACK_PEAK,
     REDUCE_PEAK,
@@ -1231,3 +1232,17 @@ def test_a_setting_that_might_help_a_little_is_an_action_never_the_recommendatio
     # under cudaMallocAsync PyTorch's fragmentation settings do nothing: not even an action
     asynced = diagnose(_EDGE, torch_version="2.4.0", backend="cudaMallocAsync")
     assert not any("may recover" in a for a in asynced.recommendation.actions)
+
+
+# -- issue 24, seventh round: vLLM's warm-up after its budget was spent -------------------------
+
+
+def test_an_engine_warming_up_is_told_its_own_levers_not_pytorch_s() -> None:
+    for kind in ("capacity", "unknown", "non-pytorch-memory"):
+        r = rec(kind, figures=CAPACITY_FIGURES, phase="engine-warm-up")
+        assert r.actions[0] == ENGINE_WARM_UP_FIX, kind
+        assert not any(a in r.actions for a in REDUCE_PEAK), kind
+    # PyTorch's levers are for a forward pass that is the job's own
+    r = rec("capacity", figures=CAPACITY_FIGURES, phase="forward")
+    assert ENGINE_WARM_UP_FIX not in r.actions
+    assert REDUCE_PEAK[0] in r.actions
