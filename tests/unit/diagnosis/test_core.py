@@ -874,6 +874,16 @@ def test_vllm_s_wrapper_after_a_pytorch_oom_makes_it_the_engine_s_warm_up() -> N
     assert (d.detected, d.kind, out["phase"]) == (True, "capacity", "engine-warm-up")
     # without the wrapper the same failure is no warm-up
     assert "phase" not in diagnose(_WARM_UP_OOM).to_json_dict()
+    # the sampler's forward frames are the warm-up too
+    forward = (
+        "Traceback (most recent call last):\n"
+        '  File "/usr/lib/python3.12/site-packages/torch/nn/modules/module.py", line 1773, in '
+        "_call_impl\n    return forward_call(*args, **kwargs)\n"
+    )
+    assert diagnose(forward + _WARM_UP_OOM + _WARM_UP_WRAPPER).to_json_dict()["phase"] == (
+        "engine-warm-up"
+    )
+    assert diagnose(forward + _WARM_UP_OOM).to_json_dict()["phase"] == "forward"
     # a phase the frames name is kept (the wrapper only fills in for none, or forward)
     frames = (
         "Traceback (most recent call last):\n"
