@@ -148,9 +148,9 @@ def cap_binding(f: Figures) -> bool:
 
 
 EVICTED: Final = "The node was low on resource: memory"
+"""The kubelet's eviction message (the pod's status; pipelines quote it)."""
 SCHEDULER_LIMIT: Final = ("exceeded memory limit (", "PBS: job killed: mem ")
 """Slurm's accounting and PBS killing a job over its memory limit (formats' HOST_KILLED)."""
-"""The kubelet's eviction message (the pod's status; pipelines quote it)."""
 LIBRARIES: Final = {formats.NCCL: "NCCL", formats.CUDA_LIBRARY: "a CUDA library (cuBLAS/cuDNN)"}
 """The families of libraries that allocate outside the framework's cache, by the name a summary
 gives them."""

@@ -15,10 +15,12 @@ to a phase names it (``forward`` only when nothing more specific matched):
 - ``cuda-init``: the job's first CUDA call creating its context (``torch/cuda/__init__.py``'s
   ``_lazy_init``, ``torch._C._cuda_init``), or, in any stack, a failure message that names the
   context's creation (``context_phase``);
-- ``engine-warm-up``: an inference engine's warm-up after its memory budget went to the
-  weights and the KV cache: vLLM's ``_dummy_sampler_run``/``_dummy_pooler_run`` frames, or its
+- ``engine-warm-up``: an inference engine's dummy run of its sampler or pooler, with
+  ``max_num_seqs`` requests at once, while it profiles its memory or warms up after allocating
+  its KV cache: vLLM's ``_dummy_sampler_run``/``_dummy_pooler_run``(``_task``) frames, or its
   wrapper after the failure, "out of memory occurred when warming up sampler with N dummy
-  requests" (``engine_warm_up``; public18 g-007, fixed by a lower gpu_memory_utilization);
+  requests" (``engine_warm_up``; public18 g-007, fixed by a lower gpu_memory_utilization and
+  max_num_seqs);
 - ``forward``: ``torch/nn/modules/module.py`` call frames;
 - ``startup`` (TensorFlow): the failure follows TensorFlow's "Creating TensorFlow device" (1.x)
   or "Created device ..." (2.x) with no finished step after it: its start-up reservation of the
@@ -148,15 +150,17 @@ def _phase_of(path: str, func: str, code: str) -> str | None:
     return None
 
 
-_WARM_UP_FRAMES: Final = ("_dummy_sampler_run", "_dummy_pooler_run")
+_WARM_UP_FRAMES: Final = (
+    "_dummy_sampler_run", "_dummy_pooler_run", "_dummy_pooler_run_task", "dummy_pooler_run"
+)
 _WARM_UP_WRAPPER: Final = "out of memory occurred when warming up "
-MAX_WARM_UP_LOOKAHEAD: Final = 64 * 1024
 
 
 def engine_warm_up(tail: str) -> bool:
-    """vLLM's wrapper of the failure follows it: the OOM happened in its warm-up (module doc).
-    ``tail``: the log after the failure; its first ``MAX_WARM_UP_LOOKAHEAD`` characters are read."""
-    return _WARM_UP_WRAPPER in tail[:MAX_WARM_UP_LOOKAHEAD]
+    """vLLM's wrapper of the failure follows it: the OOM happened in a dummy run (module doc).
+    ``tail``: the log after the failure, as the scan keeps it (within the log's last
+    ``logtext.TAIL_BYTES``)."""
+    return _WARM_UP_WRAPPER in tail
 
 
 def failure_phase(precontext: str) -> str | None:

@@ -131,13 +131,23 @@ _ENGINE_UTILIZATION = re.compile(
 )
 
 ENGINE_WARM_UP_FIX: Final = (
-    "vLLM ran out warming up its sampler, after its memory budget (gpu_memory_utilization of the "
-    "GPU) went to the weights and the KV cache: lower gpu_memory_utilization so the warm-up has "
-    "room (the KV cache shrinks, the engine still runs), or lower max_num_seqs (the warm-up runs "
-    "that many dummy requests at once)"
+    "vLLM ran out warming up its sampler or pooler, after its memory budget "
+    "(gpu_memory_utilization of the GPU) went to the weights and the KV cache: lower "
+    "gpu_memory_utilization so the warm-up has room (the KV cache shrinks, the engine still "
+    "runs), or lower max_num_seqs (the warm-up runs that many dummy requests at once)"
+)
+ENGINE_DUMMY_RUN_FIX: Final = (
+    "vLLM ran out in a dummy run of its sampler or pooler, which it makes with max_num_seqs "
+    "requests at once while profiling its memory and again after allocating its KV cache: lower "
+    "max_num_seqs (or max_num_batched_tokens); if it had logged its KV cache's size before "
+    "failing, lower gpu_memory_utilization so the warm-up has room"
 )
 """The public write-ups of vLLM's warm-up OOM were fixed by one of the two (public18 g-007: a
-lower --gpu-memory-utilization and --max-num-seqs); PyTorch's training levers do not apply."""
+lower --gpu-memory-utilization and --max-num-seqs); PyTorch's training levers do not apply.
+During profiling (``profile_run`` makes the same dummy run before any KV cache exists)
+gpu_memory_utilization frees nothing: the KV cache's size logged before the failure tells the
+warm-up (``_KV_CACHE_SIZED``)."""
+_KV_CACHE_SIZED: Final = re.compile(r"Available KV cache memory:|GPU KV cache size:")
 
 ENGINE_GRAPH_FIX: Final = (
     "{engine} ran out capturing its CUDA graphs, after its memory budget went to the weights and "
@@ -554,7 +564,8 @@ def _place_actions(ctx: Context) -> list[str]:
                 ))
                 break
     if ctx.phase == ENGINE_WARM_UP:
-        out.append(ENGINE_WARM_UP_FIX)
+        sized = _KV_CACHE_SIZED.search(ctx.precontext[-65536:]) is not None
+        out.append(ENGINE_WARM_UP_FIX if sized else ENGINE_DUMMY_RUN_FIX)
     if ctx.event.framework == "pytorch" and ctx.verdict.kind in ("capacity", "leak"):
         engine = _ENGINE_UTILIZATION.search(ctx.precontext[-65536:])
         if engine is not None:

@@ -15,6 +15,7 @@ from gpu_auditor.diagnosis.model import (
     Recommendation,
 )
 from gpu_auditor.diagnosis.recommend import (
+    ENGINE_DUMMY_RUN_FIX,
     ENGINE_WARM_UP_FIX,
     HOST_FIXES,
     OTHER_STACK_PEAK,
@@ -1237,12 +1238,39 @@ def test_a_setting_that_might_help_a_little_is_an_action_never_the_recommendatio
 # -- issue 24, seventh round: vLLM's warm-up after its budget was spent -------------------------
 
 
-def test_an_engine_warming_up_is_told_its_own_levers_not_pytorch_s() -> None:
+@pytest.mark.parametrize(
+    ("precontext", "first"),
+    [
+        # the KV cache was sized before the failure: the warm-up after the budget was spent
+        ("(EngineCore_0 pid=9) INFO [gpu_worker.py:298] Available KV cache memory: 19.82 GiB\n",
+         ENGINE_WARM_UP_FIX),
+        ("INFO [kv_cache_utils.py:1087] GPU KV cache size: 87,632 tokens\n", ENGINE_WARM_UP_FIX),
+        # nothing says so: profiling makes the same dummy run before any KV cache exists, where
+        # gpu_memory_utilization frees nothing (the review)
+        ("", ENGINE_DUMMY_RUN_FIX),
+        ("INFO Model loading took 0.24 GiB\n", ENGINE_DUMMY_RUN_FIX),
+    ],
+)
+def test_an_engine_warming_up_is_told_its_own_levers_not_pytorch_s(
+    precontext: str, first: str
+) -> None:
     for kind in ("capacity", "unknown", "non-pytorch-memory"):
-        r = rec(kind, figures=CAPACITY_FIGURES, phase="engine-warm-up")
-        assert r.actions[0] == ENGINE_WARM_UP_FIX, kind
+        r = rec(kind, figures=CAPACITY_FIGURES, phase="engine-warm-up", precontext=precontext)
+        assert r.actions[0] == first, kind
         assert not any(a in r.actions for a in REDUCE_PEAK), kind
     # PyTorch's levers are for a forward pass that is the job's own
-    r = rec("capacity", figures=CAPACITY_FIGURES, phase="forward")
-    assert ENGINE_WARM_UP_FIX not in r.actions
+    r = rec("capacity", figures=CAPACITY_FIGURES, phase="forward", precontext=precontext)
+    assert first not in r.actions
     assert REDUCE_PEAK[0] in r.actions
+
+
+def test_the_kv_cache_s_size_is_read_from_the_last_64_kib_before_the_failure() -> None:
+    sized = "GPU KV cache size: 87,632 tokens\n"
+    near = sized + "x" * (65536 - len(sized))
+    far = sized + "x" * (65536 - len(sized) + 1)
+    assert rec("capacity", phase="engine-warm-up", precontext=near).actions[0] == (
+        ENGINE_WARM_UP_FIX
+    )
+    assert rec("capacity", phase="engine-warm-up", precontext=far).actions[0] == (
+        ENGINE_DUMMY_RUN_FIX
+    )
