@@ -691,6 +691,7 @@ def test_words_like_rays_monitor_are_not_a_kill(line: str) -> None:
 def test_xla_s_failure_is_jax_s_where_jaxlib_printed_it(line: str, framework: str) -> None:
     family = formats.match_line(line)
     assert family == formats.XLA
+    assert formats.match_line(line) == family
     assert formats.framework_of(family, line) == framework
 
 
@@ -1173,3 +1174,39 @@ def test_catboost_is_named_by_its_pool_s_namespace_or_its_name() -> None:
     line = "(NCudaLib::TOutOfMemoryError) Error: Out of memory. Requested 1.5 MB; Free 1.0 MB"
     assert formats.framework_of(formats.CUDA_ERROR, line) == "catboost"
     assert formats.framework_of(formats.CUDA_ERROR, "catboost: " + line[27:]) == "catboost"
+
+
+# -- edges mutation found loose at af01f88 (bench/results/mutation-2026-12-03-round7.md) --------
+
+
+@pytest.mark.parametrize(("words", "pattern"), [
+    (["abc"], "abc"),  # one word: no group
+    (["abc", "abd"], "ab(?:c|d)"),  # the common prefix written once
+    (["ab", "abc"], "ab"),  # a word another starts with ends the branch
+    (["b.", "a"], "(?:a|b\\.)"),  # escaped, in sorted order
+])  # fmt: skip
+def test_keywords_are_one_tree_with_their_prefixes_written_once(
+    words: list[str], pattern: str
+) -> None:
+    # the shape is the point (the scan's speed, see _any_of); KEYWORD_PATTERN is built at
+    # import, where mutmut 3 cannot see it, so the shape is pinned here
+    assert formats._any_of(words) == pattern
+
+
+@pytest.mark.parametrize(("family", "line", "framework"), [
+    # PyTorch's host allocator names no stack but its own class
+    (formats.HOST_ALLOC, "[enforce fail at alloc_cpu.cpp:114] data. DefaultCPUAllocator: not "
+     "enough memory: you tried to allocate 1024 bytes.", "pytorch"),
+    # OpenCV's words without its markers (cv2.error, OpenCV(4...) name nothing
+    (formats.HOST_ALLOC, "error: (-4:Insufficient memory) Failed to allocate 1024 bytes in "
+     "function 'OutOfMemoryError'", None),
+    # a family that is a stack's own falls back to it when no marker is on the line
+    (formats.TORCH_RAW, "CUDA error: out of memory", "pytorch"),
+    (formats.CUDA_LIBRARY, "CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+     "pytorch"),
+])  # fmt: skip
+def test_an_unmarked_line_takes_its_familys_stack(
+    family: str, line: str, framework: str | None
+) -> None:
+    assert formats.match_line(line) == family
+    assert formats.framework_of(family, line) == framework

@@ -14,6 +14,7 @@ family fixtures under tests/fixtures/oom), every figure a literal byte count.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,14 @@ import pytest
 from gpu_auditor.diagnosis import diagnose
 from gpu_auditor.diagnosis.logtext import scan_bytes
 from gpu_auditor.diagnosis.model import Figures, OomEvent, OtherProcess
-from gpu_auditor.diagnosis.parse import _size_re, _tensor_bytes, parse_hit
+from gpu_auditor.diagnosis.parse import (
+    _from_failure,
+    _own_process,
+    _size_re,
+    _tensor_bytes,
+    hami_refusal,
+    parse_hit,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -861,3 +869,55 @@ def test_catboost_s_request_is_read_in_its_mb_and_its_pool_s_free_is_not() -> No
         assert (d.framework, d.kind) == ("catboost", "capacity")
         assert (f.requested_bytes, f.free_bytes) == (int(1070.546387 * 2**20), None)
         assert d.summary == "capacity: catboost could not get the 1.05 GiB it requested"
+
+
+# -- edges mutation found loose at af01f88 (bench/results/mutation-2026-12-03-round7.md) --------
+
+
+def test_a_size_template_keeps_the_flags_it_is_given() -> None:
+    # the field templates are compiled at import, before mutmut 3 turns a mutant on: the
+    # lower-cased message tests above cover them in a plain run, this one in a mutation run
+    lower = "tried to allocate 20.00 mib"
+    assert _size_re(r"Tried to allocate {S}", re.IGNORECASE).search(lower) is not None
+    assert _size_re(r"Tried to allocate {S}").search(lower) is None
+
+
+def test_a_carriage_return_opening_the_text_goes_with_the_progress_before_it() -> None:
+    text = "\rCUDA out of memory. Tried to allocate 2.00 GiB"
+    assert _from_failure(text, ("CUDA out of memory", 1, 19)) == text[1:]
+
+
+def test_a_lone_process_at_0_bytes_beside_nothing_reserved_is_the_job() -> None:
+    # the job's first allocation failed in a container NVML cannot see into: no other process
+    # is listed at 0 bytes
+    job = OtherProcess(7, 0)
+    assert _own_process([job], 0) == (job, [])
+
+
+@pytest.mark.parametrize(("gib", "process_bytes"), [
+    ("1048575.00", 1048575 * 2**30),  # a figure no machine has yet, but under 1 PiB
+    ("1048576.00", None),  # 2^50 bytes exactly: impossible.IMPOSSIBLE_REQUEST_BYTES
+])  # fmt: skip
+def test_this_process_figure_is_dropped_from_exactly_one_pib(
+    gib: str, process_bytes: int | None
+) -> None:
+    msg = torch2("", "8.00 GiB", "1.00 GiB").replace(
+        "Of the allocated", f"Including non-PyTorch memory, this process has {gib} GiB memory "
+        "in use. Of the allocated"
+    )
+    assert event(msg).figures.process_bytes == process_bytes
+
+
+def test_a_hami_line_with_a_figure_past_any_size_is_no_refusal() -> None:
+    head = "[HAMI-core ERROR (pid:1 thread=2 allocator.c:53)]: Device 0 OOM "
+    assert hami_refusal(head + "3171158016 / 3145728000\n") == (3171158016, 3145728000)
+    assert hami_refusal(head + "99999999999999999999 / 3145728000\n") is None
+    assert hami_refusal(head + "3171158016 / 99999999999999999999\n") is None
+
+
+def test_onnxruntimes_arena_line_cut_before_its_buffer_size_has_no_request() -> None:
+    f = event(
+        "step 1\n[E:onnxruntime:, sequential_executor.cc:494 ExecuteKernel] "
+        "BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer\n"
+    ).figures
+    assert f.requested_bytes is None
