@@ -151,6 +151,8 @@ EVICTED: Final = "The node was low on resource: memory"
 """The kubelet's eviction message (the pod's status; pipelines quote it)."""
 SCHEDULER_LIMIT: Final = ("exceeded memory limit (", "PBS: job killed: mem ")
 """Slurm's accounting and PBS killing a job over its memory limit (formats' HOST_KILLED)."""
+MANAGED_REPLICA: Final = "ran out-of-memory and exited with a non-zero status"
+"""Google's managed training (Cloud ML Engine, Vertex AI) reporting a replica killed for memory."""
 LIBRARIES: Final = {formats.NCCL: "NCCL", formats.CUDA_LIBRARY: "a CUDA library (cuBLAS/cuDNN)"}
 """The families of libraries that allocate outside the framework's cache, by the name a summary
 gives them."""
@@ -776,6 +778,11 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
             return (
                 "host-oom-killed: the batch scheduler (Slurm, PBS) killed the job over its "
                 "memory limit: host (CPU) memory, not GPU memory"
+            )
+        if MANAGED_REPLICA in event.message:
+            return (
+                "host-oom-killed: the training service killed a replica that ran out of its "
+                "machine's memory: host (CPU) memory, not GPU memory"
             )
         if "DataLoader worker" in event.message:
             return (

@@ -126,6 +126,7 @@ KEYWORDS: Final[tuple[bytes, ...]] = (
     b"EigenAllocator for GPU ran out of memory",
     b"OOM ",
     b"Memory allocation error on worker",
+    b"ran out-of-memory",
 )
 """Byte strings at least one of which every family's failure line contains (second filter)."""
 
@@ -524,7 +525,11 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             # (its "Failed with result 'oom-kill'" follows that line: not read, no keyword of the
             # scan's is in it)
             r"\bA process (?:of this unit )?has been killed by the OOM killer\b|"
-            r"\bexceeded memory limit \(\d{1,24} > \d{1,24}\), being killed\b"
+            r"\bexceeded memory limit \(\d{1,24} > \d{1,24}\), being killed\b|"
+            # Google's managed training (Cloud ML Engine, Vertex AI) reporting a replica its
+            # container's memory limit killed (public19 l-023)
+            r"\bThe replica [\w -]{1,64}? ran out-of-memory and exited with a non-zero status "
+            r"of \d{1,3}\b"
         ),
     ),
     # Ray's memory monitor kills workers when the node's host memory runs low

@@ -303,6 +303,20 @@ LLAMA_CPP_FIXES: Final = (
 to the GPU; public7 z-006: a run with one layer fewer on the GPU did not fail)."""
 
 
+CATBOOST_FIXES: Final = (
+    "train a shallower model (a lower depth: its GPU memory grows steeply with it) or with fewer "
+    "borders (border_count)",
+    "keep categorical features in pinned host memory (gpu_cat_features_storage="
+    "'CpuPinnedMemory') or combine fewer of them (max_ctr_complexity)",
+    "CatBoost takes gpu_ram_part (default 0.95) of the GPU memory free when it starts, so free "
+    "the GPU of other processes first; it prints the same words when its pinned host pool "
+    "(pinned_memory_size) runs out",
+)
+"""CatBoost's levers (catboost/catboost#302: gpu_cat_features_storage from its maintainer;
+#1081: depth 16 failed where 14 ran; its pool, stack_like_memory_pool.h, serves the device's
+memory and the pinned host memory alike, with one wording)."""
+
+
 LIBRARY_ROOM: Final = {
     formats.NCCL: "leave NCCL headroom: create the process group (and run a first collective) "
     "before loading the model, call torch.cuda.empty_cache() before collectives, or lower "
@@ -342,6 +356,8 @@ def _framework_actions(ctx: Context) -> list[str]:
         ]
     if fw == "llama.cpp":
         return list(LLAMA_CPP_FIXES)
+    if fw == "catboost":
+        return list(CATBOOST_FIXES)
     if fw == "vllm":
         return [
             "raise gpu_memory_utilization (default 0.9) if nothing else uses the GPU, "

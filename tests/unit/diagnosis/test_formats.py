@@ -1133,6 +1133,13 @@ def test_near_misses_of_the_sixth_round_wordings(line: str) -> None:
     # Slurm's accounting killing a job or a step over its limit (public18 h-009, h-011)
     ("slurmstepd: error: Job 7518 exceeded memory limit (626359956 > 512000000), being killed",
      "host-killed", "exceeded memory limit (626359956 > 512000000), being killed"),
+    # Google's managed training service (public19 l-023, Cloud ML Engine; Vertex AI's pool names)
+    ("The replica master 0 ran out-of-memory and exited with a non-zero status of 9(SIGKILL)",
+     "host-killed",
+     "The replica master 0 ran out-of-memory and exited with a non-zero status of 9"),
+    ("The replica workerpool0-0 ran out-of-memory and exited with a non-zero status of 9(SIGKILL)",
+     "host-killed",
+     "The replica workerpool0-0 ran out-of-memory and exited with a non-zero status of 9"),
     ("slurmstepd: error: StepId=7284712.0 exceeded memory limit (1295467052032 > "
      "1288490188800), being killed", "host-killed",
      "exceeded memory limit (1295467052032 > 1288490188800), being killed"),

@@ -1274,3 +1274,20 @@ def test_the_kv_cache_s_size_is_read_from_the_last_64_kib_before_the_failure() -
     assert rec("capacity", phase="engine-warm-up", precontext=far).actions[0] == (
         ENGINE_DUMMY_RUN_FIX
     )
+
+
+def test_catboost_is_told_its_own_levers_and_that_its_pool_may_be_the_host_s() -> None:
+    """public18 h-010 (catboost/catboost#302): the maintainer's answer was
+    gpu_cat_features_storage=CpuPinnedMemory; #1081: depth 16 failed where 14 ran. CatBoost's
+    pinned host pool prints the same words as its device pool (stack_like_memory_pool.h)."""
+    d = diagnose(
+        "Application terminated with error: (NCudaLib::TOutOfMemoryError) catboost/cuda/cuda_lib/"
+        "memory_pool/stack_like_memory_pool.h:294: Error: Out of memory. Requested 1070.546387; "
+        "Free 1010.952393\n"
+    )
+    assert (d.framework, d.kind, d.recommendation.alloc_conf) == ("catboost", "capacity", None)
+    actions = d.recommendation.actions
+    assert actions[0].startswith("train a shallower model (a lower depth")
+    assert any("gpu_cat_features_storage='CpuPinnedMemory'" in a for a in actions)
+    assert any("pinned_memory_size" in a and "gpu_ram_part" in a for a in actions)
+    assert not any("torch" in a or "batch" in a for a in actions)
