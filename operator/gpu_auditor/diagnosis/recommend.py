@@ -317,6 +317,16 @@ CATBOOST_FIXES: Final = (
 memory and the pinned host memory alike, with one wording)."""
 
 
+SPARK_RAPIDS_FIXES: Final = (
+    "lower spark.rapids.sql.concurrentGpuTasks (to 1 first): the tasks running at once share "
+    "the GPU's memory",
+    "give each task less data: more shuffle partitions (spark.sql.shuffle.partitions) or "
+    "smaller input splits (spark.sql.files.maxPartitionBytes)",
+)
+"""The RAPIDS Accelerator's own advice for GPU OOMs (its best-practices guide: concurrent tasks
+first; NVIDIA/spark-rapids discussion 5373: too much data per task or too many tasks at once)."""
+
+
 LIBRARY_ROOM: Final = {
     formats.NCCL: "leave NCCL headroom: create the process group (and run a first collective) "
     "before loading the model, call torch.cuda.empty_cache() before collectives, or lower "
@@ -358,6 +368,8 @@ def _framework_actions(ctx: Context) -> list[str]:
         return list(LLAMA_CPP_FIXES)
     if fw == "catboost":
         return list(CATBOOST_FIXES)
+    if fw == "spark-rapids":
+        return list(SPARK_RAPIDS_FIXES)
     if fw == "vllm":
         return [
             "raise gpu_memory_utilization (default 0.9) if nothing else uses the GPU, "

@@ -1217,3 +1217,70 @@ def test_an_unmarked_line_takes_its_familys_stack(
 ) -> None:
     assert formats.match_line(line) == family
     assert formats.framework_of(family, line) == framework
+
+
+# -- issue 24, eighth round: the twentieth public set's wordings ----------------------------------
+
+
+@pytest.mark.parametrize(("line", "framework"), [
+    # HugeCTR's check (public20 m-010)
+    ("Runtime error: out of memory /mnt/HugeCTR/HugeCTR/include/general_buffer.hpp:64",
+     "hugectr"),
+    # MNN's CUDA backend (public20 o-006; its sources print one line per refused buffer)
+    ("Out of memory when gamma is acquired in CudaLayerNorm. ", "mnn"),
+    # the RAPIDS Accelerator for Spark aborting the job over a task's last GPU failure
+    ("org.apache.spark.SparkException: Job aborted due to stage failure: Task 49 in stage 10.0 "
+     "failed 4 times, most recent failure: Lost task 49.3 in stage 10.0 (TID 560) (10.0.0.7 "
+     "executor 1): com.nvidia.spark.rapids.jni.GpuSplitAndRetryOOM: GPU OutOfMemory: could not "
+     "split inputs and retry", "spark-rapids"),
+])  # fmt: skip
+def test_each_public20_wording_is_a_gpu_failure_of_its_stack(line: str, framework: str) -> None:
+    assert formats.match_line(line) == formats.CUDA_ERROR
+    d = diagnose(f"step 1\n{line}\n")
+    assert (d.detected, d.framework) == (True, framework)
+
+
+@pytest.mark.parametrize("line", [
+    # the host's twin of Spark's GPU retry failure, and the GPU's as a task attempt Spark retries
+    # (public20 m-009 shows only that)
+    "com.nvidia.spark.rapids.jni.CpuSplitAndRetryOOM: CPU OutOfMemory: could not split inputs "
+    "and retry",
+    "com.nvidia.spark.rapids.jni.SplitAndRetryOOM: GPU OutOfMemory: could not split inputs and "
+    "retry",
+    # an interpreter's own error with no source file after it
+    "Runtime error: out of memory",
+    "Runtime error: out of memory in function foo",
+])  # fmt: skip
+def test_near_misses_of_the_public20_wordings_are_not_gpu_failures(line: str) -> None:
+    assert formats.match_line(line) != formats.CUDA_ERROR
+
+
+@pytest.mark.parametrize(("line", "requested"), [
+    # NumPy 1.20+ and 2.x (public20 p-027, nnU-Net exporting a prediction), as the traceback's
+    # last line names it and as IPython shortens it
+    ("numpy.core._exceptions._ArrayMemoryError: Unable to allocate 5.18 GiB for an array with "
+     "shape (26, 204, 512, 512) and data type float32", round(5.18 * 2**30)),
+    ("numpy._core._exceptions._ArrayMemoryError: Unable to allocate 3.00 TiB for an array with "
+     "shape (1,) and data type float64", 3 * 2**40),
+    # three significant figures: NumPy prints "800." (no figure read, the failure still found)
+    ("MemoryError: Unable to allocate 800. MiB for an array with shape (1000, 1000, 100) and "
+     "data type float64", None),
+])  # fmt: skip
+def test_numpys_refused_array_is_host_memory_with_its_request(
+    line: str, requested: int | None
+) -> None:
+    assert formats.match_line(line) == formats.HOST_ALLOC
+    d = diagnose(f"Traceback (most recent call last):\n{line}\n")
+    assert (d.kind, d.framework, d.figures.requested_bytes) == (
+        "host-oom-killed", "numpy", requested,
+    )  # fmt: skip
+    assert d.recommendation.actions[0] == "raise the container's memory limit (and set the "\
+        "request equal to it)"
+
+
+@pytest.mark.parametrize("line", [
+    "MemoryError: Unable to allocate memory",
+    "MemoryError: Unable to allocate 5.18 GiB",  # not NumPy's array
+])  # fmt: skip
+def test_other_memory_errors_are_not_numpys(line: str) -> None:
+    assert formats.match_line(line) is None

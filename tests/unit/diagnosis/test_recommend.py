@@ -1291,3 +1291,18 @@ def test_catboost_is_told_its_own_levers_and_that_its_pool_may_be_the_host_s() -
     assert any("gpu_cat_features_storage='CpuPinnedMemory'" in a for a in actions)
     assert any("pinned_memory_size" in a and "gpu_ram_part" in a for a in actions)
     assert not any("torch" in a or "batch" in a for a in actions)
+
+
+def test_the_rapids_accelerator_for_spark_is_told_its_own_levers() -> None:
+    """public20 m-009's failure, as the driver reports the job it aborted."""
+    d = diagnose(
+        "23/06/29 06:34:56 WARN DeviceMemoryEventHandler: Device store exhausted, unable to "
+        "allocate 12421594616 bytes. Total RMM allocated is 5213155072 bytes.\n"
+        "org.apache.spark.SparkException: Job aborted due to stage failure: Task 49 in stage 10.0 "
+        "failed 4 times, most recent failure: Lost task 49.3 in stage 10.0 (TID 560) (10.0.0.7 "
+        "executor 1): com.nvidia.spark.rapids.jni.GpuSplitAndRetryOOM: GPU OutOfMemory: could "
+        "not split inputs and retry\n"
+    )
+    assert (d.framework, d.recommendation.alloc_conf) == ("spark-rapids", None)
+    assert d.recommendation.actions[0].startswith("lower spark.rapids.sql.concurrentGpuTasks")
+    assert not any("torch" in a for a in d.recommendation.actions)
