@@ -127,7 +127,6 @@ KEYWORDS: Final[tuple[bytes, ...]] = (
     b"OOM ",
     b"Memory allocation error on worker",
     b"ran out-of-memory",
-    b"MemoryError: Unable to allocate",
 )
 """Byte strings at least one of which every family's failure line contains (second filter)."""
 
@@ -469,8 +468,9 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             # HugeCTR's check: "Runtime error: " + cudaGetErrorString + its source file and line
             # (public20 m-010)
             r"\bRuntime error: out of memory [^\s]{1,200}\.(?:cuh?|[ch]pp|h):\d{1,6}\b|"
-            # MNN's CUDA backend refusing a layer's buffer (public20 o-006)
-            r"\bOut of memory when \w{1,64} is acquired in \w{1,64}|"
+            # MNN's CUDA backend refusing a layer's buffer (public20 o-006; its CPU, OpenCL, Vulkan
+            # and Hexagon backends print the same words with their own names: the review)
+            r"\bOut of memory when \w{1,64} is acquired in Cuda\w{1,64}|"
             # the RAPIDS Accelerator for Spark: the job aborted, its task's last failure a GPU
             # allocation its retry framework gave up on (the bare exception is a task attempt
             # Spark retries: the census's review; its CPU twin is the host's)
@@ -501,9 +501,7 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
         re.compile(
             r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)|"
             # OpenCV's host allocator
-            r"\(-4:Insufficient memory\) Failed to allocate \d{1,20} bytes\b|"
-            # NumPy's (public20 p-027: nnU-Net's export of a prediction)
-            r"\b(?:_Array)?MemoryError: Unable to allocate [\d.]{1,24} ?[KMGTPE]?i?B for an array\b"
+            r"\(-4:Insufficient memory\) Failed to allocate \d{1,20} bytes\b"
         ),
     ),
     # Accelerate catches each OOM, halves the batch and retries; at zero it raises this, and the
@@ -625,9 +623,8 @@ _FRAMEWORK_MARKERS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     ("xgboost", re.compile(
         r"\bxgboost|\bXGBoost|updater_gpu_hist|\bMemory allocation error on worker \d")),
     ("catboost", re.compile(r"\bcatboost|\bCatBoost|\bNCudaLib::")),
-    ("numpy", re.compile(r"\bnumpy\b|MemoryError: Unable to allocate [^\n]{1,32} for an array")),
     ("hugectr", re.compile(r"\bHugeCTR\b|\bhugectr\b")),
-    ("mnn", re.compile(r"\bOut of memory when \w{1,64} is acquired in \w")),
+    ("mnn", re.compile(r"\bOut of memory when \w{1,64} is acquired in Cuda\w")),
     ("spark-rapids", re.compile(r"\bcom\.nvidia\.spark\.rapids\b|SplitAndRetryOOM\b")),
     ("pytorch", re.compile(r"\btorch\b|RuntimeError|c10::|AcceleratorError")),
 )

@@ -145,8 +145,6 @@ _VLLM_AVAILABLE: Final = _size_re(r"available KV cache memory \({S}\)")
 _BYTES_REQUEST: Final = re.compile(
     r"(?:allocate|calloc|malloc|alloc)\w{0,24}\s{1,8}([\d,]{1,32}) bytes"
 )
-_NUMPY_REQUEST: Final = _size_re(r"MemoryError: Unable to allocate {S} for an array")
-"""NumPy's request, in binary units ("5.18 GiB")."""
 _DRIVER_REQUEST: Final = re.compile(r"failed to allocate [^(\n]{0,200}\((\d{1,32}) bytes\)")
 _FAISS_REQUEST: Final = re.compile(
     formats.FAISS_ALLOC_FAIL + r"[^\n]{0,200}? size (\d{1,32}) bytes"
@@ -520,10 +518,6 @@ def parse_hit(hit: Hit) -> OomEvent:
     elif family in (formats.NCCL, formats.HOST_ALLOC, formats.DRIVER, formats.CUDA_ERROR):
         nearby = [message] + [x.text for x in hit.before[-3:]]
         for text in nearby:
-            numpy = _find(_NUMPY_REQUEST, text) if family == formats.HOST_ALLOC else None
-            if numpy is not None:
-                figures = Figures(numpy)
-                break
             match = (
                 _BYTES_REQUEST.search(text)
                 or _DRIVER_REQUEST.search(text)

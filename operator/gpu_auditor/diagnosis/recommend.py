@@ -22,7 +22,7 @@ from typing import Final
 
 from . import allocconf, formats
 from .allocconf import ASYNC, KEYS, Checked
-from .classify import EVICTED, LIBRARIES, Verdict, cap_binding
+from .classify import EVICTED, LIBRARIES, MANAGED_REPLICA, Verdict, cap_binding
 from .logtext import own_text
 from .model import ALLOC_CONF_ENV, Growth, NodeEvidence, OomEvent, Recommendation
 from .phase import (
@@ -505,6 +505,13 @@ def _kind_actions(ctx: Context) -> list[str]:
             ]
         if EVICTED in ctx.event.message:
             return [EVICTION_FIX, *HOST_FIXES]
+        if MANAGED_REPLICA in ctx.event.message:  # no pod to resize: the service's machine
+            return [
+                "choose a machine type with more memory for the replica (its memory is the "
+                "machine's)",
+                "hold less in host memory: smaller shuffle and prefetch buffers, no dataset "
+                "cached in memory",
+            ]
         if "DataLoader worker" in ctx.event.message:  # the workers' copies first
             return [FEWER_WORKERS, RAISE_LIMIT, NO_PINNING, MMAP_LOAD, SHM_SIZE]
         if ctx.event.framework not in (None, "pytorch") and fam == formats.HOST_ALLOC:
@@ -529,6 +536,8 @@ def _kind_actions(ctx: Context) -> list[str]:
             )
         else:
             first = "the log has no usable memory figures: " + check
+        if ctx.event.framework == "spark-rapids":  # executors and tasks share the GPU
+            return [*SPARK_RAPIDS_FIXES, first]
         return [
             first,
             *([LIBRARY_ROOM[fam], *REDUCE_PEAK[:1]] if fam in LIBRARY_ROOM else []),

@@ -1634,14 +1634,6 @@ def test_unseen_memory_more_than_pytorchs_names_the_figures() -> None:
             "limit: host (CPU) memory, not GPU memory",
             "raise the container's memory limit (and set the request equal to it)",
         ),
-        # Google's managed training service (public19 l-023)
-        (
-            "The replica master 0 ran out-of-memory and exited with a non-zero status of "
-            "9(SIGKILL)",
-            "host-oom-killed: the training service killed a replica that ran out of its "
-            "machine's memory: host (CPU) memory, not GPU memory",
-            "raise the container's memory limit (and set the request equal to it)",
-        ),
         (
             "=>> PBS: job killed: mem 38427376kb exceeded limit 33554432kb",
             "host-oom-killed: the batch scheduler (Slurm, PBS) killed the job over its memory "

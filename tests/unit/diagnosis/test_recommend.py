@@ -1306,3 +1306,33 @@ def test_the_rapids_accelerator_for_spark_is_told_its_own_levers() -> None:
     assert (d.framework, d.recommendation.alloc_conf) == ("spark-rapids", None)
     assert d.recommendation.actions[0].startswith("lower spark.rapids.sql.concurrentGpuTasks")
     assert not any("torch" in a for a in d.recommendation.actions)
+
+
+def test_spark_rapids_levers_lead_even_without_figures() -> None:
+    """The review: the driver's abort line alone carries no figures (kind unknown)."""
+    d = diagnose(
+        "org.apache.spark.SparkException: Job aborted due to stage failure: Task 3 in stage 5.0 "
+        "failed 4 times, most recent failure: Lost task 3.3 in stage 5.0 (TID 9) (10.0.0.7 "
+        "executor 1): com.nvidia.spark.rapids.jni.GpuSplitAndRetryOOM: GPU OutOfMemory: could "
+        "not split inputs and retry\n"
+    )
+    assert (d.kind, d.framework) == ("unknown", "spark-rapids")
+    actions = d.recommendation.actions
+    assert actions[0].startswith("lower spark.rapids.sql.concurrentGpuTasks")
+    assert not any(".cuda()" in a for a in actions)
+
+
+def test_a_managed_training_replica_is_told_the_machine_type_not_a_pod_limit() -> None:
+    """public19 l-023 (Cloud ML Engine); the review: there is no pod to resize."""
+    d = diagnose(
+        "Filling up shuffle buffer (this may take a while): 1043 of 10000\n"
+        "The replica master 0 ran out-of-memory and exited with a non-zero status of 9(SIGKILL)\n"
+    )
+    assert (d.kind, d.summary) == (
+        "host-oom-killed",
+        "host-oom-killed: the training service killed a replica that ran out of its machine's "
+        "memory: host (CPU) memory, not GPU memory",
+    )
+    actions = d.recommendation.actions
+    assert actions[0].startswith("choose a machine type with more memory")
+    assert not any("container" in a or "DataLoader" in a for a in actions)
