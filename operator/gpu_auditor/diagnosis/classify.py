@@ -480,6 +480,8 @@ class _Facts:
 def _primary(x: _Facts) -> str:
     if x.family in (formats.HOST_ALLOC, formats.HOST_KILLED, formats.RAY_KILLED):
         return "host-oom-killed"
+    if x.family == formats.MPS:  # PyTorch's own limit on Apple silicon, not the device's
+        return "memory-fraction-cap"
     if x.family == formats.VLLM_STARTUP:  # vLLM checked the free memory before it started
         held = x.held_at_start()
         return "gpu-shared" if held is not None and held >= GPU_SHARED_MIN_BYTES else (
@@ -612,6 +614,16 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
             f"memory-fraction-cap: TensorFlow could not reserve the {fs(r)} it maps at start "
             "(per_process_gpu_memory_fraction of the GPU, nearly all of it by default): the GPU "
             "had less free than the fraction asks"
+        )
+    if x.family == formats.MPS:
+        held = "" if f.process_bytes is None else (
+            f": the process held {fs(f.process_bytes)} on the device, "
+            f"{fs(f.allocated_bytes)} of it in PyTorch's tensors"
+        )
+        asked = f"the {fs(r)} request" if r is not None else "a request"
+        return (
+            f"memory-fraction-cap: PyTorch's MPS high watermark ({fs(f.allowed_bytes)}) stopped "
+            f"{asked}{held}"
         )
     if x.family == formats.VLLM_STARTUP:
         share = math.floor((free or 0) / (t or 1) * 100) / 100

@@ -43,10 +43,12 @@ TGI = "tgi"  # text-generation-inference: Not enough memory to handle N prefill 
 RETRY_EXHAUSTED = "retry-exhausted"  # Accelerate's find_executable_batch_size reached zero
 HAMI = "hami"  # HAMi-core (Kubernetes vGPU): Device N OOM <usage + request> / <the pod's limit>
 EXCEPTION_NAME = "exception-name"  # IPython's traceback head: OutOfMemoryError   Traceback ...
+MPS = "mps"  # Apple's MPS backend: MPS backend out of memory (MPS allocated: ..., max allowed: ...)
 
 PRIORITY: Final[dict[str, int]] = {
     TORCH: 10,
     TORCH_ASYNC: 10,
+    MPS: 10,
     CUPY: 8,
     XLA: 8,
     PADDLE: 8,
@@ -250,10 +252,12 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
     (
         TORCH,
         re.compile(
-            r"\b(?:CUDA|HIP) out of memory\. (?:Tried to allocate|GPU \d)|"
+            # (Intel's XPU backend prints the same message: public21 t-006, t-014)
+            r"\b(?:CUDA|HIP|XPU) out of memory\. (?:Tried to allocate|GPU \d)|"
             # ...its period lost in a paste (public10 q-024)
             r"\b(?:CUDA|HIP) out of memory Tried to allocate [\d.]{1,24} [KMG]iB\b|"
-            r"\b(?:CUDA|HIP) out of memory\.\s{0,64}$|OutOfMemoryError: (?:CUDA|HIP) out of memory|"
+            r"\b(?:CUDA|HIP) out of memory\.\s{0,64}$|"
+            r"OutOfMemoryError: (?:CUDA|HIP|XPU) out of memory|"
             # the same message lower-cased, as people paste it into issue titles
             r"\b(?:cuda|hip) out of memory[.,] ?[Tt]ried to allocate \d|"
             # the message pasted from its second sentence (1.x: "(GPU 0; 7.92 GiB total ...")
@@ -262,6 +266,9 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"(?<!memory\. )\bTried to allocate [\d.]{1,24} [KMG]iB\. GPU \d{1,5}\b"
         ),
     ),
+    # PyTorch's MPS allocator at its high watermark (Apple silicon, unified memory; public21's
+    # t-001, t-008, t-010, t-018 to t-023, t-027)
+    (MPS, re.compile(r"\bMPS backend out of memory \(MPS allocated: ")),
     (
         TORCH_ASYNC,
         re.compile(
@@ -632,6 +639,7 @@ _FRAMEWORK_MARKERS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
 _FAMILY_FRAMEWORK: Final[dict[str, str | None]] = {
     TORCH: "pytorch",
     TORCH_ASYNC: "pytorch",
+    MPS: "pytorch",
     TORCH_RAW: "pytorch",
     TENSORFLOW: "tensorflow",
     XLA: "jax",

@@ -204,6 +204,14 @@ def tensorflow_banner(precontext: str) -> tuple[int | None, int | None]:
 
 
 _BINARY_UNITS: Final = {"kb": "KiB", "mb": "MiB", "gb": "GiB", "tb": "TiB"}
+_MPS_SIZE: Final = r"([\d.]{1,24} ?(?:[KMGT]?i?B|bytes))"
+_MPS: Final = re.compile(
+    rf"MPS backend out of memory \(MPS allocated: {_MPS_SIZE}, other allocations: {_MPS_SIZE}, "
+    rf"max allowed: {_MPS_SIZE}\)(?:\. Tried to allocate {_MPS_SIZE})?"
+)
+"""PyTorch's MPS allocator: what it holds, what else the process has on the device (Metal's
+driver allocations past its own), its high watermark, and the request; KB/MB/GB are powers of
+1024 (c10's format_size), later releases print KiB/MiB/GiB."""
 
 
 def _binary_bytes(text: str) -> int | None:
@@ -425,6 +433,15 @@ def parse_hit(hit: Hit) -> OomEvent:
     backend: str | None = None
     if family == formats.TORCH:
         figures, backend = _torch_figures(message), "native"
+    elif family == formats.MPS:
+        match = _MPS.search(message)
+        if match is not None:
+            sizes = [None if g is None else _binary_bytes(g) for g in match.groups()]
+            ours, others, watermark, wanted = sizes
+            figures = Figures(
+                wanted, allocated_bytes=ours, allowed_bytes=watermark,
+                process_bytes=None if ours is None or others is None else ours + others,
+            )
     elif family == formats.TORCH_ASYNC:
         figures, backend = _async_figures(message), "cudaMallocAsync"
     elif family == formats.TENSORFLOW:

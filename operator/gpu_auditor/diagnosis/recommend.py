@@ -24,7 +24,7 @@ from . import allocconf, formats
 from .allocconf import ASYNC, KEYS, Checked
 from .classify import EVICTED, LIBRARIES, MANAGED_REPLICA, Verdict, cap_binding
 from .logtext import own_text
-from .model import ALLOC_CONF_ENV, Growth, NodeEvidence, OomEvent, Recommendation
+from .model import ALLOC_CONF_ENV, Figures, Growth, NodeEvidence, OomEvent, Recommendation
 from .phase import (
     BACKWARD,
     CUDA_INIT,
@@ -317,6 +317,19 @@ CATBOOST_FIXES: Final = (
 memory and the pinned host memory alike, with one wording)."""
 
 
+MPS_FIXES: Final = (
+    "reduce the work (a smaller batch or resolution, half precision, a smaller model): on Apple "
+    "silicon the GPU shares the machine's memory, and the watermark (by default 1.7 times the "
+    "GPU's recommended working set) is already past what it can hold without paging",
+    "PYTORCH_MPS_HIGH_WATERMARK_RATIO raises the watermark (0.0 removes it): the job may then "
+    "finish, slowly, paging to disk, or stall the machine",
+    "return cached memory between phases: torch.mps.empty_cache()",
+)
+"""PyTorch's MPS allocator stops at its high watermark (MPSAllocator: the ratio times Metal's
+recommendedMaxWorkingSetSize, 1.7 by default); public21 t-001 finished with the ratio at 0.0,
+t-008 (64 GB, 72 GB held) was told to generate with less memory."""
+
+
 SPARK_RAPIDS_FIXES: Final = (
     "lower spark.rapids.sql.concurrentGpuTasks (to 1 first): the tasks running at once share "
     "the GPU's memory",
@@ -395,6 +408,15 @@ def _framework_actions(ctx: Context) -> list[str]:
 
 def _kind_actions(ctx: Context) -> list[str]:
     kind, f, fam = ctx.verdict.kind, ctx.verdict.figures, ctx.event.family
+    if _past_one_xpu_allocation(ctx.event.message, f):
+        return [
+            "Intel's Level Zero caps one allocation (max_mem_alloc_size, about 4 GiB on many "
+            f"Intel GPUs): the {fs(f.requested_bytes)} request is past it though the GPU has room "
+            "for it: split the tensor, or use a PyTorch whose XPU allocator falls back to "
+            "expandable segments past the cap (pytorch/pytorch#176868)",
+        ]
+    if fam == formats.MPS:
+        return list(MPS_FIXES)
     if fam == formats.VLLM_STARTUP and f.free_bytes is not None and f.total_bytes:
         most = math.floor(f.free_bytes / f.total_bytes * 100) / 100
         return [
@@ -545,6 +567,23 @@ def _kind_actions(ctx: Context) -> list[str]:
             "isolate the GPU",
         ]
     return []
+
+
+XPU_ONE_ALLOCATION_BYTES: Final = 4 * 2**30 - 5 * 2**20
+"""4 GiB less what PyTorch's two decimals round away: Level Zero's per-allocation cap
+(max_mem_alloc_size) on many Intel GPUs (public21 t-006, 4.66 GiB on a 5.65 GiB card; t-014,
+4.00 GiB on an A770, Intel's forum "USM Allocations with more than 4G"; PyTorch PR 176868)."""
+
+
+def _past_one_xpu_allocation(message: str, f: Figures) -> bool:
+    """An XPU request at or past Level Zero's one-allocation cap that the GPU had room for: what
+    PyTorch holds plus the request fit the card (and the free figure, where printed)."""
+    r, total = f.requested_bytes, f.total_bytes
+    if "XPU out of memory" not in message or r is None or total is None:
+        return False
+    held = (f.allocated_bytes or 0) + (f.reserved_unallocated_bytes or 0)
+    fits_free = f.free_bytes is None or r <= f.free_bytes
+    return r >= XPU_ONE_ALLOCATION_BYTES and held + r <= total and fits_free
 
 
 FRACTION_HEADROOM: Final = 2.0

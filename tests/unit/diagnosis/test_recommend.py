@@ -1336,3 +1336,70 @@ def test_a_managed_training_replica_is_told_the_machine_type_not_a_pod_limit() -
     actions = d.recommendation.actions
     assert actions[0].startswith("choose a machine type with more memory")
     assert not any("container" in a or "DataLoader" in a for a in actions)
+
+
+MPS_LINE = (
+    "RuntimeError: MPS backend out of memory (MPS allocated: 8.93 GB, other allocations: "
+    "120.39 MB, max allowed: 9.07 GB). Tried to allocate 25.00 MB on private pool. Use "
+    "PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 to disable upper limit for memory allocations (may "
+    "cause system failure).\n"
+)
+
+
+def test_apples_mps_watermark_is_its_cap_with_its_own_levers() -> None:
+    """public21 t-001 (an 8 GB Mac; the thread: PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 let it run)."""
+    d = diagnose("step 1\n" + MPS_LINE)
+    f = d.figures
+    assert (d.kind, d.framework, d.recommendation.alloc_conf) == (
+        "memory-fraction-cap", "pytorch", None,
+    )  # fmt: skip
+    assert (f.requested_bytes, f.allowed_bytes, f.allocated_bytes) == (
+        25 * 2**20, round(9.07 * 2**30), round(8.93 * 2**30),
+    )  # fmt: skip
+    assert f.process_bytes == round(8.93 * 2**30) + round(120.39 * 2**20)
+    assert d.summary.startswith("memory-fraction-cap: PyTorch's MPS high watermark (9.07 GiB)")
+    actions = d.recommendation.actions
+    assert actions[0].startswith("reduce the work")
+    assert any("PYTORCH_MPS_HIGH_WATERMARK_RATIO" in a for a in actions)
+    assert not any("nvidia-smi" in a or "set_per_process_memory_fraction" in a for a in actions)
+
+
+def test_an_mps_request_in_bytes_and_sizes_in_gib_are_read() -> None:
+    """public21 t-008 ("Tried to allocate 256 bytes on shared pool"), t-002 (GiB)."""
+    d = diagnose(
+        "RuntimeError: MPS backend out of memory (MPS allocated: 22.57 GiB, other allocations: "
+        "139.74 GiB, max allowed: 163.20 GiB). Tried to allocate 256 bytes on shared pool.\n"
+    )
+    assert (d.figures.requested_bytes, d.figures.allowed_bytes) == (256, round(163.2 * 2**30))
+
+
+def test_an_xpu_request_past_level_zeros_one_allocation_cap_is_told_so() -> None:
+    """public21 t-006: 4.66 GiB asked of a 5.65 GiB Intel GPU with all of it free; Level Zero's
+    max_mem_alloc_size (PyTorch PR 176868)."""
+    d = diagnose(
+        "torch.OutOfMemoryError: XPU out of memory. Tried to allocate 4.66 GiB. GPU 0 has a total "
+        "capacity of 5.65 GiB of which 5.65 GiB is free. Of the allocated memory 195.50 KiB is "
+        "allocated by PyTorch, and 1.81 MiB is reserved by PyTorch but unallocated.\n"
+    )
+    assert (d.detected, d.kind) == (True, "unknown")
+    assert d.recommendation.actions[0].startswith("Intel's Level Zero caps one allocation")
+
+
+def test_an_xpu_request_under_the_cap_with_room_is_not_blamed_on_it() -> None:
+    d = diagnose(
+        "torch.OutOfMemoryError: XPU out of memory. Tried to allocate 3.90 GiB. GPU 0 has a total "
+        "capacity of 15.11 GiB of which 15.11 GiB is free. Of the allocated memory 1024 bytes is "
+        "allocated by PyTorch, and 2.00 MiB is reserved by PyTorch but unallocated.\n"
+    )
+    assert d.detected
+    assert not d.recommendation.actions[0].startswith("Intel's Level Zero")
+
+
+def test_an_xpu_request_past_the_cap_without_a_free_figure_is_told_so() -> None:
+    """The census's A770 line: 8.00 GiB asked of 15.11 GiB with nothing held, no free clause."""
+    d = diagnose(
+        "torch.OutOfMemoryError: XPU out of memory. Tried to allocate 8.00 GiB. GPU 0 has a total "
+        "capacity of 15.11 GiB. Of the allocated memory 0 bytes is allocated by PyTorch, and 0 "
+        "bytes is reserved by PyTorch but unallocated.\n"
+    )
+    assert d.recommendation.actions[0].startswith("Intel's Level Zero caps one allocation")
