@@ -12,7 +12,8 @@ Progress is any of, in the text before the failure (at most ``MAX_PROGRESS_BYTES
   singular: a plural is a setting, "Total optimization steps = 1000") at two different values, as
   training and serving loops print them (``step 50 ... step 100``, ``Epoch 1 ... Epoch 2``);
 - a counter at one value on a line that says it finished (``step 1 warmup done``);
-- a progress bar (tqdm) past its first iteration (``331/1063 [01:06<03:59``);
+- a progress bar (tqdm) past its first iteration (``331/1063 [01:06<03:59``), unless it counts
+  what the job set up (shards loaded, files fetched, a dataset mapped: ``_SETUP_BAR``);
 - two lines reporting a loss (``loss 0.5680``, ``'loss': 2.31``): steps that ran to the end.
 
 ``finished_steps`` says how many (classify reads a few steps apart from a steady run:
@@ -33,6 +34,14 @@ _COUNTER: Final = re.compile(
 )
 _DONE: Final = re.compile(r"\b(?:done|finished|complete|completed)\b")
 _BAR: Final = re.compile(r"(?<![\d.])(\d{1,9})/(\d{1,9}) \[\d")
+_SETUP_BAR: Final = re.compile(
+    r"\b(?:loading|downloading|fetching|resolving|extracting|uploading|map|filter|tokeniz\w{0,8}"
+    r"|generating \w{1,16} split)\b"
+)
+"""A bar counting what the job set up, not its work: checkpoint shards loaded (transformers'
+"Loading checkpoint shards: 100%| 8/8"), files fetched, a dataset mapped or tokenized (public22
+v-019: a 27B model's shards all loaded on one 24 GB card, then its first allocation failed;
+the shards are no step of the job's)."""
 _LOSS: Final = re.compile(r"\bloss\b['\"]?[ \t:=]{1,4}-?\d")
 
 
@@ -53,7 +62,7 @@ def finished_steps(precontext: str) -> int:
         line = raw[:MAX_LINE_CHARS].lower()
         for bar in _BAR.finditer(line):
             done, total = int(bar.group(1)), int(bar.group(2))
-            if 1 <= done <= total:
+            if 1 <= done <= total and not _SETUP_BAR.search(line, 0, bar.start()):
                 best = max(best, done)
         if _LOSS.search(line):
             losses += 1

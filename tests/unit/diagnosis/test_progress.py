@@ -109,3 +109,23 @@ def test_a_finish_word_counts_only_after_its_counter() -> None:
 def test_finished_steps_is_the_most_any_progress_line_shows(text: str, steps: int) -> None:
     assert finished_steps(text) == steps
     assert made_progress(text) is (steps >= 1)
+
+
+@pytest.mark.parametrize("bar", [
+    # public22 v-019: a 27B model's shards, then its first allocation failed
+    "Loading checkpoint shards: 100%|██████████| 8/8 [00:41<00:00,  5.20s/it]",
+    "Fetching 12 files: 100%|██████████| 12/12 [00:00<00:00, 1540.73it/s]",
+    "Map: 100%|██████████| 1000/1000 [00:01<00:00, 913.24 examples/s]",
+    "Downloading shards: 100%|██████████| 4/4 [02:10<00:00, 32.6s/it]",
+    "Generating train split: 100%|██████████| 52002/52002 [00:00<00:00, 94315.55 examples/s]",
+])  # fmt: skip
+def test_a_bar_counting_what_the_job_set_up_is_no_step(bar: str) -> None:
+    assert finished_steps(bar + "\n") == 0
+
+
+def test_a_work_bar_after_a_setup_bar_still_counts() -> None:
+    log = (
+        "Loading checkpoint shards: 100%|██████████| 8/8 [00:41<00:00,  5.20s/it]\n"
+        " 31%|███       | 331/1063 [01:06<03:59,  3.06it/s]\n"
+    )
+    assert finished_steps(log) == 331
