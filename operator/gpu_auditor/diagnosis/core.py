@@ -11,7 +11,13 @@ from . import allocconf, formats
 from .addressspace import ADDRESS_SPACE_ACTION, address_space_call
 from .aftermath import TRACEBACK, later_failure
 from .classify import classify
-from .impossible import HAMI_ACCOUNTING, IMPOSSIBLE_ACTION, impossible_request
+from .impossible import (
+    HAMI_ACCOUNTING,
+    IMPOSSIBLE_ACTION,
+    ZERO_ACTION,
+    impossible_request,
+    zero_request,
+)
 from .killed import KILLED_ACTION, killed_by_signal
 from .leak import growth_from_log, growth_from_rate, growth_from_samples
 from .logtext import Hit, ScanResult, printable, scan_bytes, scan_stream
@@ -129,6 +135,14 @@ def diagnose_scan(
     size = impossible_request(event)
     if size is not None:
         why = _impossible(size, accounting=event.family == formats.HAMI)
+        return _not_found(scan, torch_version, alloc_conf, backend, growth, why)
+    if zero_request(event):
+        why = _Dismissed(
+            "no out-of-memory failure: it asked for 0 bytes, a bug, not memory running out",
+            ZERO_ACTION,
+            "zero_request",
+            "0 bytes",
+        )
         return _not_found(scan, torch_version, alloc_conf, backend, growth, why)
     release = _release(torch_version, scan.head + "\n" + hit.precontext, event.message)
     if event.framework not in (None, "pytorch") and torch_version is None:

@@ -472,6 +472,15 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"Failed to allocate \d{1,20} bytes on memory \w{1,24} \(of kind GPU_FB_MEM\)|"
             # Thrust's allocator; RAPIDS' RMM (its pool's own limit, or the device)
             r"\bbad_alloc: cudaErrorMemoryAllocation\b|\bout_of_memory: (?:RMM failure|CUDA error)|"
+            # the CUDA driver API's failure as PyCUDA raises it (public22 u-001, u-002: cryoSPARC);
+            # the runtime's error name with its string, as many checks print them (u-010)
+            r"\bcuMem\w{1,24} failed: out of memory\b|\bcudaErrorMemoryAllocation: out of memory\b|"
+            # RELION's CUDA check and its own allocator (public22 u-003, u-004, u-006)
+            r"\bout of memory in [^\n]{1,200}? at line \d{1,6} \(error-code 2\)|"
+            r"\bCudaCustomAllocator out of memory\b|"
+            # quantum simulators on the GPU: PennyLane Lightning's CUDA check, NVIDIA cuStateVec
+            # (public22 u-007, u-008, u-009)
+            r"\bError in PennyLane Lightning: out of memory\b|\[custatevec\] %?out of memory\b|"
             # HugeCTR's check: "Runtime error: " + cudaGetErrorString + its source file and line
             # (public20 m-010)
             r"\bRuntime error: out of memory [^\s]{1,200}\.(?:cuh?|[ch]pp|h):\d{1,6}\b|"
@@ -630,6 +639,12 @@ _FRAMEWORK_MARKERS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     ("xgboost", re.compile(
         r"\bxgboost|\bXGBoost|updater_gpu_hist|\bMemory allocation error on worker \d")),
     ("catboost", re.compile(r"\bcatboost|\bCatBoost|\bNCudaLib::")),
+    # (these four by their failures' own words: a path through them beside another stack's
+    # failure names that stack, the review's lesson from NumPy)
+    ("pycuda", re.compile(r"\bpycuda\._driver\b|\bcuMem\w{1,24} failed: out of memory")),
+    ("relion", re.compile(r"\bCudaCustomAllocator\b|\bat line \d{1,6} \(error-code 2\)")),
+    ("pennylane", re.compile(r"\bError in PennyLane Lightning\b")),
+    ("custatevec", re.compile(r"\[custatevec\]")),
     ("hugectr", re.compile(r"\bHugeCTR\b|\bhugectr\b")),
     ("mnn", re.compile(r"\bOut of memory when \w{1,64} is acquired in Cuda\w")),
     ("spark-rapids", re.compile(r"\bcom\.nvidia\.spark\.rapids\b|SplitAndRetryOOM\b")),

@@ -41,6 +41,24 @@ HAMI_ACCOUNTING: Final = (
 )
 
 
+_ZERO_REQUEST: Final = re.compile(
+    r"\bran out of memory when allocating 0\b|\b[Tt]ried to allocate 0 bytes\b"
+)
+"""An allocator refusing a request of nothing (public22 x-001: TensorFlow's EigenAllocator "ran
+out of memory when allocating 0" on an empty tensor, a bug its maintainers fixed)."""
+
+ZERO_ACTION: Final = (
+    "the failure asked for 0 bytes: no allocator runs out of memory for nothing; it is a bug in "
+    "the operation that asked (an empty tensor, a size computed as 0), not memory running out: "
+    "look at the shapes it was given, and upgrade the library"
+)
+
+
+def zero_request(event: OomEvent) -> bool:
+    """Whether the failing request was of 0 bytes, printed or read."""
+    return event.figures.requested_bytes == 0 or _ZERO_REQUEST.search(event.message) is not None
+
+
 def impossible_request(event: OomEvent) -> str | None:
     """The request, or what the process would hold with it, printed, when it is more than any
     machine could hold; else None."""

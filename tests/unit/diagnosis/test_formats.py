@@ -868,9 +868,10 @@ def test_nccl_s_failure_names_jax_or_tensorflow_when_its_line_does(
      "/src/common/device_helpers.cuh(456): out of memory", "cuda-error",
      "thrust::system::system_error'  what():  /src/common/device_helpers.cuh(456): out of "
      "memory"),
-    # TensorFlow 1's Eigen allocator (CharlesShang/FastMaskRCNN#129)
+    # TensorFlow 1's Eigen allocator (CharlesShang/FastMaskRCNN#129; its request there was 0
+    # bytes, a bug, no out-of-memory failure: the eighth round's test below)
     (": F tensorflow/core/common_runtime/gpu/gpu_device.cc:103] EigenAllocator for GPU ran out "
-     "of memory when allocating 0.", "tensorflow",
+     "of memory when allocating 1610612736.", "tensorflow",
      "EigenAllocator for GPU ran out of memory when allocating"),
     # the host: ollama's check (ollama/ollama#10920), OpenCV's allocator (lhoyer/DAFormer#89),
     # the kernel (NervanaSystems/deepspeech#48, reportportal/kubernetes#203), Slurm's hyphen
@@ -1273,3 +1274,49 @@ def test_a_path_through_numpy_does_not_name_a_pytorch_failure_numpy_s() -> None:
     line = ('  File "/usr/lib/python3.10/dist-packages/numpy/lib/npyio.py", line 1 '
             "RuntimeError: CUDA error: out of memory")
     assert diagnose(f"step 1\n{line}\n").framework == "pytorch"
+
+
+# -- issue 24, eighth round: the twenty-first and twenty-second public sets' wordings ------------
+
+
+@pytest.mark.parametrize(("line", "framework"), [
+    # PyCUDA (public22 u-001, cryoSPARC); the runtime's error name and string (u-010)
+    ("MemoryError: cuMemAlloc failed: out of memory", "pycuda"),
+    ("cudaErrorMemoryAllocation: out of memory", None),
+    # RELION's check and its allocator (public22 u-003, u-006)
+    ("ERROR: out of memory in /emsoft/relion-3.0/src/acc/acc_backprojector_impl.h at line 37 "
+     "(error-code 2)", "relion"),
+    ("ERROR: CudaCustomAllocator out of memory", "relion"),
+    # PennyLane Lightning's CUDA check, cuStateVec (public22 u-007, u-009)
+    ("pennylane_lightning_gpu.lightning_gpu_qubit_ops.PLException: [DataBuffer.hpp][Line:37]"
+     "[Method:DataBuffer]: Error in PennyLane Lightning: out of memory", "pennylane"),
+    ("  what():  [custatevec] %out of memory in addQubitsToState (line 210)", "custatevec"),
+])  # fmt: skip
+def test_each_public22_wording_is_a_gpu_failure_of_its_stack(
+    line: str, framework: str | None
+) -> None:
+    assert formats.match_line(line) == formats.CUDA_ERROR
+    d = diagnose(f"step 1\n{line}\n")
+    assert (d.detected, d.framework) == (True, framework)
+
+
+def test_a_path_through_a_stack_does_not_name_another_stacks_failure() -> None:
+    line = ('  File "/opt/pennylane/relion/pycuda/x.py", line 1 RuntimeError: CUDA error: out of '
+            "memory")
+    assert diagnose(f"step 1\n{line}\n").framework == "pytorch"
+
+
+@pytest.mark.parametrize("line", [
+    # public22 x-001 (a TensorFlow bug with empty tensors) and the census's FastMaskRCNN line
+    "F tensorflow/core/common_runtime/gpu/gpu_device.cc:104] EigenAllocator for GPU ran out of "
+    "memory when allocating 0. See error logs for more detailed info.",
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 0 bytes. GPU 0 has a total "
+    "capacity of 79.19 GiB of which 3.00 GiB is free.",
+])  # fmt: skip
+def test_a_request_of_nothing_is_no_out_of_memory_failure(line: str) -> None:
+    d = diagnose(f"step 1\n{line}\n")
+    assert not d.detected
+    assert d.summary == (
+        "no out-of-memory failure: it asked for 0 bytes, a bug, not memory running out"
+    )
+    assert d.recommendation.actions[0].startswith("the failure asked for 0 bytes")
