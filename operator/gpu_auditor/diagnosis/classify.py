@@ -137,6 +137,20 @@ def with_node(figures: Figures, node: NodeEvidence | None) -> Figures:
     )
 
 
+def mps_watermark_reached(f: Figures) -> bool:
+    """PyTorch's MPS allocator refuses past its high watermark when what the process holds on the
+    device (its own allocations and Metal's others) plus the request exceed it; under it, or with
+    no watermark printed (the ratio at 0.0), Metal itself refused (MPSAllocator.mm's
+    alloc_buffer)."""
+    held, cap, r = f.process_bytes, f.allowed_bytes, f.requested_bytes
+    if held is None or cap is None or r is None:
+        return False
+    # each printed figure is off by up to half its last digit (public21's census line: 8.89 GB +
+    # 172.98 MB + 6.25 MB against 9.07 GB); "held" is two printed figures
+    slack = 2 * printed_error(held) + printed_error(cap) + printed_error(r)
+    return held + r + slack > cap
+
+
 def cap_binding(f: Figures) -> bool:
     """A memory fraction below the GPU that even perfectly packed allocations cannot fit under:
     allocated + the request exceed what it allows."""
@@ -480,8 +494,10 @@ class _Facts:
 def _primary(x: _Facts) -> str:
     if x.family in (formats.HOST_ALLOC, formats.HOST_KILLED, formats.RAY_KILLED):
         return "host-oom-killed"
-    if x.family == formats.MPS:  # PyTorch's own limit on Apple silicon, not the device's
-        return "memory-fraction-cap"
+    if x.family == formats.MPS:  # PyTorch's own watermark, where the figures reach it
+        if x.f.requested_bytes is None:  # the message cut before its request: cannot tell
+            return "unknown"
+        return "memory-fraction-cap" if mps_watermark_reached(x.f) else "capacity"
     if x.family == formats.VLLM_STARTUP:  # vLLM checked the free memory before it started
         held = x.held_at_start()
         return "gpu-shared" if held is not None and held >= GPU_SHARED_MIN_BYTES else (
@@ -618,13 +634,20 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
     if x.family == formats.MPS:
         held = "" if f.process_bytes is None else (
             f": the process held {fs(f.process_bytes)} on the device, "
-            f"{fs(f.allocated_bytes)} of it in PyTorch's tensors"
+            f"{fs(f.allocated_bytes)} of it PyTorch's (its tensors and its cache)"
         )
         asked = f"the {fs(r)} request" if r is not None else "a request"
-        return (
-            f"memory-fraction-cap: PyTorch's MPS high watermark ({fs(f.allowed_bytes)}) stopped "
-            f"{asked}{held}"
-        )
+        if kind == "memory-fraction-cap":
+            return (
+                f"memory-fraction-cap: PyTorch's MPS high watermark ({fs(f.allowed_bytes)}) "
+                f"stopped {asked}{held}"
+            )
+        if kind == "unknown":
+            return (
+                f"unknown: PyTorch's MPS allocator refused a request the log cut off{held}; its "
+                f"high watermark is {fs(f.allowed_bytes)}"
+            )
+        return f"capacity: Metal refused {asked} under PyTorch's MPS limits{held}"
     if x.family == formats.VLLM_STARTUP:
         share = math.floor((free or 0) / (t or 1) * 100) / 100
         lead = "gpu-shared" if kind == "gpu-shared" else "memory-fraction-cap"

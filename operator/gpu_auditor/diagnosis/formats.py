@@ -474,7 +474,9 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"\bbad_alloc: cudaErrorMemoryAllocation\b|\bout_of_memory: (?:RMM failure|CUDA error)|"
             # the CUDA driver API's failure as PyCUDA raises it (public22 u-001, u-002: cryoSPARC);
             # the runtime's error name with its string, as many checks print them (u-010)
-            r"\bcuMem\w{1,24} failed: out of memory\b|\bcudaErrorMemoryAllocation: out of memory\b|"
+            # (not cuMemHostAlloc: pinned host memory, the review: cryosparc-issues#258)
+            r"\bcuMemAlloc(?:Pitch|Managed)?(?:_v2)? failed: out of memory\b|"
+            r"\bcudaErrorMemoryAllocation: out of memory\b|"
             # RELION's CUDA check and its own allocator (public22 u-003, u-004, u-006)
             r"\bout of memory in [^\n]{1,200}? at line \d{1,6} \(error-code 2\)|"
             r"\bCudaCustomAllocator out of memory\b|"
@@ -641,7 +643,7 @@ _FRAMEWORK_MARKERS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     ("catboost", re.compile(r"\bcatboost|\bCatBoost|\bNCudaLib::")),
     # (these four by their failures' own words: a path through them beside another stack's
     # failure names that stack, the review's lesson from NumPy)
-    ("pycuda", re.compile(r"\bpycuda\._driver\b|\bcuMem\w{1,24} failed: out of memory")),
+    ("pycuda", re.compile(r"\bpycuda\._driver\b|\bcuMemAlloc\w{0,12} failed: out of memory")),
     ("relion", re.compile(r"\bCudaCustomAllocator\b|\bat line \d{1,6} \(error-code 2\)")),
     ("pennylane", re.compile(r"\bError in PennyLane Lightning\b")),
     ("custatevec", re.compile(r"\[custatevec\]")),

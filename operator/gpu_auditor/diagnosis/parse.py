@@ -206,12 +206,13 @@ def tensorflow_banner(precontext: str) -> tuple[int | None, int | None]:
 _BINARY_UNITS: Final = {"kb": "KiB", "mb": "MiB", "gb": "GiB", "tb": "TiB"}
 _MPS_SIZE: Final = r"([\d.]{1,24} ?(?:[KMGT]?i?B|bytes))"
 _MPS: Final = re.compile(
-    rf"MPS backend out of memory \(MPS allocated: {_MPS_SIZE}, other allocations: {_MPS_SIZE}, "
-    rf"max allowed: {_MPS_SIZE}\)(?:\. Tried to allocate {_MPS_SIZE})?"
+    rf"MPS backend out of memory \(MPS allocated: {_MPS_SIZE}, other allocations: {_MPS_SIZE}"
+    rf"(?:, max allowed: {_MPS_SIZE})?\)(?:\. Tried to allocate {_MPS_SIZE})?"
 )
-"""PyTorch's MPS allocator: what it holds, what else the process has on the device (Metal's
-driver allocations past its own), its high watermark, and the request; KB/MB/GB are powers of
-1024 (c10's format_size), later releases print KiB/MiB/GiB."""
+"""PyTorch's MPS allocator: what it holds (its tensors and its cache), what else the process has
+on the device (Metal's driver allocations past its own), its high watermark (absent with
+PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0: the review, MPSAllocator.mm), and the request; KB/MB/GB
+are powers of 1024 (c10's format_size), later releases print KiB/MiB/GiB."""
 
 
 def _binary_bytes(text: str) -> int | None:

@@ -60,9 +60,12 @@ def finished_steps(precontext: str) -> int:
     best = 0
     for raw in precontext[-MAX_PROGRESS_BYTES:].splitlines():
         line = raw[:MAX_LINE_CHARS].lower()
+        previous = 0  # where the bar before this one on the line ended (tqdm's "\r" lost)
         for bar in _BAR.finditer(line):
             done, total = int(bar.group(1)), int(bar.group(2))
-            if 1 <= done <= total and not _SETUP_BAR.search(line, 0, bar.start()):
+            setup = _SETUP_BAR.search(line, previous, bar.start()) is not None
+            previous = bar.end()
+            if 1 <= done <= total and not setup:
                 best = max(best, done)
         if _LOSS.search(line):
             losses += 1

@@ -410,13 +410,13 @@ def _kind_actions(ctx: Context) -> list[str]:
     kind, f, fam = ctx.verdict.kind, ctx.verdict.figures, ctx.event.family
     if _past_one_xpu_allocation(ctx.event.message, f):
         return [
-            "Intel's Level Zero caps one allocation (max_mem_alloc_size, about 4 GiB on many "
-            f"Intel GPUs): the {fs(f.requested_bytes)} request is past it though the GPU has room "
-            "for it: split the tensor, or use a PyTorch whose XPU allocator falls back to "
-            "expandable segments past the cap (pytorch/pytorch#176868)",
+            "Intel's Level Zero caps one allocation at about 4 GiB on Intel GPUs other than the "
+            f"Data Center GPU Max series: the {fs(f.requested_bytes)} request is past it though "
+            "the GPU has room for it: set UR_L0_ENABLE_RELAXED_ALLOCATION_LIMITS=1 to lift the "
+            "cap (slower kernels), or split the tensor",
         ]
-    if fam == formats.MPS:
-        return list(MPS_FIXES)
+    if fam == formats.MPS:  # the watermark's lever only where it was the limit
+        return list(MPS_FIXES) if kind == "memory-fraction-cap" else [MPS_FIXES[0], MPS_FIXES[2]]
     if fam == formats.VLLM_STARTUP and f.free_bytes is not None and f.total_bytes:
         most = math.floor(f.free_bytes / f.total_bytes * 100) / 100
         return [
@@ -577,13 +577,21 @@ XPU_ONE_ALLOCATION_BYTES: Final = 4 * 2**30 - 5 * 2**20
 
 def _past_one_xpu_allocation(message: str, f: Figures) -> bool:
     """An XPU request at or past Level Zero's one-allocation cap that the GPU had room for: what
-    PyTorch holds plus the request fit the card (and the free figure, where printed)."""
+    PyTorch holds plus the request fit the card, the free figure and any memory fraction. Only
+    PyTorch's own message ("GPU N has a total capacity of ..."): IPEX checks the cap first and
+    says so in its own words (the review: intel-extension-for-pytorch#629)."""
     r, total = f.requested_bytes, f.total_bytes
     if "XPU out of memory" not in message or r is None or total is None:
         return False
+    if "has a total capacity of" not in message:
+        return False
     held = (f.allocated_bytes or 0) + (f.reserved_unallocated_bytes or 0)
-    fits_free = f.free_bytes is None or r <= f.free_bytes
-    return r >= XPU_ONE_ALLOCATION_BYTES and held + r <= total and fits_free
+    room = total - held
+    if f.free_bytes is not None:
+        room = min(room, f.free_bytes)
+    if f.allowed_bytes is not None:
+        room = min(room, f.allowed_bytes - held)
+    return XPU_ONE_ALLOCATION_BYTES <= r <= room
 
 
 FRACTION_HEADROOM: Final = 2.0

@@ -129,3 +129,12 @@ def test_a_work_bar_after_a_setup_bar_still_counts() -> None:
         " 31%|███       | 331/1063 [01:06<03:59,  3.06it/s]\n"
     )
     assert finished_steps(log) == 331
+
+
+def test_a_setup_bar_glued_to_work_bars_hides_only_itself() -> None:
+    """The review: tqdm's carriage returns lost, one line holds the shards' bar and the steps'."""
+    line = (
+        "Loading checkpoint shards: 100%|##########| 2/2 [00:03<00:00,  1.5s/it]  0%|   | "
+        "1/400 [00:01<10:00] 10%|###| 41/400 [00:40<06:00] 90%|#########| 361/400 [06:00<00:40]"
+    )
+    assert finished_steps(line + "\n") == 361

@@ -1403,3 +1403,53 @@ def test_an_xpu_request_past_the_cap_without_a_free_figure_is_told_so() -> None:
         "bytes is reserved by PyTorch but unallocated.\n"
     )
     assert d.recommendation.actions[0].startswith("Intel's Level Zero caps one allocation")
+
+
+# -- the eighth round's second review ------------------------------------------------------------
+
+
+def test_an_mps_failure_with_no_watermark_is_the_devices_not_a_cap() -> None:
+    """PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0: MPSAllocator.mm prints no "max allowed"."""
+    d = diagnose(
+        "RuntimeError: MPS backend out of memory (MPS allocated: 30.27 GB, other allocations: "
+        "1.80 GB). Tried to allocate 2.00 GB on private pool.\n"
+    )
+    assert (d.kind, d.figures.requested_bytes, d.figures.allowed_bytes) == (
+        "capacity", 2 * 2**30, None,
+    )  # fmt: skip
+    assert d.summary.startswith("capacity: Metal refused the 2.00 GiB request")
+    assert not any("WATERMARK" in a for a in d.recommendation.actions)
+
+
+def test_an_mps_failure_under_its_watermark_is_metals_refusal() -> None:
+    d = diagnose(
+        "MPS backend out of memory (MPS allocated: 5.00 GB, other allocations: 1.00 GB, max "
+        "allowed: 27.20 GB). Tried to allocate 2.00 GB on private pool.\n"
+    )
+    assert d.kind == "capacity"
+
+
+def test_an_xpu_fraction_keeps_its_own_advice() -> None:
+    d = diagnose(
+        "torch.OutOfMemoryError: XPU out of memory. Tried to allocate 4.50 GiB. GPU 0 has a total "
+        "capacity of 15.11 GiB of which 10.00 GiB is free. 8.00 GiB allowed; Of the allocated "
+        "memory 4.00 GiB is allocated by PyTorch, and 0 bytes is reserved by PyTorch but "
+        "unallocated.\n"
+    )
+    assert d.kind == "memory-fraction-cap"
+    assert not d.recommendation.actions[0].startswith("Intel's Level Zero")
+
+
+def test_ipex_s_older_wording_is_not_blamed_on_the_one_allocation_cap() -> None:
+    """IPEX checks the cap first and says so in its own words (intel-extension-for-pytorch#629)."""
+    d = diagnose(
+        "RuntimeError: XPU out of memory. Tried to allocate 6.00 GiB (GPU 0; 63.98 GiB total "
+        "capacity; 40.00 GiB already allocated; 41.00 GiB reserved in total by PyTorch)\n"
+    )
+    assert not any(a.startswith("Intel's Level Zero") for a in d.recommendation.actions)
+
+
+def test_pycudas_pinned_host_memory_is_no_gpu_failure() -> None:
+    """cryosparc-issues#258: cuMemHostAlloc is page-locked host memory."""
+    d = diagnose("pycuda._driver.MemoryError: cuMemHostAlloc failed: out of memory\n")
+    assert not d.detected
