@@ -144,7 +144,8 @@ def assert_valid(diagnosis: Diagnosis) -> None:
     assert isinstance(diagnosis.summary, str) and diagnosis.summary
     assert diagnosis.oom_count >= 0 and (diagnosis.oom_count > 0 or not diagnosis.detected)
     if diagnosis.oom_count > 0 and not diagnosis.detected:  # a failure read as no OOM says why
-        reasons = {"later_failure", "address_space_call", "impossible_request", "handled_refusal"}
+        reasons = {"later_failure", "address_space_call", "impossible_request", "handled_refusal",
+                   "zero_request"}
         assert reasons & set(diagnosis.to_json_dict()), diagnosis.summary
     figures = diagnosis.figures
     values = [
