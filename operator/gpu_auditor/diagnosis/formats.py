@@ -128,7 +128,7 @@ KEYWORDS: Final[tuple[bytes, ...]] = (
     b"EigenAllocator for GPU ran out of memory",
     b"OOM ",
     b"Memory allocation error on worker",
-    b"ran out-of-memory",
+    b"out-of-memory and exited",
 )
 """Byte strings at least one of which every family's failure line contains (second filter)."""
 
