@@ -109,3 +109,31 @@ def test_what_torch_printed_on_the_h200_is_read_as_the_bound_says() -> None:
         d = diagnose(f"{row['class']}: {row['error']}\n")
         assert d.detected is (row["bytes"] <= 2**40), row
         assert d.kind == ("capacity" if d.detected else "unknown")
+
+
+def test_a_request_of_0_bytes_read_from_figures_alone_is_dismissed() -> None:
+    """CuPy prints its request without the words the pattern knows (the property test's find)."""
+    d = diagnose(
+        "cupy.cuda.memory.OutOfMemoryError: Out of memory allocating 0 bytes (allocated so far: "
+        "0 bytes).\n"
+    )
+    assert not d.detected
+    assert dict(d.extra)["zero_request"] == "0 bytes"
+
+
+def test_a_request_of_1_byte_is_a_request() -> None:
+    d = diagnose(
+        "cupy.cuda.memory.OutOfMemoryError: Out of memory allocating 1 bytes (allocated so far: "
+        "0 bytes).\n"
+    )
+    assert d.detected
+
+
+def test_an_absurd_process_figure_outside_hami_is_no_impossible_request() -> None:
+    """Only HAMi's count of the process is its accounting: an MPS "other allocations" misprinted
+    past any machine leaves the failure read."""
+    d = diagnose(
+        "MPS backend out of memory (MPS allocated: 8.00 GB, other allocations: 2000000.00 GB, max "
+        "allowed: 9.07 GB). Tried to allocate 25.00 MB on private pool.\n"
+    )
+    assert d.detected

@@ -138,3 +138,11 @@ def test_a_setup_bar_glued_to_work_bars_hides_only_itself() -> None:
         "1/400 [00:01<10:00] 10%|###| 41/400 [00:40<06:00] 90%|#########| 361/400 [06:00<00:40]"
     )
     assert finished_steps(line + "\n") == 361
+
+
+def test_a_setup_bar_after_a_work_bar_on_its_line_does_not_hide_it() -> None:
+    line = (
+        " 10%|#         | 41/400 [00:40<06:00,  1.02it/s]Loading checkpoint shards: 100%|####| "
+        "2/2 [00:03<00:00,  1.5s/it]"
+    )
+    assert finished_steps(line + "\n") == 41
