@@ -921,3 +921,17 @@ def test_onnxruntimes_arena_line_cut_before_its_buffer_size_has_no_request() -> 
         "BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer\n"
     ).figures
     assert f.requested_bytes is None
+
+
+def test_an_mps_figure_past_any_size_leaves_the_process_figure_unread() -> None:
+    f = event(
+        "MPS backend out of memory (MPS allocated: 8.00 GB, other allocations: "
+        "99999999999999999999 GB, max allowed: 9.07 GB). Tried to allocate 25.00 MB on private "
+        "pool.\n"
+    ).figures
+    assert (f.allocated_bytes, f.process_bytes) == (8 * 2**30, None)
+    f = event(
+        "MPS backend out of memory (MPS allocated: 99999999999999999999 GB, other allocations: "
+        "1.00 GB, max allowed: 9.07 GB). Tried to allocate 25.00 MB on private pool.\n"
+    ).figures
+    assert (f.allocated_bytes, f.process_bytes) == (None, None)

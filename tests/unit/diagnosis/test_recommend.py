@@ -20,7 +20,9 @@ from gpu_auditor.diagnosis.recommend import (
     HOST_FIXES,
     OTHER_STACK_PEAK,
     REDUCE_PEAK,
+    XPU_ONE_ALLOCATION_BYTES,
     Context,
+    _past_one_xpu_allocation,
     looks_like_inference,
     phase_of,
     recommend,
@@ -1453,3 +1455,53 @@ def test_pycudas_pinned_host_memory_is_no_gpu_failure() -> None:
     """cryosparc-issues#258: cuMemHostAlloc is page-locked host memory."""
     d = diagnose("pycuda._driver.MemoryError: cuMemHostAlloc failed: out of memory\n")
     assert not d.detected
+
+
+XPU_MSG = "torch.OutOfMemoryError: XPU out of memory. GPU 0 has a total capacity of 6.00 GiB"
+CAP = XPU_ONE_ALLOCATION_BYTES
+
+
+@pytest.mark.parametrize(("message", "figures", "past"), [
+    # at the cap, with exactly the room it needs
+    (XPU_MSG, Figures(CAP, total_bytes=CAP), True),
+    (XPU_MSG, Figures(CAP - 1, total_bytes=CAP), False),  # under the cap
+    (XPU_MSG, Figures(CAP, total_bytes=CAP - 1), False),  # no room on the card
+    # what PyTorch holds, both its parts, comes off the card's room
+    (XPU_MSG, Figures(CAP, total_bytes=CAP + 2, allocated_bytes=1, reserved_unallocated_bytes=1),
+     True),
+    (XPU_MSG, Figures(CAP, total_bytes=CAP + 1, allocated_bytes=1, reserved_unallocated_bytes=1),
+     False),
+    (XPU_MSG, Figures(CAP, total_bytes=CAP + 1, allocated_bytes=0, reserved_unallocated_bytes=2),
+     False),
+    # the free figure and a fraction bound the room too
+    (XPU_MSG, Figures(CAP, total_bytes=2 * CAP, free_bytes=CAP - 1), False),
+    (XPU_MSG, Figures(CAP, total_bytes=2 * CAP, allowed_bytes=CAP + 1, allocated_bytes=2), False),
+    # CUDA's message, a request or total missing: no
+    (XPU_MSG.replace("XPU", "CUDA"), Figures(CAP, total_bytes=2 * CAP), False),
+    (XPU_MSG, Figures(None, total_bytes=2 * CAP), False),
+    (XPU_MSG, Figures(CAP), False),
+])  # fmt: skip
+def test_the_one_allocation_cap_needs_the_room_the_request_had(
+    message: str, figures: Figures, past: bool
+) -> None:
+    assert _past_one_xpu_allocation(message, figures) is past
+
+
+def test_the_xpu_and_managed_replica_actions_read_whole() -> None:
+    d = diagnose(
+        "torch.OutOfMemoryError: XPU out of memory. Tried to allocate 4.66 GiB. GPU 0 has a total "
+        "capacity of 5.65 GiB of which 5.65 GiB is free. Of the allocated memory 195.50 KiB is "
+        "allocated by PyTorch, and 1.81 MiB is reserved by PyTorch but unallocated.\n"
+    )
+    assert d.recommendation.actions == (
+        "Intel's Level Zero caps one allocation at about 4 GiB on Intel GPUs other than the Data "
+        "Center GPU Max series: the 4.66 GiB request is past it though the GPU has room for it: "
+        "set UR_L0_ENABLE_RELAXED_ALLOCATION_LIMITS=1 to lift the cap (slower kernels), or split "
+        "the tensor",
+    )
+    d = diagnose("The replica master 0 ran out-of-memory and exited with a non-zero status of 9\n")
+    assert d.recommendation.actions == (
+        "choose a machine type with more memory for the replica (its memory is the machine's)",
+        "hold less in host memory: smaller shuffle and prefetch buffers, no dataset cached in "
+        "memory",
+    )
