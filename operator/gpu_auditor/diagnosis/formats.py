@@ -641,13 +641,16 @@ _FRAMEWORK_MARKERS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     ("xgboost", re.compile(
         r"\bxgboost|\bXGBoost|updater_gpu_hist|\bMemory allocation error on worker \d")),
     ("catboost", re.compile(r"\bcatboost|\bCatBoost|\bNCudaLib::")),
-    # (these four by their failures' own words: a path through them beside another stack's
+    # (these by their failures' own words: a path through them beside another stack's
     # failure names that stack, the review's lesson from NumPy)
     ("pycuda", re.compile(r"\bpycuda\._driver\b|\bcuMemAlloc\w{0,12} failed: out of memory")),
     ("relion", re.compile(r"\bCudaCustomAllocator\b|\bat line \d{1,6} \(error-code 2\)")),
     ("pennylane", re.compile(r"\bError in PennyLane Lightning\b")),
     ("custatevec", re.compile(r"\[custatevec\]")),
-    ("hugectr", re.compile(r"\bHugeCTR\b|\bhugectr\b")),
+    # HugeCTR's log prefix and its check's words (a source file and line after them), not its
+    # name: a HugeCTR path beside a PyTorch failure is PyTorch's
+    ("hugectr", re.compile(
+        r"\[HCTR\]|\bRuntime error: out of memory \S{1,200}\.(?:cuh?|[ch]pp|h):\d{1,6}\b")),
     ("mnn", re.compile(r"\bOut of memory when \w{1,64} is acquired in Cuda\w")),
     ("spark-rapids", re.compile(r"\bcom\.nvidia\.spark\.rapids\b|SplitAndRetryOOM\b")),
     ("pytorch", re.compile(r"\btorch\b|RuntimeError|c10::|AcceleratorError")),

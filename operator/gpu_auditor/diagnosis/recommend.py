@@ -22,7 +22,7 @@ from typing import Final
 
 from . import allocconf, formats
 from .allocconf import ASYNC, KEYS, Checked
-from .classify import EVICTED, LIBRARIES, MANAGED_REPLICA, Verdict, cap_binding
+from .classify import EVICTED, LIBRARIES, MANAGED_REPLICA, Verdict, cap_binding, printed_error
 from .logtext import own_text
 from .model import ALLOC_CONF_ENV, Figures, Growth, NodeEvidence, OomEvent, Recommendation
 from .phase import (
@@ -569,10 +569,14 @@ def _kind_actions(ctx: Context) -> list[str]:
     return []
 
 
-XPU_ONE_ALLOCATION_BYTES: Final = 4 * 2**30 - 5 * 2**20
-"""4 GiB less what PyTorch's two decimals round away: Level Zero's per-allocation cap
-(max_mem_alloc_size) on many Intel GPUs (public21 t-006, 4.66 GiB on a 5.65 GiB card; t-014,
-4.00 GiB on an A770, Intel's forum "USM Allocations with more than 4G"; PyTorch PR 176868)."""
+LEVEL_ZERO_MAX_ALLOCATION_BYTES: Final = 4 * 2**30
+XPU_ONE_ALLOCATION_BYTES: Final = LEVEL_ZERO_MAX_ALLOCATION_BYTES - printed_error(
+    LEVEL_ZERO_MAX_ALLOCATION_BYTES
+)
+"""4 GiB less what PyTorch's two decimals round away (``printed_error``): Level Zero's
+per-allocation cap (max_mem_alloc_size) on many Intel GPUs (public21 t-006, 4.66 GiB on a
+5.65 GiB card; t-014, 4.00 GiB on an A770, Intel's forum "USM Allocations with more than 4G";
+PyTorch PR 176868)."""
 
 
 def _past_one_xpu_allocation(message: str, f: Figures) -> bool:

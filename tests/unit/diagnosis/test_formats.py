@@ -1241,6 +1241,16 @@ def test_each_public20_wording_is_a_gpu_failure_of_its_stack(line: str, framewor
     assert (d.detected, d.framework) == (True, framework)
 
 
+@pytest.mark.parametrize(("line", "framework"), [
+    # HugeCTR's log prefix names it; its name in a path beside PyTorch's failure does not
+    ("[HCTR][08:01:02.123][ERROR][RK0][main]: Runtime error: out of memory", "hugectr"),
+    ("RuntimeError: CUDA error: out of memory (/opt/HugeCTR/tools/convert.py)", "pytorch"),
+    ("RuntimeError: CUDA error: out of memory (/opt/hugectr/tools/convert.py)", "pytorch"),
+])  # fmt: skip
+def test_hugectr_is_named_by_its_own_words_not_its_path(line: str, framework: str) -> None:
+    assert formats.framework_of(formats.CUDA_ERROR, line) == framework
+
+
 @pytest.mark.parametrize("line", [
     # the host's twin of Spark's GPU retry failure, and the GPU's as a task attempt Spark retries
     # (public20 m-009 shows only that)

@@ -1487,6 +1487,14 @@ def test_the_one_allocation_cap_needs_the_room_the_request_had(
     assert _past_one_xpu_allocation(message, figures) is past
 
 
+def test_the_one_allocation_cap_is_four_gib_less_its_printed_rounding() -> None:
+    """A request printed "4.00 GiB" may be up to half a hundredth of a GiB under 4 GiB."""
+    assert XPU_ONE_ALLOCATION_BYTES == 4 * 2**30 - 2**30 // 200
+    edge = 4 * 2**30 - 2**30 // 200
+    assert _past_one_xpu_allocation(XPU_MSG, Figures(edge, total_bytes=6 * 2**30))
+    assert not _past_one_xpu_allocation(XPU_MSG, Figures(edge - 1, total_bytes=6 * 2**30))
+
+
 def test_the_xpu_and_managed_replica_actions_read_whole() -> None:
     d = diagnose(
         "torch.OutOfMemoryError: XPU out of memory. Tried to allocate 4.66 GiB. GPU 0 has a total "
