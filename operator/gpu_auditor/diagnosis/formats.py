@@ -176,6 +176,25 @@ ANCHORS: Final[tuple[bytes, ...]] = (
 these (each search is one C pass over the chunk), then checks the hit's line for a keyword."""
 
 
+LOCALIZED_KILLED: Final[tuple[str, ...]] = (
+    "Забіты", "Безусловно прекъснат", "Matat", "Zabit (SIGKILL)", "Dræbt", "Getötet",
+    "Σκοτώθηκε", "Buĉita", "Terminado (killed)", "Tapettu", "Processus arrêté", "Matado",
+    "Ubijen", "Kilőve", "Terbunuh", "Ucciso", "強制終了", "죽었음", "Nutraukta (killed)", "Drept",
+    "Geëlimineerd", "Unicestwiony", "Morto", "Убито", "Zabitý", "Pobit", "Убијен", "Dödad",
+    "Süreç durduruldu", "Вбито", "Bị buộc kết thúc", "已杀死", "強制結束",
+)  # fmt: skip
+"""What a shell in another language prints for a SIGKILLed foreground job instead of "Killed":
+``strsignal(SIGKILL)`` in every translation glibc 2.36 ships (libc-l10n's ``libc.mo``, msgid
+"Killed"; public20 n-009's "Processus arrêté", public22 v-004's and x-005's "已杀死"). No anchor
+of the scan is in them (one more anchor is one more pass over every chunk), so the scan reads
+them on the log's last line only (``logtext.LogScanner.finish``), where the shell prints it."""
+
+LOCALIZED_KILLED_PATTERN: Final = (
+    r"(?:^|\])[ \t]{0,8}(?:" + "|".join(map(re.escape, LOCALIZED_KILLED)) + r")[ \t]{0,8}$"
+)
+"""One localized "Killed" alone on its line (after a progress bar's "]" as the English one)."""
+
+
 class _Searcher(Protocol):
     """What ``find_failure`` needs of a family's pattern (a compiled regex has it)."""
 
@@ -532,6 +551,8 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
         re.compile(
             r"DataLoader worker \(pid\(?s?\)? [\d, ]{1,64}\)? is killed by signal: Killed|"
             r"(?:^|\])[ \t]{0,8}Killed[ \t]{0,8}$|\bline \d{1,9}: {1,8}\d{1,9} Killed\b|"
+            # the bare line in the shell's language (read on the log's last line only)
+            + LOCALIZED_KILLED_PATTERN + "|"
             # zsh's job report; the kernel's own words (dmesg); Slurm's cgroup OOM killer
             r"(?:^|\])\[\d{1,5}\][ \t]{1,16}\d{1,9} killed[ \t]{1,16}\S|"
             # (the memory cgroup's wording too: a Kubernetes or Slurm limit; like the kernel's

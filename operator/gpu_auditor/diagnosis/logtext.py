@@ -60,6 +60,7 @@ WINDOW_AFTER_LINES: Final = 16
 DEDUPE_WINDOW_BYTES: Final = 16 * 1024
 HEAD_BYTES: Final = 64 * 1024
 TAIL_BYTES: Final = 32 * 1024
+LAST_LINE_BYTES: Final = 1024  # the log's end read for a localized "Killed" (``_read_last_line``)
 MAX_OPEN_RANKS: Final = 1024
 _TRIM_SLACK: Final = 1024 * 1024
 _PREFIX_BYTES: Final = 256  # a line's start read for its container and rank prefixes
@@ -69,6 +70,7 @@ _NEWLINE: Final = ord("\n")
 _WORD_BYTES: Final = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.")
 
 _KEYWORD_RE: Final = re.compile(formats.KEYWORD_PATTERN.encode("ascii"))
+_LOCALIZED_KILLED_RE: Final = re.compile(formats.LOCALIZED_KILLED_PATTERN)
 _CRI_RE: Final = re.compile(r"^\d{4}-\d\d-\d\dT\S+ (?:stdout|stderr) ([FP]) ?(.*)$")
 _DOCKER_JSON_RE: Final = re.compile(r'\{"log":\s{0,8}"((?:[^"\\]++|\\.)*+)"')
 """docker's json-file record (``{"log":"...\\n","stream":...}``): only its leading ``log`` string
@@ -291,6 +293,7 @@ class LogScanner:
         if self._finished is None:
             start = self._pos - self._base
             self._scan(start, len(self._buf))
+            self._read_last_line()
             self._pos = self._base + len(self._buf)
             self._capture_after(final=True)
             self._keep_precontext()
@@ -318,6 +321,22 @@ class LogScanner:
             start = stop + 1
         if start < end:
             self._scan_lines(start, end)
+
+    def _read_last_line(self) -> None:
+        """The log's last line, when it is a shell's "Killed" in another language
+        (``formats.LOCALIZED_KILLED``): no anchor of the scan finds those words anywhere else.
+        Only the log's last ``LAST_LINE_BYTES`` are looked at (a bounded cost per log)."""
+        buf = self._buf
+        offset = max(0, len(buf) - LAST_LINE_BYTES)
+        tail = bytes(buf[offset:]).rstrip(b" \t\r\n")
+        start = max(tail.rfind(b"\n"), tail.rfind(b"\r")) + 1
+        if start == 0 and (offset > 0 or self._base > 0):  # the line began before the tail
+            return
+        if start == len(tail):
+            return
+        lines = normalize_lines([decode(tail[start:])])  # a container runtime's prefix off
+        if lines and _LOCALIZED_KILLED_RE.search(lines[0].text):
+            self._confirm_line(offset + start, offset + len(tail))
 
     def _read_tail(self, end: int) -> None:
         """The unfinished line after ``end``: left for the next feed, or read in blocks when it is

@@ -241,6 +241,11 @@ def test_every_wording_found_in_the_real_logs_contains_a_keyword() -> None:
     # X in GPU N, available Y" with no anchor of the scan in it; it is read only where a keyword
     # follows on its line (public4 t-031), and public18 f-010's is found through the "Cannot
     # malloc ... GPU memory" line Paddle prints just before it
+    # and the localized shells' "Killed" (public20 n-009, public22 v-004, x-005), read on the
+    # log's last line by ``LogScanner.finish`` (tests below)
+    localized = [w for w in unconfirmed if re.fullmatch(formats.LOCALIZED_KILLED_PATTERN, w)]
+    unconfirmed = [w for w in unconfirmed if w not in localized]
+    assert localized == ["Processus arrêté"], localized  # (public22's are not in these corpora)
     assert all(w.startswith("Cannot allocate ") for w in unconfirmed), unconfirmed
     assert len(unconfirmed) <= 1, unconfirmed
     # the real logs hold every family: the check is not vacuous for any of them
@@ -1170,3 +1175,42 @@ def test_a_torchrun_prefixed_traceback_is_read_for_the_phase() -> None:
     assert diagnose(log).to_json_dict()["phase"] == "optimizer-step"
     # another rank's traceback is not this failure's
     assert diagnose(other + "[rank0]: " + OOM).to_json_dict().get("phase") is None
+
+
+# -- issue 24, ninth round: a shell's "Killed" in another language ----------------------------
+
+
+@pytest.mark.parametrize("tail", [
+    "已杀死\n",  # public22 x-005, v-004 (zh_CN)
+    "Processus arrêté",  # public20 n-009 (fr), with no newline after it
+    "Getötet\n\n  \n",  # blank lines after it
+    "100%|##########| 10/10 [00:01<00:00]強制終了\r\n",  # after a progress bar's "]"
+])  # fmt: skip
+def test_a_localized_killed_on_the_last_line_is_a_host_kill(tail: str) -> None:
+    data = ("Caching all 373 images.\n" * 3000 + tail).encode()
+    result = same_however_split(data, 1, 7, 4096, CHUNK_BYTES)
+    assert result.oom_count == 1
+    assert result.last is not None and result.last.family == "host-killed"
+    assert diagnose(data).kind == "host-oom-killed"
+
+
+@pytest.mark.parametrize("text", [
+    "已杀死\nstep 2 loss 0.1\n",  # not the last line: the scan has no anchor for it
+    "Processus arrêté trop tôt\n",  # more words on the line
+    "Le processus arrêté\n",
+    "Morto\u00a0x\n",
+])  # fmt: skip
+def test_a_localized_killed_elsewhere_or_in_a_sentence_is_not_read(text: str) -> None:
+    result = scan_bytes(("step 1\n" + text).encode())
+    assert result.oom_count == 0
+
+
+@pytest.mark.parametrize("gap", [10, 10_000])  # within the same-failure window, and past it
+def test_a_localized_killed_after_a_failure_reads_as_the_english_one(gap: int) -> None:
+    def scan(killed: str) -> ScanResult:
+        return same_however_split((OOM + "\n" + "x\n" * gap + killed + "\n").encode(), 3, 4096)
+
+    english, chinese = scan("Killed"), scan("已杀死")
+    assert english.oom_count == chinese.oom_count == (1 if gap == 10 else 2)
+    assert english.last is not None and chinese.last is not None
+    assert english.last.family == chinese.last.family
