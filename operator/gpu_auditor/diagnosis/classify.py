@@ -845,6 +845,13 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
     who = event.framework or (
         "an OutOfMemoryError's" if event.family == formats.EXCEPTION_NAME else event.family
     )
+    if r is None and a is not None and t is None:  # an allocator's summary alone (BFC's)
+        limit = f" of its {fs(f.allowed_bytes)} limit" if f.allowed_bytes is not None else ""
+        return (
+            f"unknown: {who}'s allocator ran out with {fs(a)} in use{limit}; the log does not "
+            "show the request that failed (another process may hold the rest of the GPU; the "
+            "node report can tell)"
+        )
     return (
         f"unknown: {who} failure with no memory figures in the log "
         "(another process may hold the GPU; the node report can tell)"

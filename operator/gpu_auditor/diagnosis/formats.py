@@ -129,6 +129,7 @@ KEYWORDS: Final[tuple[bytes, ...]] = (
     b"OOM ",
     b"Memory allocation error on worker",
     b"out-of-memory and exited",
+    b"not enough GPU video memory",
 )
 """Byte strings at least one of which every family's failure line contains (second filter)."""
 
@@ -193,6 +194,15 @@ LOCALIZED_KILLED_PATTERN: Final = (
     r"(?:^|\])[ \t]{0,8}(?:" + "|".join(map(re.escape, LOCALIZED_KILLED)) + r")[ \t]{0,8}$"
 )
 """One localized "Killed" alone on its line (after a progress bar's "]" as the English one)."""
+
+
+BFC_DUMP_TOTAL: Final = b"Sum Total of in-use chunks: "
+"""The BFC allocator's (TensorFlow's, XLA's) memory summary, which it prints only on the failing
+path, after "ran out of memory trying to allocate ..." and before the framework's error
+(``BFCAllocator::DumpMemoryLog``, called from ``AllocateRawInternal`` when an allocation it may
+not fall back from fails). Posts often quote the summary alone (public12 e-023, public22 x-019,
+x-023: cut before the error). No anchor of the scan is in it: read only where the scan found no
+failure, from the log's last ``logtext.TAIL_BYTES`` (``logtext.LogScanner.finish``)."""
 
 
 class _Searcher(Protocol):
@@ -317,7 +327,9 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             # TensorFlow 1.x's failing path, before it printed the rounded size (its "not a
             # failure" warning has no summary to follow)
             r"ran out of memory trying to allocate [\d.]{1,24}[KMGT]?i?B\.\s{1,4}"
-            r"Current allocation summary follow"
+            r"Current allocation summary follow|"
+            # the summary itself (read only where a log was cut inside it: BFC_DUMP_TOTAL)
+            + BFC_DUMP_TOTAL.decode("ascii") + r"\d"
         ),
     ),
     (
@@ -469,6 +481,10 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             # dlib's check; OpenCV's CUDA module (4.x, and 2.4's wording)
             r"\bError while calling cuda\w{1,40}\([^\n]{0,160}?\bcode: 2, reason: out of memory\b|"
             r"\(-217:Gpu API call\) out of memory\b|\bGpu API call \(out of memory\)|"
+            # torch-directml (Windows, AMD and Intel cards through DirectML): its allocator's
+            # refusal (public21 t-022, t-024; ComfyUI#3869, Fooocus#1088 quote it too)
+            r"\bCould not allocate tensor with \d{1,20} bytes\. There is not enough GPU video "
+            r"memory available\b|"
             # Faiss's GPU resources; a thrust algorithm's system_error (XGBoost's gpu_hist)
             r"\b[Ff]ailed to cudaMalloc \d{1,20} bytes(?: on device \d{1,3})? "
             r"\(error 2 out of memory|"
@@ -673,6 +689,7 @@ _FRAMEWORK_MARKERS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     ("hugectr", re.compile(
         r"\[HCTR\]|\bRuntime error: out of memory \S{1,200}\.(?:cuh?|[ch]pp|h):\d{1,6}\b")),
     ("mnn", re.compile(r"\bOut of memory when \w{1,64} is acquired in Cuda\w")),
+    ("directml", re.compile(r"\bThere is not enough GPU video memory available\b")),
     ("spark-rapids", re.compile(r"\bcom\.nvidia\.spark\.rapids\b|SplitAndRetryOOM\b")),
     ("pytorch", re.compile(r"\btorch\b|RuntimeError|c10::|AcceleratorError")),
 )

@@ -294,6 +294,8 @@ class LogScanner:
             start = self._pos - self._base
             self._scan(start, len(self._buf))
             self._read_last_line()
+            if self._event is None:
+                self._read_cut_summary()
             self._pos = self._base + len(self._buf)
             self._capture_after(final=True)
             self._keep_precontext()
@@ -337,6 +339,21 @@ class LogScanner:
         lines = normalize_lines([decode(tail[start:])])  # a container runtime's prefix off
         if lines and _LOCALIZED_KILLED_RE.search(lines[0].text):
             self._confirm_line(offset + start, offset + len(tail))
+
+    def _read_cut_summary(self) -> None:
+        """A BFC allocator's memory summary (``formats.BFC_DUMP_TOTAL``) in the log's last
+        ``TAIL_BYTES``, the failure lines around it cut away."""
+        buf = self._buf
+        floor = max(0, len(buf) - TAIL_BYTES)
+        at = buf.rfind(formats.BFC_DUMP_TOTAL, floor)
+        if at < 0:
+            return
+        back = max(0, at - _PREFIX_BYTES)
+        start = max(buf.rfind(b"\n", back, at), buf.rfind(b"\r", back, at)) + 1
+        if start == 0 and back > 0:  # a line longer than any the allocator prints
+            return
+        newline = buf.find(b"\n", at)
+        self._confirm_line(start, newline if newline >= 0 else len(buf))
 
     def _read_tail(self, end: int) -> None:
         """The unfinished line after ``end``: left for the next feed, or read in blocks when it is

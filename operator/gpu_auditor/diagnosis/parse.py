@@ -145,6 +145,7 @@ _VLLM_AVAILABLE: Final = _size_re(r"available KV cache memory \({S}\)")
 _BYTES_REQUEST: Final = re.compile(
     r"(?:allocate|calloc|malloc|alloc)\w{0,24}\s{1,8}([\d,]{1,32}) bytes"
 )
+_DIRECTML_REQUEST: Final = re.compile(r"\bCould not allocate tensor with (\d{1,20}) bytes\b")
 _DRIVER_REQUEST: Final = re.compile(r"failed to allocate [^(\n]{0,200}\((\d{1,32}) bytes\)")
 _FAISS_REQUEST: Final = re.compile(
     formats.FAISS_ALLOC_FAIL + r"[^\n]{0,200}? size (\d{1,32}) bytes"
@@ -457,6 +458,9 @@ def parse_hit(hit: Hit) -> OomEvent:
         figures = Figures(
             _plain_bytes(rounded.group(1)) if rounded else _find(_XLA_REQUEST, message)
         )
+        if formats.BFC_DUMP_TOTAL.decode("ascii") in message:  # the summary: its Stats below
+            limit, in_use = _bfc_stats(hit.after)
+            figures = Figures(None, allowed_bytes=limit, allocated_bytes=in_use)
     elif family == formats.TORCH_WARNING:
         warned = _TORCH_WARNING.search(message)
         if warned is not None:
@@ -540,6 +544,7 @@ def parse_hit(hit: Hit) -> OomEvent:
                 _BYTES_REQUEST.search(text)
                 or _DRIVER_REQUEST.search(text)
                 or _FAISS_REQUEST.search(text)
+                or _DIRECTML_REQUEST.search(text)
             )
             if match is not None:
                 figures = Figures(_plain_bytes(match.group(1)))

@@ -556,6 +556,8 @@ def _kind_actions(ctx: Context) -> list[str]:
                 "memory outside this process's PyTorch cache holds the GPU, and the log cannot "
                 "tell whose (another process, or this one outside PyTorch): " + check
             )
+        elif r is None and f.allocated_bytes is not None and f.total_bytes is None:
+            first = "the log does not show the request that failed: " + check
         else:
             first = "the log has no usable memory figures: " + check
         if ctx.event.framework == "spark-rapids":  # executors and tasks share the GPU

@@ -986,6 +986,18 @@ def test_unseen_memory_is_named_from_one_byte() -> None:
     )
 
 
+def test_an_allocator_summary_without_a_request_says_what_it_shows() -> None:
+    # a BFC summary's figures (public22 x-023): in use and the pool's limit, no request, no card
+    v = verdict(R=None, T=None, F=None, A=4894695424, L=4949881651, P=None)
+    assert v.kind == "unknown"
+    assert v.summary.startswith(
+        "unknown: pytorch's allocator ran out with 4.56 GiB in use of its 4.61 GiB limit; the "
+        "log does not show the request that failed"
+    )
+    v = verdict(R=None, T=None, F=None, A=4894695424, L=None, P=None)
+    assert v.summary.startswith("unknown: pytorch's allocator ran out with 4.56 GiB in use; ")
+
+
 def test_a_cap_that_leaves_more_than_the_free_memory_is_not_named() -> None:
     # the cap leaves 5 GiB (70 - 65), the device 1 GiB: the room is the device's free memory
     # (a job that made progress: 5 GiB idle is 7.7 % of the 65 GiB reserved)

@@ -1330,3 +1330,30 @@ def test_a_request_of_nothing_is_no_out_of_memory_failure(line: str) -> None:
         "no out-of-memory failure: it asked for 0 bytes, a bug, not memory running out"
     )
     assert d.recommendation.actions[0].startswith("the failure asked for 0 bytes")
+
+
+# -- issue 24, ninth round -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("line", [
+    # torch-directml's allocator (public21 t-022; t-024 with the weight's name before it)
+    "Could not allocate tensor with 81544192 bytes. There is not enough GPU video memory "
+    "available!",
+    "ERROR diffusion_model.output_blocks.1.1.transformer_blocks.2.ff.net.0.proj.weight Could not "
+    "allocate tensor with 52428800 bytes. There is not enough GPU video memory available!",
+    "RuntimeError: Could not allocate tensor with 2123366400 bytes. There is not enough GPU video "
+    "memory available!",
+])  # fmt: skip
+def test_directml_s_refusal_is_a_gpu_failure_of_its_own_stack(line: str) -> None:
+    assert formats.match_line(line) == formats.CUDA_ERROR
+    d = diagnose(f"step 1\n{line}\n")
+    assert (d.detected, d.framework) == (True, "directml")
+    assert d.figures.requested_bytes == int(line.split(" with ")[1].split()[0])
+
+
+@pytest.mark.parametrize("line", [
+    "Could not allocate tensor with 81544192 bytes.",  # the reason cut off: not read
+    "There is not enough GPU video memory available to run this game",
+])  # fmt: skip
+def test_directml_s_words_alone_are_not_a_failure(line: str) -> None:
+    assert formats.match_line(line) is None
