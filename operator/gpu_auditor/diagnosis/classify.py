@@ -759,8 +759,9 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
                 share = x.slack / (f.reserved_bytes or 1)
                 if x.steps == 0:
                     tail += (
-                        f"; packed, the idle cache would cover this request, but no step finished "
-                        f"before the failure and the {fs(x.slack)} idle is {share:.0%} of what "
+                        "; packed, the idle cache would cover this request, but no step of the "
+                        f"failing work finished before the failure and the {fs(x.slack)} idle is "
+                        f"{share:.0%} of what "
                         "PyTorch holds: the rest of the step needs more than a setting can recover"
                     )
                 else:

@@ -25,7 +25,7 @@ from .model import Diagnosis, Figures, Growth, MemorySample, NodeEvidence, Recom
 from .parse import hami_refusal, parse_hit, tensorflow_banner
 from .phase import ENGINE_WARM_UP, FORWARD, STARTUP, engine_warm_up
 from .proberecord import ProbeRecord, find_record, record_verdict
-from .progress import finished_steps
+from .progress import steps_of_the_failing_work
 from .recommend import EVICTION_FIX, Context, host_recommendation, phase_of, recommend
 from .sizes import format_size
 from .torchversion import UNKNOWN, TorchRange, find_banner, infer_from_message, parse_torch_version
@@ -175,7 +175,7 @@ def diagnose_scan(
             total_bytes=f.total_bytes if f.total_bytes is not None else total,
             free_bytes=f.free_bytes if f.free_bytes is not None else free,
         ))
-    steps = finished_steps(hit.precontext)
+    steps = steps_of_the_failing_work(hit.precontext)
     verdict = classify(event, node, growth, rate, record, phase, steps)
     ctx = Context(
         event, verdict, release, current, chosen, node, growth, hit.precontext, phase, steps

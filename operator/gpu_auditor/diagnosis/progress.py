@@ -58,15 +58,9 @@ def finished_steps(precontext: str) -> int:
     seen: dict[str, set[int]] = {}
     losses = 0
     best = 0
-    for raw in precontext[-MAX_PROGRESS_BYTES:].splitlines():
-        line = raw[:MAX_LINE_CHARS].lower()
-        previous = 0  # where the bar before this one on the line ended (tqdm's "\r" lost)
-        for bar in _BAR.finditer(line):
-            done, total = int(bar.group(1)), int(bar.group(2))
-            setup = _SETUP_BAR.search(line, previous, bar.start()) is not None
-            previous = bar.end()
-            if 1 <= done <= total and not setup:
-                best = max(best, done)
+    for line in _lines(precontext):
+        for done, _ in _work_bars(line):
+            best = max(best, done)
         if _LOSS.search(line):
             losses += 1
             if losses >= 2:
@@ -78,6 +72,50 @@ def finished_steps(precontext: str) -> int:
             if len(values) >= 2 or _DONE.search(line, match.end()):
                 best = max(best, STEADY if name == _EPOCH else max(values))
     return best
+
+
+def _lines(precontext: str) -> list[str]:
+    return [raw[:MAX_LINE_CHARS].lower() for raw in precontext[-MAX_PROGRESS_BYTES:].splitlines()]
+
+
+def _work_bars(line: str) -> list[tuple[int, int]]:
+    """``(done, total)`` of each bar on ``line`` past its first iteration that counts the job's
+    work, not its setup (``_SETUP_BAR``, read between the bar before it and this one)."""
+    bars = []
+    previous = 0  # where the bar before this one on the line ended (tqdm's "\r" lost)
+    for bar in _BAR.finditer(line):
+        done, total = int(bar.group(1)), int(bar.group(2))
+        setup = _SETUP_BAR.search(line, previous, bar.start()) is not None
+        previous = bar.end()
+        if 1 <= done <= total and not setup:
+            bars.append((done, total))
+    return bars
+
+
+def after_its_only_loop(precontext: str) -> bool:
+    """The last progress the log shows is a bar at its total, and no counter advanced: the job's
+    one loop had finished, and the work that failed after it (saving, exporting, evaluating) ran
+    no step before. Its peak is unseen, as a job's that finished no step (public23 z-021: a
+    LoRA run's 200/200 steps, then saving the model ran out; the thread's fix was a library's)."""
+    complete = advanced = False
+    counters: dict[str, set[int]] = {}
+    for line in _lines(precontext):
+        bars = _work_bars(line)
+        if bars:
+            complete = bars[-1][0] == bars[-1][1]
+        elif _LOSS.search(line) or _COUNTER.search(line):
+            complete = False
+        for match in _COUNTER.finditer(line):
+            values = counters.setdefault(match.group(1), set())
+            values.add(int(match.group(2)))
+            advanced = advanced or len(values) >= 2
+    return complete and not advanced
+
+
+def steps_of_the_failing_work(precontext: str) -> int:
+    """``finished_steps``, or 0 ``after_its_only_loop``: the steps that show the failing work's
+    peak (what ``classify`` and ``recommend`` weigh)."""
+    return 0 if after_its_only_loop(precontext) else finished_steps(precontext)
 
 
 def made_progress(precontext: str) -> bool:

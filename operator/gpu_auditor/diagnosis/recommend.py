@@ -39,7 +39,7 @@ from .phase import (
     tensorflow_phase,
 )
 from .sizes import format_size as fs
-from .thresholds import SETTING_MIN_FINISHED_STEPS
+from .thresholds import NON_PYTORCH_ALLOWANCE_BYTES, SETTING_MIN_FINISHED_STEPS
 from .torchversion import TorchRange
 
 MAX_SPLIT_SIZE_MB: Final = 128
@@ -243,6 +243,18 @@ def _setting(ctx: Context) -> tuple[dict[str, str] | None, list[str]]:
     ]
 
 
+def _outside_beyond_runtime(f: Figures) -> int | None:
+    """What the process holds outside PyTorch's cache beyond the CUDA runtime's ordinary share
+    (``NON_PYTORCH_ALLOWANCE_BYTES``): a simulator's, a renderer's, another framework's memory.
+    A setting is recommended only while this is no larger than the idle cache it recovers
+    (public23 b-001: 4.72 GiB beside 468 MiB idle, a simulator and renderer in the process; the
+    GPU runs where the setting fixed the job held at most the runtime's share outside)."""
+    p, reserved = f.process_bytes, f.reserved_bytes
+    if p is None or reserved is None:
+        return None
+    return p - reserved - NON_PYTORCH_ALLOWANCE_BYTES
+
+
 def _alloc_conf(ctx: Context) -> tuple[str | None, list[str]]:
     kind, contributing = ctx.verdict.kind, ctx.verdict.contributing
     # Only when fragmentation is the cause. As a contributing kind beside a leak it did not help:
@@ -262,6 +274,16 @@ def _alloc_conf(ctx: Context) -> tuple[str | None, list[str]]:
             f"{ALLOC_CONF_ENV}={value} may let this allocation through (the allocator could "
             f"reuse the {fs(u)} reserved but unallocated), but the log shows no finished step, "
             "so it cannot show that the rest of the job fits: try it on one run, not as the fix",
+            REDUCE_PEAK[0],
+        ]
+    outside = _outside_beyond_runtime(ctx.verdict.figures)
+    if outside is not None and u is not None and outside > u:
+        return None, [
+            f"{ALLOC_CONF_ENV}={value} may let this allocation through (the allocator could "
+            f"reuse the {fs(u)} reserved but unallocated), but this process holds "
+            f"{fs(outside)} outside PyTorch beyond the CUDA runtime's own (another library's "
+            "memory no PyTorch setting reaches, and the log cannot show it steady): try it on "
+            "one run, not as the fix",
             REDUCE_PEAK[0],
         ]
     notes.append(

@@ -53,7 +53,7 @@ def test_idle_cache_of_2_percent_is_capacity_before_the_first_step() -> None:
     diagnosis = diagnose(log)
     assert (diagnosis.kind, diagnosis.contributing) == ("capacity", ("fragmentation",))
     assert diagnosis.recommendation.alloc_conf is None
-    assert "no step finished before the failure" in diagnosis.summary
+    assert "no step of the failing work finished before the failure" in diagnosis.summary
     # a setting may still be named as an action, never as the recommendation
     assert diagnosis.recommendation.actions[-1] == (
         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True may recover part of the 1.60 GiB "
@@ -460,7 +460,10 @@ def test_fourteen_percent_idle_is_no_fragmentation_without_progress() -> None:
     v = verdict(F=6 * G + MARGIN, **base)
     assert (v.kind, v.contributing) == ("capacity", ("fragmentation",))
     assert "would have to be reclaimed" not in v.summary
-    assert "no step finished before the failure and the 10.00 GiB idle is 14% of" in v.summary
+    assert (
+        "no step of the failing work finished before the failure and the 10.00 GiB idle is 14% of"
+        in v.summary
+    )
 
 
 def test_fragmentation_needs_the_room_to_be_short_of_the_request() -> None:
@@ -1336,7 +1339,7 @@ def test_idle_cache_a_quarter_of_the_reservation_is_fragmentation_without_progre
         below = at(U)
         # the idle cache would cover the request: it contributes, with no setting
         assert (below.kind, below.contributing) == ("capacity", ("fragmentation",)), U
-        assert "no step finished before the failure" in below.summary, U
+        assert "no step of the failing work finished before the failure" in below.summary, U
         # ...which a job after a steady run reads as fragmentation (0.5 % is enough there)
         assert at(U, progressed=True).kind == "fragmentation", U
 
@@ -1922,8 +1925,9 @@ _FRAG_AT_EDGE = (
     (_FRAG_AT_EDGE, "capacity",
      "capacity: the 2.00 GiB request exceeds the 1.50 GiB free on a 79.15 GiB GPU; PyTorch holds "
      "73.00 GiB allocated and 4.00 GiB reserved but unallocated; packed, the idle cache would "
-     "cover this request, but no step finished before the failure and the 4.00 GiB idle is 5% "
-     "of what PyTorch holds: the rest of the step needs more than a setting can recover"),
+     "cover this request, but no step of the failing work finished before the failure and the "
+     "4.00 GiB idle is 5% of what PyTorch holds: the rest of the step needs more than a setting "
+     "can recover"),
     ("step 1 loss 2.0\nstep 2 loss 1.9\nstep 3 loss 1.8\n" + _FRAG_AT_EDGE, "capacity",
      "capacity: the 2.00 GiB request exceeds the 1.50 GiB free on a 79.15 GiB GPU; PyTorch holds "
      "73.00 GiB allocated and 4.00 GiB reserved but unallocated; packed, the idle cache would "

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gpu_auditor.diagnosis.progress import (
+    after_its_only_loop,
+    steps_of_the_failing_work,
     MAX_LINE_CHARS,
     MAX_PROGRESS_BYTES,
     STEADY,
@@ -146,3 +148,38 @@ def test_a_setup_bar_after_a_work_bar_on_its_line_does_not_hide_it() -> None:
         "2/2 [00:03<00:00,  1.5s/it]"
     )
     assert finished_steps(line + "\n") == 41
+
+
+# -- issue 24, ninth round: the work that failed after the job's one loop -------------------------
+
+BAR_DONE = "100%|██████████| 200/200 [16:11<00:00,  4.86s/it]\n"  # public23 z-021
+
+
+@pytest.mark.parametrize(("precontext", "after"), [
+    (BAR_DONE, True),  # the loop finished; saving the model failed after it
+    ("  0%|          | 0/200\r 50%|█████     | 100/200 [08:00<08:00]\r" + BAR_DONE, True),
+    (BAR_DONE + "Saving model to out/\n", True),  # lines without progress after it
+    ("100%|██| 200/200 [16:11<00:00, loss=0.31]\n", True),  # a loss on the bar's own line
+    # the bar had not reached its total: the loop was running
+    ("50%|█████     | 100/200 [08:00<08:00]\n", False),
+    # a counter advanced: what follows each epoch's bar ran before
+    ("Epoch 1: 100%|██| 200/200 [01:00<00:00]\nEpoch 2: 100%|██| 200/200 [01:00<00:00]\n", False),
+    # progress after the finished bar: a second loop (a loss line, a step counter)
+    (BAR_DONE + "step 5 loss 0.3\n", False),
+    (BAR_DONE + "eval loss: 0.25\n", False),
+    (BAR_DONE + " 10%|█         | 20/200 [00:10<01:30]\n", False),
+    # a setup bar at its total is no loop of the job's
+    ("Loading checkpoint shards: 100%|██████████| 8/8 [00:10<00:00]\n", False),
+    ("", False),
+])  # fmt: skip
+def test_a_finished_bar_with_nothing_after_it_is_the_end_of_the_only_loop(
+    precontext: str, after: bool
+) -> None:
+    assert after_its_only_loop(precontext) is after
+
+
+def test_the_failing_work_has_no_steps_after_the_only_loop() -> None:
+    assert finished_steps(BAR_DONE) == 200
+    assert steps_of_the_failing_work(BAR_DONE) == 0
+    two = "Epoch 1: 100%|██| 200/200 [01:00<00:00]\nEpoch 2: 100%|██| 200/200 [01:00<00:00]\n"
+    assert steps_of_the_failing_work(two) == finished_steps(two) > 0

@@ -1513,3 +1513,28 @@ def test_the_xpu_and_managed_replica_actions_read_whole() -> None:
         "hold less in host memory: smaller shuffle and prefetch buffers, no dataset cached in "
         "memory",
     )
+
+
+# -- issue 24, ninth round: memory outside PyTorch larger than the idle cache --------------------
+
+_EPOCHS = "".join(f"Epoch: {i}, global_step={i * 12800}\n" for i in range(1, 104))
+
+
+@pytest.mark.parametrize(("process", "recommended"), [
+    (10.56, False),  # public23 b-001: 6.2 GiB outside PyTorch (4.72 beyond the runtime's share)
+    (4.34 + 1.5 + 0.45, True),  # beyond the runtime's share: less than the 0.46 GiB idle
+    (4.34 + 1.5 + 0.46, False),  # more than it
+])  # fmt: skip
+def test_a_setting_is_not_recommended_beside_more_outside_pytorch_than_it_recovers(
+    process: float, recommended: bool
+) -> None:
+    log = _EPOCHS + torch_oom(
+        requested=0.1836, total=10.75, free=0.1735, process=process, allocated=3.88,
+        unallocated=0.4574,
+    )
+    d = diagnose(log)
+    assert d.kind == "fragmentation"
+    assert (d.recommendation.alloc_conf is not None) is recommended
+    if not recommended:
+        assert "outside PyTorch beyond the CUDA runtime's own" in d.recommendation.actions[0]
+        assert "not as the fix" in d.recommendation.actions[0]
