@@ -130,6 +130,7 @@ KEYWORDS: Final[tuple[bytes, ...]] = (
     b"Memory allocation error on worker",
     b"out-of-memory and exited",
     b"not enough GPU video memory",
+    b"OUT_OF_DEVICE_MEMORY",
 )
 """Byte strings at least one of which every family's failure line contains (second filter)."""
 
@@ -481,6 +482,15 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             # dlib's check; OpenCV's CUDA module (4.x, and 2.4's wording)
             r"\bError while calling cuda\w{1,40}\([^\n]{0,160}?\bcode: 2, reason: out of memory\b|"
             r"\(-217:Gpu API call\) out of memory\b|\bGpu API call \(out of memory\)|"
+            # Vulkan's device memory refused, as Omniverse Kit (Isaac Sim) logs it (public23
+            # b-002, b-018, b-025); not the bare enum nor vulkan-hpp's exception: llama.cpp's
+            # Vulkan backend prints that one and falls back to host memory (the census's review)
+            r"\bVkResult: ERROR_OUT_OF_DEVICE_MEMORY\b|"
+            # Isaac Gym's PhysX CUDA check (public23 b-024); a CUDA check macro's "Error <string>
+            # at line N in file F" (bitsandbytes' ops.cu, public23 z-019); heFFTe's (a-012)
+            r"\bGym cuda error: out of memory\b|"
+            r"\bError out of memory at line \d{1,6} in file [^\n]{1,300}?\.cuh?\b|"
+            r"\bcudaMalloc\(\) failed with message: out of memory\b|"
             # torch-directml (Windows, AMD and Intel cards through DirectML): its allocator's
             # refusal (public21 t-022, t-024; ComfyUI#3869, Fooocus#1088 quote it too)
             r"\bCould not allocate tensor with \d{1,20} bytes\. There is not enough GPU video "
@@ -690,6 +700,8 @@ _FRAMEWORK_MARKERS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
         r"\[HCTR\]|\bRuntime error: out of memory \S{1,200}\.(?:cuh?|[ch]pp|h):\d{1,6}\b")),
     ("mnn", re.compile(r"\bOut of memory when \w{1,64} is acquired in Cuda\w")),
     ("directml", re.compile(r"\bThere is not enough GPU video memory available\b")),
+    ("omniverse", re.compile(r"\bVkResult: ERROR_OUT_OF_DEVICE_MEMORY\b")),  # Isaac Sim's Kit
+    ("isaacgym", re.compile(r"\bGym cuda error: ")),
     ("spark-rapids", re.compile(r"\bcom\.nvidia\.spark\.rapids\b|SplitAndRetryOOM\b")),
     ("pytorch", re.compile(r"\btorch\b|RuntimeError|c10::|AcceleratorError")),
 )

@@ -243,6 +243,15 @@ def _setting(ctx: Context) -> tuple[dict[str, str] | None, list[str]]:
     ]
 
 
+SIMULATORS: Final = ("isaacgym", "omniverse")
+"""Stacks whose memory grows with the simulated scene: Isaac Gym's PhysX, and Omniverse Kit's
+Vulkan renderer (Isaac Sim, Isaac Lab) whose failure public23 b-002, b-018, b-025 show."""
+SIMULATOR_FIX: Final = (
+    "a simulator's GPU memory grows with its scene: run fewer parallel environments (num_envs), "
+    "fewer or smaller cameras, or a lower render resolution"
+)
+
+
 def _outside_beyond_runtime(f: Figures) -> int | None:
     """What the process holds outside PyTorch's cache beyond the CUDA runtime's ordinary share
     (``NON_PYTORCH_ALLOWANCE_BYTES``): a simulator's, a renderer's, another framework's memory.
@@ -584,8 +593,10 @@ def _kind_actions(ctx: Context) -> list[str]:
             first = "the log has no usable memory figures: " + check
         if ctx.event.framework == "spark-rapids":  # executors and tasks share the GPU
             return [*SPARK_RAPIDS_FIXES, first]
+        simulator = [SIMULATOR_FIX] if ctx.event.framework in SIMULATORS else []
         return [
             first,
+            *simulator,
             *([LIBRARY_ROOM[fam], *REDUCE_PEAK[:1]] if fam in LIBRARY_ROOM else []),
             "if it fails at start-up (context creation, .cuda()), the GPU was already full: "
             "isolate the GPU",

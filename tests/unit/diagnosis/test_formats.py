@@ -1357,3 +1357,35 @@ def test_directml_s_refusal_is_a_gpu_failure_of_its_own_stack(line: str) -> None
 ])  # fmt: skip
 def test_directml_s_words_alone_are_not_a_failure(line: str) -> None:
     assert formats.match_line(line) is None
+
+
+@pytest.mark.parametrize(("line", "framework"), [
+    # Omniverse Kit's Vulkan renderer (Isaac Sim: public23 b-018)
+    ("2022-09-22 01:17:40 [28,987ms] [Error] [carb.graphics-vulkan.plugin] VkResult: "
+     "ERROR_OUT_OF_DEVICE_MEMORY", "omniverse"),
+    ("VkResult: ERROR_OUT_OF_DEVICE_MEMORY", "omniverse"),
+    # Isaac Gym's PhysX (public23 b-024)
+    ("[Error] [carb.gym.plugin] Gym cuda error: out of memory: ../../../source/plugins/carb/gym/"
+     "impl/Gym/GymPhysX.cpp: 1721", "isaacgym"),
+    # a CUDA check macro (bitsandbytes' ops.cu, public23 z-019); heFFTe's (public23 a-012)
+    ("Error out of memory at line 88 in file D:\\a\\bitsandbytes\\csrc\\ops.cu", None),
+    ("  what():  cudaMalloc() failed with message: out of memory", None),
+])  # fmt: skip
+def test_the_twenty_third_sets_wordings_are_gpu_failures(
+    line: str, framework: str | None
+) -> None:
+    assert formats.match_line(line) == formats.CUDA_ERROR
+    assert formats.framework_of(formats.CUDA_ERROR, line) == framework
+    assert diagnose(f"step 1\n{line}\n").detected
+
+
+@pytest.mark.parametrize("line", [
+    "VkResult: ERROR_OUT_OF_HOST_MEMORY",  # host memory, not the device's
+    "Error out of memory at line 88",  # no source file: any program's words
+    "cudaMallocHost() failed with message: out of memory",  # pinned host memory
+    "if (res == VK_ERROR_OUT_OF_DEVICE_MEMORYX) {",
+    # the bare enum: an application may fall back, as llama.cpp's Vulkan backend does
+    "vkAllocateMemory returned VK_ERROR_OUT_OF_DEVICE_MEMORY",
+])  # fmt: skip
+def test_near_misses_of_the_twenty_third_sets_wordings_are_not_gpu_failures(line: str) -> None:
+    assert formats.match_line(line) != formats.CUDA_ERROR

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from gpu_auditor.diagnosis.progress import (
-    after_its_only_loop,
-    steps_of_the_failing_work,
     MAX_LINE_CHARS,
     MAX_PROGRESS_BYTES,
     STEADY,
+    after_its_only_loop,
     finished_steps,
     made_progress,
+    steps_of_the_failing_work,
 )
 
 pytestmark = pytest.mark.unit

@@ -1538,3 +1538,14 @@ def test_a_setting_is_not_recommended_beside_more_outside_pytorch_than_it_recove
     if not recommended:
         assert "outside PyTorch beyond the CUDA runtime's own" in d.recommendation.actions[0]
         assert "not as the fix" in d.recommendation.actions[0]
+
+
+def test_a_simulator_s_failure_names_its_scene_as_the_lever() -> None:
+    d = diagnose(
+        "[Error] [carb.graphics-vulkan.plugin] VkResult: ERROR_OUT_OF_DEVICE_MEMORY\n"
+    )
+    assert (d.kind, d.framework) == ("unknown", "omniverse")
+    assert any("fewer parallel environments (num_envs)" in a for a in d.recommendation.actions)
+    d = diagnose("Error out of memory at line 88 in file csrc/ops.cu\n")
+    assert d.detected
+    assert not any("num_envs" in a for a in d.recommendation.actions)
