@@ -282,8 +282,9 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
     (
         TORCH,
         re.compile(
-            # (Intel's XPU backend prints the same message: public21 t-006, t-014)
-            r"\b(?:CUDA|HIP|XPU) out of memory\. (?:Tried to allocate|GPU \d)|"
+            # (Intel's XPU backend prints the same message: public21 t-006, t-014; Huawei
+            # Ascend's torch_npu its 1.x form, "(NPU 0; ...": public24 c-002)
+            r"\b(?:CUDA|HIP|XPU|NPU) out of memory\. (?:Tried to allocate|GPU \d)|"
             # ...its period lost in a paste (public10 q-024)
             r"\b(?:CUDA|HIP) out of memory Tried to allocate [\d.]{1,24} [KMG]iB\b|"
             r"\b(?:CUDA|HIP) out of memory\.\s{0,64}$|"
@@ -315,7 +316,9 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             # TensorFlow 1's Eigen allocator aborting the process
             r"\bEigenAllocator for GPU ran out of memory when allocating\b|"
             # TensorFlow 2's eager ops
-            r"ResourceExhaustedError: {0,4}failed to allocate memory\b"
+            r"ResourceExhaustedError: {0,4}"
+            # (TensorFlow 2.11 on names the op's function first: public24 f-009)
+            r"(?:\{\{function_node [^{}\n]{1,300}\}\} {0,4})?failed to allocate memory\b"
         ),
     ),
     # the BFC allocator (TensorFlow, XLA) failing an op's allocation; its "not a failure" warning
@@ -489,6 +492,10 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             # Isaac Gym's PhysX CUDA check (public23 b-024); a CUDA check macro's "Error <string>
             # at line N in file F" (bitsandbytes' ops.cu, public23 z-019); heFFTe's (a-012)
             r"\bGym cuda error: out of memory\b|"
+            # Theano's device allocator, with the driver's figures (public14 r-012, public21
+            # r-014, public24 f-019)
+            # (glued to a Keras bar's last figure in f-019: no word boundary before it)
+            r"Error allocating \d{1,20} bytes of device memory \(out of memory\)|"
             r"\bError out of memory at line \d{1,6} in file [^\n]{1,300}?\.cuh?\b|"
             r"\bcudaMalloc\(\) failed with message: out of memory\b|"
             # torch-directml (Windows, AMD and Intel cards through DirectML): its allocator's
@@ -576,7 +583,10 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
         HOST_KILLED,
         re.compile(
             r"DataLoader worker \(pid\(?s?\)? [\d, ]{1,64}\)? is killed by signal: Killed|"
-            r"(?:^|\])[ \t]{0,8}Killed[ \t]{0,8}$|\bline \d{1,9}: {1,8}\d{1,9} Killed\b|"
+            # (as people retype it: public24 c-006's "worker(pid xxxxx) is killed by signal:killed")
+            r"DataLoader worker ?\(pid ?\w{1,16}\) is killed by signal: ?[Kk]illed\b|"
+            # (after a bar cut mid-draw, its last block: public24 d-020's "77%|█████Killed")
+            r"(?:^|[\]█▏▎▍▌▋▊▉])[ \t]{0,8}Killed[ \t]{0,8}$|\bline \d{1,9}: {1,8}\d{1,9} Killed\b|"
             # the bare line in the shell's language (read on the log's last line only)
             + LOCALIZED_KILLED_PATTERN + "|"
             # zsh's job report; the kernel's own words (dmesg); Slurm's cgroup OOM killer
@@ -702,6 +712,7 @@ _FRAMEWORK_MARKERS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     ("directml", re.compile(r"\bThere is not enough GPU video memory available\b")),
     ("omniverse", re.compile(r"\bVkResult: ERROR_OUT_OF_DEVICE_MEMORY\b")),  # Isaac Sim's Kit
     ("isaacgym", re.compile(r"\bGym cuda error: ")),
+    ("theano", re.compile(r"\bbytes of device memory \(out of memory\)")),
     ("spark-rapids", re.compile(r"\bcom\.nvidia\.spark\.rapids\b|SplitAndRetryOOM\b")),
     ("pytorch", re.compile(r"\btorch\b|RuntimeError|c10::|AcceleratorError")),
 )

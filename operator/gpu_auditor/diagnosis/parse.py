@@ -145,6 +145,11 @@ _VLLM_AVAILABLE: Final = _size_re(r"available KV cache memory \({S}\)")
 _BYTES_REQUEST: Final = re.compile(
     r"(?:allocate|calloc|malloc|alloc)\w{0,24}\s{1,8}([\d,]{1,32}) bytes"
 )
+_THEANO: Final = re.compile(
+    r"Error allocating (\d{1,20}) bytes of device memory \(out of memory\)\. Driver report "
+    r"(\d{1,20}) bytes free and (\d{1,20}) bytes total"
+)
+"""Theano's device allocator: the request, then the driver's free and total figures."""
 _DIRECTML_REQUEST: Final = re.compile(r"\bCould not allocate tensor with (\d{1,20}) bytes\b")
 _DRIVER_REQUEST: Final = re.compile(r"failed to allocate [^(\n]{0,200}\((\d{1,32}) bytes\)")
 _FAISS_REQUEST: Final = re.compile(
@@ -531,6 +536,9 @@ def parse_hit(hit: Hit) -> OomEvent:
             if (match := _TENSORRT_REQUEST.search(text)) is not None:
                 figures = Figures(_plain_bytes(match.group(1)))
                 break
+    elif family == formats.CUDA_ERROR and (match := _THEANO.search(message)):
+        requested, free, total = (_plain_bytes(match.group(i)) for i in (1, 2, 3))
+        figures = Figures(requested, total_bytes=total, free_bytes=free)
     elif family == formats.CUDA_ERROR and (match := _CATBOOST_REQUEST.search(message)):
         figures = Figures(_binary_bytes(match.group(1) + "MB"))
     elif family in (formats.CUDA_ERROR, formats.DRIVER) and _XGBOOST.search(message):

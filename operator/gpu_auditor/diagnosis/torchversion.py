@@ -123,8 +123,11 @@ _CLUES: Final[tuple[tuple[re.Pattern[str] | _Then, TorchRange], ...]] = (
 
 
 def infer_from_message(message: str) -> TorchRange:
-    """What the wording of one OOM message (and its exception class) says about the release."""
+    """What the wording of one OOM message (and its exception class) says about the release.
+    Nothing for Ascend's torch_npu, which prints torch 1.x's wording on any release."""
     found = UNKNOWN
+    if "NPU out of memory" in message:
+        return found
     for pattern, clue in _CLUES:
         if pattern.search(message):
             found = found.intersect(clue)

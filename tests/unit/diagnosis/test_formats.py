@@ -1389,3 +1389,50 @@ def test_the_twenty_third_sets_wordings_are_gpu_failures(
 ])  # fmt: skip
 def test_near_misses_of_the_twenty_third_sets_wordings_are_not_gpu_failures(line: str) -> None:
     assert formats.match_line(line) != formats.CUDA_ERROR
+
+
+@pytest.mark.parametrize(("line", "family", "framework"), [
+    # Ascend's torch_npu, torch 1.x's wording (public24 c-002)
+    ("RuntimeError: NPU out of memory. Tried to allocate 9.78 GiB (NPU 0; 32.00 GiB total "
+     "capacity; 29.80 GiB already allocated; 1.59 GiB free; 50.34 MiB cached)", formats.TORCH,
+     "pytorch"),
+    # Theano's allocator, glued to a Keras bar (public24 f-019)
+    ("94976/94990 [====>.] - ETA: 0s - loss: 0.2739 - acc.: 0.9235Error allocating 3242496000 "
+     "bytes of device memory (out of memory). Driver report 876146688 bytes free and 4294246400 "
+     "bytes total", formats.CUDA_ERROR, "theano"),
+    # TensorFlow 2.11+ naming the op's function first (public24 f-009)
+    ("tensorflow.python.framework.errors_impl.ResourceExhaustedError: {{function_node "
+     "__wrapped__Mul_device_/job:localhost/replica:0/task:0/device:GPU:0}} failed to allocate "
+     "memory [Op:Mul]", None, "tensorflow"),
+    # a DataLoader worker's kill as people retype it (public24 c-006)
+    ("RuntimeError:DataLoader worker(pid xxxxx) is killed by signal:killed.",
+     formats.HOST_KILLED, "pytorch"),
+    # a shell's "Killed" after a bar cut mid-draw (public24 d-020)
+    ("collecting calibration activations in model.layers.25:  77%|█████████Killed",
+     formats.HOST_KILLED, None),
+])  # fmt: skip
+def test_the_twenty_fourth_sets_wordings(line: str, family: str | None, framework: str) -> None:
+    found = formats.match_line(line)
+    assert found is not None
+    if family is not None:
+        assert found == family
+    assert formats.framework_of(found, line) == framework
+
+
+def test_theano_s_figures_are_read() -> None:
+    d = diagnose(
+        "Error allocating 240008000 bytes of device memory (out of memory). Driver report "
+        "95178752 bytes free and 12079136768 bytes total\n"
+    )
+    f = d.figures
+    assert (f.requested_bytes, f.free_bytes, f.total_bytes) == (240008000, 95178752, 12079136768)
+    assert (d.kind, d.framework) == ("capacity", "theano")
+
+
+@pytest.mark.parametrize("line", [
+    "step 3 Killed the bad run, starting again",  # not alone on the line
+    "a█Killed by the operator",
+    "DataLoader worker (pid 12) is killed by signal: Terminated",
+])  # fmt: skip
+def test_near_misses_of_the_twenty_fourth_sets_wordings(line: str) -> None:
+    assert formats.match_line(line) is None

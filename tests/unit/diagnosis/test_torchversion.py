@@ -234,3 +234,15 @@ OOM = torch_oom(requested=2, total=79.15, free=1.2, process=77.8, allocated=70.1
 def test_a_banner_with_a_huge_version_number_is_no_release() -> None:
     diagnosis = diagnose("torch " + "9" * 5000 + "." + "9" * 5000 + "\n" + OOM)
     assert diagnosis.detected and diagnosis.torch_version_hint == ">=2.4"  # the wording's
+
+
+def test_ascend_s_npu_message_says_nothing_about_the_torch_release() -> None:
+    """torch_npu prints torch 1.x's wording ("cached)") on any release (public24 c-002)."""
+    from gpu_auditor.diagnosis.torchversion import UNKNOWN, infer_from_message
+
+    message = (
+        "NPU out of memory. Tried to allocate 9.78 GiB (NPU 0; 32.00 GiB total capacity; 29.80 "
+        "GiB already allocated; 1.59 GiB free; 50.34 MiB cached)"
+    )
+    assert infer_from_message(message) == UNKNOWN
+    assert infer_from_message(message.replace("NPU", "GPU")) != UNKNOWN
