@@ -205,6 +205,20 @@ not fall back from fails). Posts often quote the summary alone (public12 e-023, 
 x-023: cut before the error). No anchor of the scan is in it: read only where the scan found no
 failure, from the log's last ``logtext.TAIL_BYTES`` (``logtext.LogScanner.finish``)."""
 
+TAIL_WORDINGS: Final[tuple[bytes, ...]] = (
+    BFC_DUMP_TOTAL,
+    # NVIDIA DALI's device allocator (its CUDABadAlloc: "Can't allocate N bytes on device D.",
+    # or its bare what(), "CUDA allocation failed"), and nvJPEG's allocator failing inside DALI's
+    # decoder: the last lines of DALI's "Critical error in pipeline" (public24 f-004, f-005,
+    # f-007, f-008)
+    b"Can't allocate ",
+    b"CUDA allocation failed",
+    b"NVJPEG_STATUS_ALLOCATOR_FAILURE",
+)
+"""Failure wordings with no anchor of the scan in them, read the way ``BFC_DUMP_TOTAL`` is: only
+where the scan found no failure, the last of them in the log's last ``logtext.TAIL_BYTES`` (an
+anchor more is one more pass over every chunk of every log)."""
+
 
 class _Searcher(Protocol):
     """What ``find_failure`` needs of a family's pattern (a compiled regex has it)."""
@@ -492,6 +506,10 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             # Isaac Gym's PhysX CUDA check (public23 b-024); a CUDA check macro's "Error <string>
             # at line N in file F" (bitsandbytes' ops.cu, public23 z-019); heFFTe's (a-012)
             r"\bGym cuda error: out of memory\b|"
+            # DALI's (TAIL_WORDINGS)
+            r"\bCan't allocate \d{1,20} bytes on device \d{1,3}\.[ \t]{0,8}$|"
+            r"^[ \t]{0,8}CUDA allocation failed[ \t]{0,8}$|"
+            r"\bNVJPEG error \"5\" : NVJPEG_STATUS_ALLOCATOR_FAILURE\b|"
             # Theano's device allocator, with the driver's figures (public14 r-012, public21
             # r-014, public24 f-019)
             # (glued to a Keras bar's last figure in f-019: no word boundary before it)
@@ -713,6 +731,7 @@ _FRAMEWORK_MARKERS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     ("omniverse", re.compile(r"\bVkResult: ERROR_OUT_OF_DEVICE_MEMORY\b")),  # Isaac Sim's Kit
     ("isaacgym", re.compile(r"\bGym cuda error: ")),
     ("theano", re.compile(r"\bbytes of device memory \(out of memory\)")),
+    ("dali", re.compile(r"\bNVJPEG_STATUS_ALLOCATOR_FAILURE\b|\bCritical error in pipeline\b")),
     ("spark-rapids", re.compile(r"\bcom\.nvidia\.spark\.rapids\b|SplitAndRetryOOM\b")),
     ("pytorch", re.compile(r"\btorch\b|RuntimeError|c10::|AcceleratorError")),
 )

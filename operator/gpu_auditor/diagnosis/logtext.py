@@ -295,7 +295,7 @@ class LogScanner:
             self._scan(start, len(self._buf))
             self._read_last_line()
             if self._event is None:
-                self._read_cut_summary()
+                self._read_tail_wordings()
             self._pos = self._base + len(self._buf)
             self._capture_after(final=True)
             self._keep_precontext()
@@ -340,20 +340,24 @@ class LogScanner:
         if lines and _LOCALIZED_KILLED_RE.search(lines[0].text):
             self._confirm_line(offset + start, offset + len(tail))
 
-    def _read_cut_summary(self) -> None:
-        """A BFC allocator's memory summary (``formats.BFC_DUMP_TOTAL``) in the log's last
-        ``TAIL_BYTES``, the failure lines around it cut away."""
+    def _read_tail_wordings(self) -> None:
+        """The last failure worded as ``formats.TAIL_WORDINGS`` (a BFC allocator's summary cut
+        from its error, DALI's allocators) in the log's last ``TAIL_BYTES``."""
         buf = self._buf
         floor = max(0, len(buf) - TAIL_BYTES)
-        at = buf.rfind(formats.BFC_DUMP_TOTAL, floor)
-        if at < 0:
-            return
-        back = max(0, at - _PREFIX_BYTES)
-        start = max(buf.rfind(b"\n", back, at), buf.rfind(b"\r", back, at)) + 1
-        if start == 0 and back > 0:  # a line longer than any the allocator prints
-            return
-        newline = buf.find(b"\n", at)
-        self._confirm_line(start, newline if newline >= 0 else len(buf))
+        found = sorted(
+            (at for words in formats.TAIL_WORDINGS if (at := buf.rfind(words, floor)) >= 0),
+            reverse=True,
+        )
+        for at in found:
+            back = max(0, at - _PREFIX_BYTES)
+            start = max(buf.rfind(b"\n", back, at), buf.rfind(b"\r", back, at)) + 1
+            if start == 0 and back > 0:  # a line longer than any of these stacks prints
+                continue
+            newline = buf.find(b"\n", at)
+            self._confirm_line(start, newline if newline >= 0 else len(buf))
+            if self._event is not None:
+                return
 
     def _read_tail(self, end: int) -> None:
         """The unfinished line after ``end``: left for the next feed, or read in blocks when it is

@@ -252,6 +252,14 @@ SIMULATOR_FIX: Final = (
 )
 
 
+DALI_FIX: Final = (
+    "DALI's decoders hold their own device and pinned buffers per thread: size them from a run "
+    "with memory_stats=True (the decoder's device_memory_padding, host_memory_padding), or lower "
+    "batch_size or num_threads"
+)
+"""public24 f-004: the padding set from memory_stats let the pipeline run."""
+
+
 def _outside_beyond_runtime(f: Figures) -> int | None:
     """What the process holds outside PyTorch's cache beyond the CUDA runtime's ordinary share
     (``NON_PYTORCH_ALLOWANCE_BYTES``): a simulator's, a renderer's, another framework's memory.
@@ -593,10 +601,12 @@ def _kind_actions(ctx: Context) -> list[str]:
             first = "the log has no usable memory figures: " + check
         if ctx.event.framework == "spark-rapids":  # executors and tasks share the GPU
             return [*SPARK_RAPIDS_FIXES, first]
-        simulator = [SIMULATOR_FIX] if ctx.event.framework in SIMULATORS else []
+        own_lever = [SIMULATOR_FIX] if ctx.event.framework in SIMULATORS else []
+        if ctx.event.framework == "dali":
+            own_lever = [DALI_FIX]
         return [
             first,
-            *simulator,
+            *own_lever,
             *([LIBRARY_ROOM[fam], *REDUCE_PEAK[:1]] if fam in LIBRARY_ROOM else []),
             "if it fails at start-up (context creation, .cuda()), the GPU was already full: "
             "isolate the GPU",

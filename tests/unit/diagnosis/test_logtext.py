@@ -1265,3 +1265,40 @@ def test_a_bfc_summary_far_from_the_end_or_beside_a_failure_is_not_read_again() 
 def test_the_summary_words_inside_a_sentence_are_not_read() -> None:
     text = "docs: the line Sum Total of in-use chunks: is printed on failure\n"
     assert scan_bytes(text.encode()).oom_count == 0
+
+
+# -- DALI's allocators, read from the tail like the BFC summary -------------------------------
+
+
+@pytest.mark.parametrize(("tail", "framework"), [
+    # public24 f-008, f-007, f-004 (DALI's own words end its "Critical error in pipeline")
+    ("RuntimeError: Critical error in pipeline:\nError in GPU operator "
+     "`nvidia.dali.ops.CropMirrorNormalize`:\nCan't allocate 202375168 bytes on device 0.\n", None),
+    ("RuntimeError: Critical error in pipeline:\nError when executing Mixed operator "
+     "ImageDecoder encountered:\nCUDA allocation failed\n", None),
+    ('Error in thread 1: [/opt/dali/dali/operators/decoder/nvjpeg/decoupled_api/'
+     'nvjpeg_decoder_decoupled_api.h:809] NVJPEG error "5" : NVJPEG_STATUS_ALLOCATOR_FAILURE '
+     "n02130308/ILSVRC2012_val_00033687.JPEG\n", "dali"),
+])  # fmt: skip
+def test_dali_s_allocator_failures_at_the_end_are_read(tail: str, framework: str | None) -> None:
+    data = ("epoch 1 iter 5\n" * 3000 + tail).encode()
+    result = same_however_split(data, 1, 97, 4096)
+    assert result.oom_count == 1
+    d = diagnose(data)
+    assert (d.detected, d.framework) == (True, framework)
+
+
+def test_of_two_tail_wordings_the_last_is_the_failure() -> None:
+    text = SUMMARY + "Limit: 1\n" + "Can't allocate 1024 bytes on device 0.\n"
+    result = scan_bytes(text.encode())
+    assert result.oom_count == 1
+    assert result.last is not None and result.last.line.text.startswith("Can't allocate")
+
+
+@pytest.mark.parametrize("text", [
+    "Can't allocate 1024 bytes on device 0. Retrying on the host.\nCUDA allocation failed later\n",
+    "I Can't allocate anything\n",
+    "the docs say: CUDA allocation failed is printed when\n",
+])  # fmt: skip
+def test_tail_wordings_inside_other_sentences_are_not_read(text: str) -> None:
+    assert scan_bytes(("step 1\n" + text).encode()).oom_count == 0
