@@ -192,9 +192,10 @@ of the scan is in them (one more anchor is one more pass over every chunk), so t
 them on the log's last line only (``logtext.LogScanner.finish``), where the shell prints it."""
 
 LOCALIZED_KILLED_PATTERN: Final = (
-    r"(?:^|\])[ \t]{0,8}(?:" + "|".join(map(re.escape, LOCALIZED_KILLED)) + r")[ \t]{0,8}$"
+    r"^[ \t]{0,8}(?:" + "|".join(map(re.escape, LOCALIZED_KILLED)) + r")[ \t]{0,8}$"
 )
-"""One localized "Killed" alone on its line (after a progress bar's "]" as the English one)."""
+"""One localized "Killed" alone on its line (not after a "]" as the English one may be: several
+of these are common words, "[GAME] Morto" is a game's log: the round's review)."""
 
 
 BFC_DUMP_TOTAL: Final = b"Sum Total of in-use chunks: "

@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from typing import BinaryIO, Final
 
 from . import formats
+from .progress import made_progress
 
 CHUNK_BYTES: Final = 4 * 1024 * 1024
 MAX_LINE_BYTES: Final = 64 * 1024
@@ -355,7 +356,10 @@ class LogScanner:
             if start == 0 and back > 0:  # a line longer than any of these stacks prints
                 continue
             newline = buf.find(b"\n", at)
-            self._confirm_line(start, newline if newline >= 0 else len(buf))
+            end = newline if newline >= 0 else len(buf)
+            if made_progress(decode(buf[end:])):  # the job went on: a failure it caught
+                continue
+            self._confirm_line(start, end)
             if self._event is not None:
                 return
 

@@ -45,6 +45,9 @@ the shards are no step of the job's)."""
 _LOSS: Final = re.compile(r"\bloss\b['\"]?[ \t:=]{1,4}-?\d")
 
 
+_BAR_CLOSE_PRINTS: Final = 2
+"""How often one tqdm bar may be drawn at its total: its last update, then once more on close."""
+
 STEADY: Final = 1_000_000
 """What a finished epoch counts as: many steps."""
 
@@ -78,29 +81,43 @@ def _lines(precontext: str) -> list[str]:
     return [raw[:MAX_LINE_CHARS].lower() for raw in precontext[-MAX_PROGRESS_BYTES:].splitlines()]
 
 
-def _work_bars(line: str) -> list[tuple[int, int]]:
-    """``(done, total)`` of each bar on ``line`` past its first iteration that counts the job's
-    work, not its setup (``_SETUP_BAR``, read between the bar before it and this one)."""
+def _work_bars(line: str, first: int = 1) -> list[tuple[int, int]]:
+    """``(done, total)`` of each bar on ``line`` at ``first`` iterations or more that counts the
+    job's work, not its setup (``_SETUP_BAR``, read between the bar before it and this one)."""
     bars = []
     previous = 0  # where the bar before this one on the line ended (tqdm's "\r" lost)
     for bar in _BAR.finditer(line):
         done, total = int(bar.group(1)), int(bar.group(2))
         setup = _SETUP_BAR.search(line, previous, bar.start()) is not None
         previous = bar.end()
-        if 1 <= done <= total and not setup:
+        if first <= done <= total and not setup:
             bars.append((done, total))
     return bars
 
 
 def after_its_only_loop(precontext: str) -> bool:
-    """The last progress the log shows is a bar at its total, and no counter advanced: the job's
-    one loop had finished, and the work that failed after it (saving, exporting, evaluating) ran
-    no step before. Its peak is unseen, as a job's that finished no step (public23 z-021: a
-    LoRA run's 200/200 steps, then saving the model ran out; the thread's fix was a library's)."""
-    complete = advanced = False
+    """The log's work bars are one loop's, and it had finished: one total, never going back (a
+    bar back at a lower count, or at 0, is another pass), the last at its total with no progress
+    after it, and no counter advanced. The work that failed after it (saving, exporting) ran no
+    step before, and its peak is unseen, as a job's that finished no step (public23 z-021: a
+    LoRA run's 200/200 steps, then saving the model ran out; the thread's fix was a library's).
+    Bars of two totals (training and evaluation, a sampler), a bar at its total more often than
+    one bar is drawn there, or an advanced counter show the work after a loop ran before (the
+    round's review: kohya's sample images between training steps, epochs without a counter,
+    repeated image generations)."""
+    complete = False
+    finished = 0  # bars drawn at their total
+    loop: tuple[int, int] | None = None  # (total, last count) of the one loop so far
     counters: dict[str, set[int]] = {}
     for line in _lines(precontext):
-        bars = _work_bars(line)
+        bars = _work_bars(line, first=0)
+        for done, total in bars:
+            if loop is not None and (total != loop[0] or done < loop[1]):
+                return False
+            loop = total, done
+            finished += done == total
+            if finished > _BAR_CLOSE_PRINTS:  # it reached its total again: another pass
+                return False
         if bars:
             complete = bars[-1][0] == bars[-1][1]
         elif _LOSS.search(line) or _COUNTER.search(line):
@@ -108,8 +125,9 @@ def after_its_only_loop(precontext: str) -> bool:
         for match in _COUNTER.finditer(line):
             values = counters.setdefault(match.group(1), set())
             values.add(int(match.group(2)))
-            advanced = advanced or len(values) >= 2
-    return complete and not advanced
+            if len(values) >= 2:
+                return False
+    return complete
 
 
 def steps_of_the_failing_work(precontext: str) -> int:

@@ -39,7 +39,11 @@ from .phase import (
     tensorflow_phase,
 )
 from .sizes import format_size as fs
-from .thresholds import NON_PYTORCH_ALLOWANCE_BYTES, SETTING_MIN_FINISHED_STEPS
+from .thresholds import (
+    NON_PYTORCH_ALLOWANCE_BYTES,
+    NON_PYTORCH_MIN_SHARE,
+    SETTING_MIN_FINISHED_STEPS,
+)
 from .torchversion import TorchRange
 
 MAX_SPLIT_SIZE_MB: Final = 128
@@ -262,12 +266,15 @@ DALI_FIX: Final = (
 
 def _outside_beyond_runtime(f: Figures) -> int | None:
     """What the process holds outside PyTorch's cache beyond the CUDA runtime's ordinary share
-    (``NON_PYTORCH_ALLOWANCE_BYTES``): a simulator's, a renderer's, another framework's memory.
-    A setting is recommended only while this is no larger than the idle cache it recovers
-    (public23 b-001: 4.72 GiB beside 468 MiB idle, a simulator and renderer in the process; the
-    GPU runs where the setting fixed the job held at most the runtime's share outside)."""
+    (``NON_PYTORCH_ALLOWANCE_BYTES``), where memory outside PyTorch is at least
+    ``NON_PYTORCH_MIN_SHARE`` of the process (a simulator's, a renderer's, another framework's
+    memory; else None). A setting is recommended only while this is no larger than the idle cache
+    it recovers (public23 b-001: 4.72 GiB beside 468 MiB idle, a simulator and renderer in the
+    process, 59 % of it outside PyTorch; the GPU runs where the setting fixed the job held at
+    most the runtime's share outside; a multi-GPU job's NCCL buffers, a few percent of its
+    process, keep the setting: the round's review)."""
     p, reserved = f.process_bytes, f.reserved_bytes
-    if p is None or reserved is None:
+    if p is None or reserved is None or p - reserved < NON_PYTORCH_MIN_SHARE * p:
         return None
     return p - reserved - NON_PYTORCH_ALLOWANCE_BYTES
 

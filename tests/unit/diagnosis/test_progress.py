@@ -168,6 +168,14 @@ BAR_DONE = "100%|██████████| 200/200 [16:11<00:00,  4.86s/it
     (BAR_DONE + "step 5 loss 0.3\n", False),
     (BAR_DONE + "eval loss: 0.25\n", False),
     (BAR_DONE + " 10%|█         | 20/200 [00:10<01:30]\n", False),
+    # the round's review: a loop that ran before the work that failed
+    ("steps:  10%|█         | 100/1000 [01:40<15:00, avr_loss=0.112]\n"  # kohya, then samples
+     "generating sample images: 100%|██████████| 30/30 [00:09<00:00]\n", False),
+    ("Train: 100%|██| 500/500 [01:00<00:00, loss=0.51]\nValid: 100%|██| 125/125 [00:09<00:00]\n"
+     "Train: 100%|██| 500/500 [01:00<00:00, loss=0.48]\n", False),  # epochs without a counter
+    (BAR_DONE + "  0%|          | 0/200 [00:00<?, ?it/s]\n", False),  # a new pass at 0
+    (BAR_DONE * 3, False),  # the same bar at its total once per image
+    (BAR_DONE * 2, True),  # its last update and its close
     # a setup bar at its total is no loop of the job's
     ("Loading checkpoint shards: 100%|██████████| 8/8 [00:10<00:00]\n", False),
     ("", False),

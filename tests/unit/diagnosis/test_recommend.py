@@ -1540,6 +1540,15 @@ def test_a_setting_is_not_recommended_beside_more_outside_pytorch_than_it_recove
         assert "not as the fix" in d.recommendation.actions[0]
 
 
+def test_a_multi_gpu_job_s_few_percent_outside_pytorch_keeps_the_setting() -> None:
+    # the round's review: public3 r-003's figures (8x H100), 4.4 GiB outside PyTorch of 94 GiB
+    log = _EPOCHS + torch_oom(
+        requested=1.30, total=94.99, free=0.8409, process=94.14, allocated=87.22, unallocated=2.50,
+    )
+    d = diagnose(log)
+    assert (d.kind, d.recommendation.alloc_conf) == ("fragmentation", "expandable_segments:True")
+
+
 def test_a_simulator_s_failure_names_its_scene_as_the_lever() -> None:
     d = diagnose(
         "[Error] [carb.graphics-vulkan.plugin] VkResult: ERROR_OUT_OF_DEVICE_MEMORY\n"
