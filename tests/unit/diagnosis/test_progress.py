@@ -176,6 +176,10 @@ BAR_DONE = "100%|██████████| 200/200 [16:11<00:00,  4.86s/it
     (BAR_DONE + "  0%|          | 0/200 [00:00<?, ?it/s]\n", False),  # a new pass at 0
     (BAR_DONE * 3, False),  # the same bar at its total once per image
     (BAR_DONE * 2, True),  # its last update and its close
+    # a second total, counting up from more than the first had: two loops all the same
+    (" 50%|█████     | 5/10 [00:05<00:05]\n100%|██████████| 30/30 [00:30<00:00]\n", False),
+    # two counters at one value each: neither advanced
+    ("epoch 1 step 5 warming up\n" + BAR_DONE, True),
     # a setup bar at its total is no loop of the job's
     ("Loading checkpoint shards: 100%|██████████| 8/8 [00:10<00:00]\n", False),
     ("", False),
