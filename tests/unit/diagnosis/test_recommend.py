@@ -22,11 +22,13 @@ from gpu_auditor.diagnosis.recommend import (
     REDUCE_PEAK,
     XPU_ONE_ALLOCATION_BYTES,
     Context,
+    _outside_beyond_runtime,
     _past_one_xpu_allocation,
     looks_like_inference,
     phase_of,
     recommend,
 )
+from gpu_auditor.diagnosis.sizes import format_size as fs
 from gpu_auditor.diagnosis.torchversion import TorchRange
 
 from .diagnosis_helpers import PROGRESS, torch_oom
@@ -1558,3 +1560,65 @@ def test_a_simulator_s_failure_names_its_scene_as_the_lever() -> None:
     d = diagnose("Error out of memory at line 88 in file csrc/ops.cu\n")
     assert d.detected
     assert not any("num_envs" in a for a in d.recommendation.actions)
+
+
+# -- the ninth round's rules at their boundaries (mutation survivors) -----------------------------
+
+ALLOWANCE = 3 * G // 2
+
+
+@pytest.mark.parametrize(("reserved", "outside"), [
+    (9 * G, G),  # exactly a tenth of the 10 GiB process outside PyTorch: counted
+    (9 * G + 1, None),  # a byte less: the runtime's and NCCL's share, not counted
+])  # fmt: skip
+def test_memory_outside_pytorch_counts_from_a_tenth_of_the_process(
+    reserved: int, outside: int | None
+) -> None:
+    f = Figures(process_bytes=10 * G, allocated_bytes=reserved, reserved_unallocated_bytes=0)
+    assert _outside_beyond_runtime(f) == (None if outside is None else outside - ALLOWANCE)
+
+
+@pytest.mark.parametrize(("idle", "recommended"), [
+    (G, True),  # the outside memory beyond the runtime's share equals the idle cache: kept
+    (G - 1, False),  # a byte more outside than idle: withheld
+])  # fmt: skip
+def test_the_setting_is_withheld_only_past_the_idle_cache(idle: int, recommended: bool) -> None:
+    # 6 GiB held by PyTorch (5 in use), 2.5 GiB outside it (29 %): 1 GiB beyond the allowance
+    figures = Figures(
+        requested_bytes=100 * 2**20, total_bytes=16 * G, free_bytes=50 * 2**20,
+        process_bytes=5 * G + idle + G + ALLOWANCE, allocated_bytes=5 * G,
+        reserved_unallocated_bytes=idle,
+    )
+    r = rec(figures=figures)
+    assert (r.alloc_conf is not None) is recommended
+    if not recommended:
+        assert r.actions == (
+            f"PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True may let this allocation through "
+            f"(the allocator could reuse the {fs(idle)} reserved but unallocated), but this "
+            f"process holds 1.00 GiB outside PyTorch beyond the CUDA runtime's own (another "
+            "library's memory no PyTorch setting reaches, and the log cannot show it steady): "
+            "try it on one run, not as the fix",
+            REDUCE_PEAK[0],
+        )
+
+
+def test_a_summary_without_a_request_says_so_in_its_first_action() -> None:
+    summary = Figures(allocated_bytes=4 * G, allowed_bytes=5 * G)
+    assert rec_of("unknown", summary).actions[0].startswith(
+        "the log does not show the request that failed: check what else holds the GPU"
+    )
+    for figures in (
+        Figures(requested_bytes=G, allocated_bytes=4 * G),  # a request: not this sentence
+        Figures(allocated_bytes=4 * G, total_bytes=8 * G),  # a card's figures: not this one
+    ):
+        assert not rec_of("unknown", figures).actions[0].startswith("the log does not show")
+
+
+def test_dali_is_told_its_own_lever() -> None:
+    actions = rec_of("unknown", Figures(), framework="dali").actions
+    assert actions[1] == (
+        "DALI's decoders hold their own device and pinned buffers per thread: size them from a "
+        "run with memory_stats=True (the decoder's device_memory_padding, host_memory_padding), "
+        "or lower batch_size or num_threads"
+    )
+    assert not any("DALI" in a for a in rec_of("unknown", Figures()).actions)
