@@ -509,7 +509,7 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"\bGym cuda error: out of memory\b|"
             # DALI's (TAIL_WORDINGS)
             r"\bCan't allocate \d{1,20} bytes on device \d{1,3}\.[ \t]{0,8}$|"
-            r"^[ \t]{0,8}CUDA allocation failed[ \t]{0,8}$|"
+            r"^[ \t]{0,8}(?:what\(\):[ \t]{1,8})?CUDA allocation failed[ \t]{0,8}$|"
             r"\bNVJPEG error \"5\" : NVJPEG_STATUS_ALLOCATOR_FAILURE\b|"
             # Theano's device allocator, with the driver's figures (public14 r-012, public21
             # r-014, public24 f-019)
@@ -732,7 +732,7 @@ _FRAMEWORK_MARKERS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     ("omniverse", re.compile(r"\bVkResult: ERROR_OUT_OF_DEVICE_MEMORY\b")),  # Isaac Sim's Kit
     ("isaacgym", re.compile(r"\bGym cuda error: ")),
     ("theano", re.compile(r"\bbytes of device memory \(out of memory\)")),
-    ("dali", re.compile(r"\bNVJPEG_STATUS_ALLOCATOR_FAILURE\b|\bCritical error in pipeline\b")),
+    ("dali", re.compile(r"\bNVJPEG error \"5\" : NVJPEG_STATUS_ALLOCATOR_FAILURE\b")),
     ("spark-rapids", re.compile(r"\bcom\.nvidia\.spark\.rapids\b|SplitAndRetryOOM\b")),
     ("pytorch", re.compile(r"\btorch\b|RuntimeError|c10::|AcceleratorError")),
 )
@@ -771,6 +771,8 @@ _FAMILY_FRAMEWORK: Final[dict[str, str | None]] = {
 
 def framework_of(family: str, line: str) -> str | None:
     """The stack that raised the failure: the family's own, refined by markers on the line."""
+    if family == TORCH and "NPU out of memory" in line:  # Ascend's torch_npu: its own allocator
+        return "torch-npu"
     if family == XLA and not _JAXLIB.search(line) and _TENSORFLOW_XLA.search(line):
         return "tensorflow"
     if family == ENGINE_NO_CACHE and "mem-fraction-static" in line:

@@ -538,7 +538,7 @@ def parse_hit(hit: Hit) -> OomEvent:
                 break
     elif family == formats.CUDA_ERROR and (match := _THEANO.search(message)):
         requested, free, total = (_plain_bytes(match.group(i)) for i in (1, 2, 3))
-        figures = Figures(requested, total_bytes=total, free_bytes=free)
+        figures = Figures(requested, total_bytes=total or None, free_bytes=free if total else None)
     elif family == formats.CUDA_ERROR and (match := _CATBOOST_REQUEST.search(message)):
         figures = Figures(_binary_bytes(match.group(1) + "MB"))
     elif family in (formats.CUDA_ERROR, formats.DRIVER) and _XGBOOST.search(message):

@@ -36,17 +36,15 @@ _DONE: Final = re.compile(r"\b(?:done|finished|complete|completed)\b")
 _BAR: Final = re.compile(r"(?<![\d.])(\d{1,9})/(\d{1,9}) \[\d")
 _SETUP_BAR: Final = re.compile(
     r"\b(?:loading|downloading|fetching|resolving|extracting|uploading|map|filter|tokeniz\w{0,8}"
-    r"|generating \w{1,16} split)\b"
+    r"|generating \w{1,16} split|sanity checking)\b"
 )
 """A bar counting what the job set up, not its work: checkpoint shards loaded (transformers'
 "Loading checkpoint shards: 100%| 8/8"), files fetched, a dataset mapped or tokenized (public22
 v-019: a 27B model's shards all loaded on one 24 GB card, then its first allocation failed;
-the shards are no step of the job's)."""
+the shards are no step of the job's); Lightning's sanity check of a few validation batches
+before training (the second review)."""
 _LOSS: Final = re.compile(r"\bloss\b['\"]?[ \t:=]{1,4}-?\d")
 
-
-_BAR_CLOSE_PRINTS: Final = 2
-"""How often one tqdm bar may be drawn at its total: its last update, then once more on close."""
 
 STEADY: Final = 1_000_000
 """What a finished epoch counts as: many steps."""
@@ -101,12 +99,12 @@ def after_its_only_loop(precontext: str) -> bool:
     after it, and no counter advanced. The work that failed after it (saving, exporting) ran no
     step before, and its peak is unseen, as a job's that finished no step (public23 z-021: a
     LoRA run's 200/200 steps, then saving the model ran out; the thread's fix was a library's).
-    Bars of two totals (training and evaluation, a sampler), a bar at its total more often than
-    one bar is drawn there, or an advanced counter show the work after a loop ran before (the
-    round's review: kohya's sample images between training steps, epochs without a counter,
-    repeated image generations)."""
+    Bars of two totals (training and evaluation, a sampler), a bar back at a lower count or an
+    advanced counter show the work after a loop ran before (the round's review: kohya's sample
+    images between training steps, epochs without a counter, image generations, each from its
+    first step). How often a bar is drawn at its total says nothing: tqdm redraws it on close, on
+    every ``tqdm.write`` and ``set_postfix`` (the second review)."""
     complete = False
-    finished = 0  # bars drawn at their total
     loop: tuple[int, int] | None = None  # (total, last count) of the one loop so far
     counters: dict[str, set[int]] = {}
     for line in _lines(precontext):
@@ -115,9 +113,6 @@ def after_its_only_loop(precontext: str) -> bool:
             if loop is not None and (total != loop[0] or done < loop[1]):
                 return False
             loop = total, done
-            finished += done == total
-            if finished > _BAR_CLOSE_PRINTS:  # it reached its total again: another pass
-                return False
         if bars:
             complete = bars[-1][0] == bars[-1][1]
         elif _LOSS.search(line) or _COUNTER.search(line):

@@ -39,11 +39,7 @@ from .phase import (
     tensorflow_phase,
 )
 from .sizes import format_size as fs
-from .thresholds import (
-    NON_PYTORCH_ALLOWANCE_BYTES,
-    NON_PYTORCH_MIN_SHARE,
-    SETTING_MIN_FINISHED_STEPS,
-)
+from .thresholds import NON_PYTORCH_ALLOWANCE_BYTES, SETTING_MIN_FINISHED_STEPS
 from .torchversion import TorchRange
 
 MAX_SPLIT_SIZE_MB: Final = 128
@@ -266,21 +262,31 @@ DALI_FIX: Final = (
 
 def _outside_beyond_runtime(f: Figures) -> int | None:
     """What the process holds outside PyTorch's cache beyond the CUDA runtime's ordinary share
-    (``NON_PYTORCH_ALLOWANCE_BYTES``), where memory outside PyTorch is at least
-    ``NON_PYTORCH_MIN_SHARE`` of the process (a simulator's, a renderer's, another framework's
-    memory; else None). A setting is recommended only while this is no larger than the idle cache
-    it recovers (public23 b-001: 4.72 GiB beside 468 MiB idle, a simulator and renderer in the
-    process, 59 % of it outside PyTorch; the GPU runs where the setting fixed the job held at
-    most the runtime's share outside; a multi-GPU job's NCCL buffers, a few percent of its
-    process, keep the setting: the round's review)."""
+    (``NON_PYTORCH_ALLOWANCE_BYTES``): a simulator's, a renderer's, another framework's, NCCL's
+    buffers of a large group. A setting is recommended only while this is no larger than the
+    idle cache it recovers (public23 b-001: 4.72 GiB beside 468 MiB idle, a simulator and
+    renderer in the process; the GPU runs where the setting fixed the job held at most the
+    runtime's share outside). No share of the process decides it: a simulator's memory does not
+    shrink on a larger card (the second review: b-001's figures on an 80 GiB card are 8 % of the
+    process); a multi-GPU job's NCCL memory past the idle cache is told the same, the setting
+    named as a try (the first review's H100 job)."""
     p, reserved = f.process_bytes, f.reserved_bytes
-    if p is None or reserved is None or p - reserved < NON_PYTORCH_MIN_SHARE * p:
+    if p is None or reserved is None:
         return None
     return p - reserved - NON_PYTORCH_ALLOWANCE_BYTES
 
 
+NPU_ALLOC_CONF: Final = (
+    "Ascend's torch_npu reads its allocator's settings from PYTORCH_NPU_ALLOC_CONF, not "
+    "PYTORCH_CUDA_ALLOC_CONF: its fragmentation settings are not measured here; try them on one "
+    "run, not as the fix"
+)
+
+
 def _alloc_conf(ctx: Context) -> tuple[str | None, list[str]]:
     kind, contributing = ctx.verdict.kind, ctx.verdict.contributing
+    if kind == "fragmentation" and ctx.event.framework == "torch-npu":
+        return None, [NPU_ALLOC_CONF, REDUCE_PEAK[0]]
     # Only when fragmentation is the cause. As a contributing kind beside a leak it did not help:
     # on the H200 the leak scenario with 257 MiB reserved-unallocated still ran out one step
     # later under expandable_segments:True (evaluation/results/gpu-proof.md).

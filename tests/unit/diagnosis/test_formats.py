@@ -1395,7 +1395,7 @@ def test_near_misses_of_the_twenty_third_sets_wordings_are_not_gpu_failures(line
     # Ascend's torch_npu, torch 1.x's wording (public24 c-002)
     ("RuntimeError: NPU out of memory. Tried to allocate 9.78 GiB (NPU 0; 32.00 GiB total "
      "capacity; 29.80 GiB already allocated; 1.59 GiB free; 50.34 MiB cached)", formats.TORCH,
-     "pytorch"),
+     "torch-npu"),
     # Theano's allocator, glued to a Keras bar (public24 f-019)
     ("94976/94990 [====>.] - ETA: 0s - loss: 0.2739 - acc.: 0.9235Error allocating 3242496000 "
      "bytes of device memory (out of memory). Driver report 876146688 bytes free and 4294246400 "
@@ -1417,6 +1417,16 @@ def test_the_twenty_fourth_sets_wordings(line: str, family: str | None, framewor
     if family is not None:
         assert found == family
     assert formats.framework_of(found, line) == framework
+
+
+def test_theano_s_zero_total_is_no_figure() -> None:
+    d = diagnose(
+        "Error allocating 4194304 bytes of device memory (out of memory). Driver report 0 bytes "
+        "free and 0 bytes total\n"
+    )
+    assert (d.figures.total_bytes, d.figures.free_bytes, d.figures.requested_bytes) == (
+        None, None, 4194304
+    )
 
 
 def test_theano_s_figures_are_read() -> None:

@@ -1288,6 +1288,9 @@ def test_the_summary_words_inside_a_sentence_are_not_read() -> None:
      "`nvidia.dali.ops.CropMirrorNormalize`:\nCan't allocate 202375168 bytes on device 0.\n", None),
     ("RuntimeError: Critical error in pipeline:\nError when executing Mixed operator "
      "ImageDecoder encountered:\nCUDA allocation failed\n", None),
+    # as C++ reports the uncaught exception (the second review)
+    ("terminate called after throwing an instance of 'dali::CUDABadAlloc'\n"
+     "  what():  CUDA allocation failed\n", None),
     ('Error in thread 1: [/opt/dali/dali/operators/decoder/nvjpeg/decoupled_api/'
      'nvjpeg_decoder_decoupled_api.h:809] NVJPEG error "5" : NVJPEG_STATUS_ALLOCATOR_FAILURE '
      "n02130308/ILSVRC2012_val_00033687.JPEG\n", "dali"),

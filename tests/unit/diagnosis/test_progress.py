@@ -174,8 +174,12 @@ BAR_DONE = "100%|██████████| 200/200 [16:11<00:00,  4.86s/it
     ("Train: 100%|██| 500/500 [01:00<00:00, loss=0.51]\nValid: 100%|██| 125/125 [00:09<00:00]\n"
      "Train: 100%|██| 500/500 [01:00<00:00, loss=0.48]\n", False),  # epochs without a counter
     (BAR_DONE + "  0%|          | 0/200 [00:00<?, ?it/s]\n", False),  # a new pass at 0
-    (BAR_DONE * 3, False),  # the same bar at its total once per image
-    (BAR_DONE * 2, True),  # its last update and its close
+    # one bar drawn at its total again and again: tqdm redraws it on close, on tqdm.write and
+    # set_postfix (the second review)
+    (BAR_DONE * 4, True),
+    # Lightning's sanity check before training is no loop of the job's work
+    ("Sanity Checking DataLoader 0: 100%|██████████| 2/2 [00:01<00:00]\n"
+     "Epoch 0: 100%|██████████| 500/500 [05:00<00:00, v_num=0]\n", True),
     # a second total, counting up from more than the first had: two loops all the same
     (" 50%|█████     | 5/10 [00:05<00:05]\n100%|██████████| 30/30 [00:30<00:00]\n", False),
     # two counters at one value each: neither advanced
