@@ -507,16 +507,16 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             # Isaac Gym's PhysX CUDA check (public23 b-024); a CUDA check macro's "Error <string>
             # at line N in file F" (bitsandbytes' ops.cu, public23 z-019); heFFTe's (a-012)
             r"\bGym cuda error: out of memory\b|"
+            r"\bError out of memory at line \d{1,6} in file [^\n]{1,300}?\.cuh?\b|"
+            r"\bcudaMalloc\(\) failed with message: out of memory\b|"
             # DALI's (TAIL_WORDINGS)
             r"\bCan't allocate \d{1,20} bytes on device \d{1,3}\.[ \t]{0,8}$|"
             r"^[ \t]{0,8}(?:what\(\):[ \t]{1,8})?CUDA allocation failed[ \t]{0,8}$|"
             r"\bNVJPEG error \"5\" : NVJPEG_STATUS_ALLOCATOR_FAILURE\b|"
             # Theano's device allocator, with the driver's figures (public14 r-012, public21
-            # r-014, public24 f-019)
-            # (glued to a Keras bar's last figure in f-019: no word boundary before it)
+            # r-014, public24 f-019; glued to a Keras bar's last figure in f-019: no word
+            # boundary before it)
             r"Error allocating \d{1,20} bytes of device memory \(out of memory\)|"
-            r"\bError out of memory at line \d{1,6} in file [^\n]{1,300}?\.cuh?\b|"
-            r"\bcudaMalloc\(\) failed with message: out of memory\b|"
             # torch-directml (Windows, AMD and Intel cards through DirectML): its allocator's
             # refusal (public21 t-022, t-024; ComfyUI#3869, Fooocus#1088 quote it too)
             r"\bCould not allocate tensor with \d{1,20} bytes\. There is not enough GPU video "

@@ -234,7 +234,7 @@ def _byte_len(text: str) -> int:
     return len(text.encode("utf-8", errors="surrogateescape"))
 
 
-def _last_break(buf: bytearray, start: int, end: int) -> int:
+def _last_break(buf: bytes | bytearray, start: int, end: int) -> int:
     """Offset of the last ``\\n`` or ``\\r`` in ``buf[start:end]``, or -1."""
     return max(buf.rfind(b"\n", start, end), buf.rfind(b"\r", start, end))
 
@@ -332,7 +332,7 @@ class LogScanner:
         buf = self._buf
         offset = max(0, len(buf) - LAST_LINE_BYTES)
         tail = bytes(buf[offset:]).rstrip(b" \t\r\n")
-        start = max(tail.rfind(b"\n"), tail.rfind(b"\r")) + 1
+        start = _last_break(tail, 0, len(tail)) + 1
         if start == 0 and (offset > 0 or self._base > 0):  # the line began before the tail
             return
         if start == len(tail):
@@ -352,7 +352,7 @@ class LogScanner:
         )
         for at in found:
             back = max(0, at - _PREFIX_BYTES)
-            start = max(buf.rfind(b"\n", back, at), buf.rfind(b"\r", back, at)) + 1
+            start = _last_break(buf, back, at) + 1
             if start == 0 and back > 0:  # a line longer than any of these stacks prints
                 continue
             newline = buf.find(b"\n", at)

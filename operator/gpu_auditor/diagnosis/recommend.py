@@ -243,9 +243,6 @@ def _setting(ctx: Context) -> tuple[dict[str, str] | None, list[str]]:
     ]
 
 
-SIMULATORS: Final = ("isaacgym", "omniverse")
-"""Stacks whose memory grows with the simulated scene: Isaac Gym's PhysX, and Omniverse Kit's
-Vulkan renderer (Isaac Sim, Isaac Lab) whose failure public23 b-002, b-018, b-025 show."""
 SIMULATOR_FIX: Final = (
     "a simulator's GPU memory grows with its scene: run fewer parallel environments (num_envs), "
     "fewer or smaller cameras, or a lower render resolution"
@@ -258,6 +255,15 @@ DALI_FIX: Final = (
     "batch_size or num_threads"
 )
 """public24 f-004: the padding set from memory_stats let the pipeline run."""
+
+OWN_LEVERS: Final[dict[str, str]] = {
+    "isaacgym": SIMULATOR_FIX,
+    "omniverse": SIMULATOR_FIX,
+    "dali": DALI_FIX,
+}
+"""A stack's own lever beside an ``unknown`` failure's check: the simulators' memory grows with
+their scene (Isaac Gym's PhysX; Omniverse Kit's Vulkan renderer under Isaac Sim and Isaac Lab,
+public23 b-002, b-018, b-025), DALI's decoders size their own buffers."""
 
 
 def _outside_beyond_runtime(f: Figures) -> int | None:
@@ -614,12 +620,10 @@ def _kind_actions(ctx: Context) -> list[str]:
             first = "the log has no usable memory figures: " + check
         if ctx.event.framework == "spark-rapids":  # executors and tasks share the GPU
             return [*SPARK_RAPIDS_FIXES, first]
-        own_lever = [SIMULATOR_FIX] if ctx.event.framework in SIMULATORS else []
-        if ctx.event.framework == "dali":
-            own_lever = [DALI_FIX]
+        own = ctx.event.framework
         return [
             first,
-            *own_lever,
+            *([OWN_LEVERS[own]] if own in OWN_LEVERS else []),
             *([LIBRARY_ROOM[fam], *REDUCE_PEAK[:1]] if fam in LIBRARY_ROOM else []),
             "if it fails at start-up (context creation, .cuda()), the GPU was already full: "
             "isolate the GPU",
