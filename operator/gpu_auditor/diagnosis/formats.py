@@ -769,9 +769,14 @@ _FAMILY_FRAMEWORK: Final[dict[str, str | None]] = {
 }
 
 
+NPU_OOM: Final = "NPU out of memory"
+"""Ascend's torch_npu's words in PyTorch's message (its own allocator; torch 1.x's wording on any
+release): the TORCH pattern's alternation reads them, and these mark the message as torch_npu's."""
+
+
 def framework_of(family: str, line: str) -> str | None:
     """The stack that raised the failure: the family's own, refined by markers on the line."""
-    if family == TORCH and "NPU out of memory" in line:  # Ascend's torch_npu: its own allocator
+    if family == TORCH and NPU_OOM in line:  # Ascend's torch_npu: its own allocator
         return "torch-npu"
     if family == XLA and not _JAXLIB.search(line) and _TENSORFLOW_XLA.search(line):
         return "tensorflow"

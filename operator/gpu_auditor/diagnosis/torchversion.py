@@ -18,6 +18,8 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
+from .formats import NPU_OOM
+
 Release = tuple[int, int]
 
 _VERSION_RE: Final = re.compile(r"^\s*v?(\d{1,2})\.(\d{1,3})(?:[.\w+-]*)?\s*$")
@@ -126,7 +128,7 @@ def infer_from_message(message: str) -> TorchRange:
     """What the wording of one OOM message (and its exception class) says about the release.
     Nothing for Ascend's torch_npu, which prints torch 1.x's wording on any release."""
     found = UNKNOWN
-    if "NPU out of memory" in message:
+    if NPU_OOM in message:
         return found
     for pattern, clue in _CLUES:
         if pattern.search(message):
