@@ -167,7 +167,19 @@ SCHEDULER_LIMIT: Final = ("exceeded memory limit (", "PBS: job killed: mem ")
 """Slurm's accounting and PBS killing a job over its memory limit (formats' HOST_KILLED)."""
 MANAGED_REPLICA: Final = "ran out-of-memory and exited with a non-zero status"
 """Google's managed training (Cloud ML Engine, Vertex AI) reporting a replica killed for memory."""
-LIBRARIES: Final = {formats.NCCL: "NCCL", formats.CUDA_LIBRARY: "a CUDA library (cuBLAS/cuDNN)"}
+LIBRARIES: Final = frozenset({formats.NCCL, formats.CUDA_LIBRARY})
+"""Families whose failure is a library's own allocation outside the framework's cache."""
+
+
+def library_failed(event: OomEvent) -> str:
+    """Which library of a ``LIBRARIES`` failure could not allocate, and what: a CUDA library its
+    own memory (workspaces, handles, a generator's state), OpenCL a buffer the job asked for."""
+    if event.family == formats.NCCL:
+        return "NCCL could not allocate its own memory"
+    name = formats.library_named(event.message)
+    if name == "OpenCL":
+        return "OpenCL could not allocate a buffer on the device"
+    return f"{name or 'a CUDA library'} could not allocate its own memory"
 """The families of libraries that allocate outside the framework's cache, by the name a summary
 gives them."""
 POOL_ALLOCATIONS: Final = frozenset({formats.BFC, formats.TENSORFLOW})
@@ -743,7 +755,7 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
                 "request's shortfall"
             )
         return (
-            f"non-pytorch-memory: {LIBRARIES[event.family]} could not allocate its own memory "
+            f"non-pytorch-memory: {library_failed(event)} "
             f"beside what {event.framework} reserves up front"
         )
     if kind == "capacity":
@@ -839,7 +851,7 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
         return f"unknown: the figures show room ({fs(x.room)}) for the {fs(r)} request"
     if event.family in LIBRARIES:
         return (
-            f"unknown: {LIBRARIES[event.family]} could not allocate its own memory: the GPU was "
+            f"unknown: {library_failed(event)}: the GPU was "
             "full, and the log does not say with what (the job's own tensors, or another process; "
             "the node report can tell)"
         )

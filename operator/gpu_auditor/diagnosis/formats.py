@@ -81,6 +81,7 @@ KEYWORDS: Final[tuple[bytes, ...]] = (
     b"Out of memory",
     b"OOM when allocating",
     b"_ALLOC_FAILED",
+    b"_ALLOCATION_FAIL",
     b"OUT_OF_MEMORY",
     b"memory for the cache blocks",
     b"KV cache memory",
@@ -164,7 +165,7 @@ ANCHORS: Final[tuple[bytes, ...]] = (
     b"emory",
     b"MEMORY",
     b"OOM ",
-    b"ALLOC_FAILED",
+    b"ALLOC",  # the libraries' ALLOC_FAILED, cuRAND's and OpenCL's ALLOCATION_FAIL(ED|URE)
     b"in KV cache",
     b"executable batch",
     b"Killed",
@@ -448,8 +449,13 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
         CUDA_LIBRARY,
         re.compile(
             r"\b(?:CUBLAS|CUDNN|CUSOLVER|CUFFT|CUSPARSE)_STATUS_ALLOC_FAILED\b|"
-            # cuFFT's own name for it
-            r"\bCUFFT_ALLOC_FAILED\b"
+            # cuFFT's own name for it; cuRAND's (its generator's memory: Caffe's check in
+            # BVLC/caffe#1026, CuPy's CURANDError under spaCy in public21 r-009)
+            r"\bCUFFT_ALLOC_FAILED\b|\bCURAND_STATUS_ALLOCATION_FAILED\b|"
+            # OpenCL's failure to allocate a buffer's storage on the device (pyopencl's
+            # MemoryError under tinygrad: public24 c-023), not its OUT_OF_RESOURCES, which
+            # NVIDIA's OpenCL also returns for a kernel's faults
+            r"\b(?:CL_)?MEM_OBJECT_ALLOCATION_FAILURE\b"
         ),
     ),
     (
@@ -703,7 +709,9 @@ _TENSORFLOW_XLA: Final = re.compile(r"tensorflow|ResourceExhaustedError")
 
 _FRAMEWORK_MARKERS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     ("vllm", re.compile(r"\bvllm\b|gpu_memory_utilization", re.IGNORECASE)),
-    ("cupy", re.compile(r"\bcupy")),
+    ("cupy", re.compile(r"\bcupy|\bCURANDError\b")),  # CuPy's cuRAND error class
+    ("opencl", re.compile(
+        r"\bpyopencl\b|\bCL_MEM_OBJECT_ALLOCATION_FAILURE\b|\bcl[A-Z]\w{3,40} failed: ")),
     ("jax", re.compile(r"\bjax|XlaRuntimeError|JaxRuntimeError|external/org_tensorflow/")),
     ("tensorflow", re.compile(r"\btensorflow\b|ResourceExhaustedError|\btf\.")),
     ("numba", re.compile(r"\bnumba\b")),
@@ -772,6 +780,24 @@ _FAMILY_FRAMEWORK: Final[dict[str, str | None]] = {
 NPU_OOM: Final = "NPU out of memory"
 """Ascend's torch_npu's words in PyTorch's message (its own allocator; torch 1.x's wording on any
 release): the TORCH pattern's alternation reads them, and these mark the message as torch_npu's."""
+
+
+_LIBRARY_NAMED: Final = re.compile(
+    r"\b(CUBLAS|CUDNN|CUSOLVER|CUFFT|CUSPARSE|CURAND)_|\b(?:CL_)?(MEM_OBJECT)_ALLOCATION_FAILURE\b"
+)
+_LIBRARY_NAMES: Final = {
+    "CUBLAS": "cuBLAS", "CUDNN": "cuDNN", "CUSOLVER": "cuSOLVER", "CUFFT": "cuFFT",
+    "CUSPARSE": "cuSPARSE", "CURAND": "cuRAND", "MEM_OBJECT": "OpenCL",
+}  # fmt: skip
+
+
+def library_named(line: str) -> str | None:
+    """The library whose own status a ``CUDA_LIBRARY`` failure prints (cuBLAS, cuRAND, OpenCL's
+    buffer allocation ...), by its documented name; None when the line names none of them."""
+    match = _LIBRARY_NAMED.search(line)
+    if match is None:
+        return None
+    return _LIBRARY_NAMES[match.group(1) or match.group(2)]
 
 
 def framework_of(family: str, line: str) -> str | None:

@@ -408,6 +408,20 @@ LIBRARY_ROOM: Final = {
 """What makes room for a library that allocates outside the framework's cache (NCCL, cuBLAS)."""
 
 
+def _library_actions(event: OomEvent) -> list[str]:
+    """What makes room for a library's own allocation (``LIBRARY_ROOM``), then a smaller peak.
+    cuBLAS's and cuDNN's room is PyTorch's (its cache, its variable): another library (cuRAND,
+    cuFFT, OpenCL ...) or another stack is told only to reduce the work."""
+    if event.family not in LIBRARIES:
+        return []
+    if event.family == formats.CUDA_LIBRARY and not (
+        event.framework == "pytorch"
+        and formats.library_named(event.message) in (None, "cuBLAS", "cuDNN")
+    ):
+        return [OTHER_STACK_PEAK[0]]
+    return [LIBRARY_ROOM[event.family], REDUCE_PEAK[0]]
+
+
 def _framework_actions(ctx: Context) -> list[str]:
     fw, kind, f = ctx.event.framework, ctx.verdict.kind, ctx.verdict.figures
     if fw == "jax":
@@ -624,7 +638,7 @@ def _kind_actions(ctx: Context) -> list[str]:
         return [
             first,
             *([OWN_LEVERS[own]] if own in OWN_LEVERS else []),
-            *([LIBRARY_ROOM[fam], *REDUCE_PEAK[:1]] if fam in LIBRARY_ROOM else []),
+            *_library_actions(ctx.event),
             "if it fails at start-up (context creation, .cuda()), the GPU was already full: "
             "isolate the GPU",
         ]

@@ -620,7 +620,7 @@ def test_a_library_that_found_the_gpu_full_beside_an_on_demand_cache_names_no_ca
     """The message says the GPU was full, not with what (public2 p-017, p-030, unworded c-004:
     the job's own work; the H200's library-errors: the job's own tensors)."""
     v = verdict(R=None, T=None, F=None, A=None, P=None, family=family, framework=framework)
-    lib = "NCCL" if family == formats.NCCL else "a CUDA library (cuBLAS/cuDNN)"
+    lib = "NCCL" if family == formats.NCCL else "a CUDA library"  # the message names none
     assert (v.kind, v.contributing) == ("unknown", ())
     assert v.summary == (
         f"unknown: {lib} could not allocate its own memory: the GPU was full, and the log does not "
@@ -768,8 +768,8 @@ def test_host_allocation_failures_are_never_gpu_kinds() -> None:
         (
             {"R": None, "T": None, "F": None, "A": None, "P": None,
              "family": formats.CUDA_LIBRARY, "framework": "jax"},
-            "non-pytorch-memory: a CUDA library (cuBLAS/cuDNN) could not allocate its own memory "
-            "beside what jax reserves up front",
+            "non-pytorch-memory: a CUDA library could not allocate its own memory beside what "
+            "jax reserves up front",
         ),
         (
             {"R": 10 * G, "T": 80 * G, "F": 6 * G + MARGIN - 1, "A": 60 * G, "U": 10 * G,

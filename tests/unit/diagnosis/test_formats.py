@@ -1446,3 +1446,45 @@ def test_theano_s_figures_are_read() -> None:
 ])  # fmt: skip
 def test_near_misses_of_the_twenty_fourth_sets_wordings(line: str) -> None:
     assert formats.match_line(line) is None
+
+
+# -- the tenth round: libraries' own allocation statuses ----------------------------------------
+
+
+@pytest.mark.parametrize(("line", "framework", "library"), [
+    # Caffe's check of a cuRAND call (BVLC/caffe#1026); CuPy's class under spaCy (public21 r-009)
+    ("F0902 13:30:41.691910  7302 math_functions.cu:359] Check failed: status == "
+     "CURAND_STATUS_SUCCESS (102 vs. 0)  CURAND_STATUS_ALLOCATION_FAILED", "pytorch", "cuRAND"),
+    ("CURANDError: CURAND_STATUS_ALLOCATION_FAILED", "cupy", "cuRAND"),
+    # pyopencl's MemoryError (tinygrad's OpenCL backend: public24 c-023); OpenCL's C name
+    ("pyopencl._cl.MemoryError: clEnqueueMapBuffer failed: MEM_OBJECT_ALLOCATION_FAILURE",
+     "opencl", "OpenCL"),
+    ("clCreateBuffer failed: CL_MEM_OBJECT_ALLOCATION_FAILURE", "opencl", "OpenCL"),
+    ("RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+     "pytorch", "cuBLAS"),
+    ("cupy.cuda.cufft.CuFftError: CUFFT_ALLOC_FAILED", "cupy", "cuFFT"),
+])  # fmt: skip
+def test_a_library_s_own_allocation_status_is_read_with_the_library_s_name(
+    line: str, framework: str, library: str
+) -> None:
+    assert formats.match_line(line) == formats.CUDA_LIBRARY
+    assert formats.library_named(line) == library
+    d = diagnose(f"step 12\n{line}\n")
+    assert (d.detected, d.kind, d.framework) == (True, "unknown", framework)
+    assert d.summary.startswith(f"unknown: {library} could not allocate")
+
+
+@pytest.mark.parametrize("line", [
+    "pyopencl._cl.RuntimeError: clEnqueueNDRangeKernel failed: OUT_OF_RESOURCES",
+    "Check failed: status == CURAND_STATUS_SUCCESS (201 vs. 0)  CURAND_STATUS_LAUNCH_FAILURE",
+    "XMEM_OBJECT_ALLOCATION_FAILURES",
+    "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+    "MALLOC_ARENA_MAX=2 ALLOCATION_FAILED_COUNT=0",
+])  # fmt: skip
+def test_near_misses_of_the_libraries_statuses(line: str) -> None:
+    assert formats.match_line(line) is None
+    assert not diagnose(f"step 1\n{line}\nstep 2\n").detected
+
+
+def test_a_line_that_names_no_library_gets_none() -> None:
+    assert formats.library_named("CUDA error: out of memory") is None

@@ -18,6 +18,7 @@ from gpu_auditor.diagnosis.recommend import (
     ENGINE_DUMMY_RUN_FIX,
     ENGINE_WARM_UP_FIX,
     HOST_FIXES,
+    LIBRARY_ROOM,
     OTHER_STACK_PEAK,
     REDUCE_PEAK,
     XPU_ONE_ALLOCATION_BYTES,
@@ -1639,3 +1640,29 @@ def test_dali_is_told_its_own_lever() -> None:
         "or lower batch_size or num_threads"
     )
     assert not any("DALI" in a for a in rec_of("unknown", Figures()).actions)
+
+
+@pytest.mark.parametrize(("framework", "message", "second"), [
+    # cuBLAS's and cuDNN's workspaces under PyTorch: its cache and CUBLAS_WORKSPACE_CONFIG
+    ("pytorch", "CUDNN_STATUS_ALLOC_FAILED", LIBRARY_ROOM["cuda-library"]),
+    ("pytorch", "CUBLAS_STATUS_ALLOC_FAILED", LIBRARY_ROOM["cuda-library"]),
+    # another library under PyTorch, or cuBLAS under another stack: PyTorch's levers are not its
+    ("pytorch", "Check failed: status == CURAND_STATUS_SUCCESS (102 vs. 0)  "
+     "CURAND_STATUS_ALLOCATION_FAILED", OTHER_STACK_PEAK[0]),
+    ("cupy", "cupy_backends.cuda.libs.cublas.CUBLASError: CUBLAS_STATUS_ALLOC_FAILED",
+     OTHER_STACK_PEAK[0]),
+    ("opencl", "pyopencl._cl.MemoryError: clEnqueueMapBuffer failed: "
+     "MEM_OBJECT_ALLOCATION_FAILURE", OTHER_STACK_PEAK[0]),
+])  # fmt: skip
+def test_only_pytorch_s_cublas_and_cudnn_are_told_pytorch_s_workspace_levers(
+    framework: str, message: str, second: str
+) -> None:
+    event = OomEvent("cuda-library", framework, message, Figures())
+    verdict = Verdict("unknown", (), "", Figures())
+    ctx = Context(event, verdict, TORCH_2_11, None, allocconf.NATIVE, None, None)
+    actions = recommend(ctx).actions
+    assert actions[1] == second
+    if second == LIBRARY_ROOM["cuda-library"]:
+        assert actions[2] == REDUCE_PEAK[0]
+    if framework != "pytorch":
+        assert not any("torch." in a or "CUBLAS_WORKSPACE" in a for a in actions)
