@@ -132,6 +132,7 @@ KEYWORDS: Final[tuple[bytes, ...]] = (
     b"out-of-memory and exited",
     b"not enough GPU video memory",
     b"OUT_OF_DEVICE_MEMORY",
+    b"MemoryError",
 )
 """Byte strings at least one of which every family's failure line contains (second filter)."""
 
@@ -488,7 +489,11 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"\bcuda runtime error \(2\) : out of memory|\bCUDA failed with error out of memory\b|"
             # torch 0.x's check, printed before its RuntimeError
             r"\bTHCudaCheck FAIL file=(?![^\n]{0,200}?HostAllocator)[^\n]{1,200}? error=2 : out of "
-            r"memory\b"
+            r"memory\b|"
+            # THC's error without its "cuda runtime error (2) :" head, as an issue's title keeps
+            # it: cudaGetErrorString's words, then THC's device-side source (public21 s-025,
+            # public25 a-016); not its pinned host allocator
+            r"(?:^|[\s:])out of memory at \S{0,200}/THC/(?!\S{0,100}HostAllocator)\S{1,100}\.cu:\d"
         ),
     ),
     # a CUDA call's out-of-memory error (code 2) as another stack's own check prints it: llama.cpp
@@ -596,7 +601,15 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
         re.compile(
             r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)|"
             # OpenCV's host allocator
-            r"\(-4:Insufficient memory\) Failed to allocate \d{1,20} bytes\b"
+            r"\(-4:Insufficient memory\) Failed to allocate \d{1,20} bytes\b|"
+            # Python's own MemoryError alone on a traceback's last line: CPython could not get
+            # host memory and says nothing more (a library's MemoryError, pyopencl's or RMM's,
+            # prints its module and a message); NumPy's refused array as a traceback's last
+            # line, not its words quoted in a message the job went on after (public20 p-027,
+            # public23 a-017, public25 a-022, b-012, d-017)
+            r"^[ \t]{0,8}MemoryError:?[ \t]{0,8}$|"
+            r"^[ \t]{0,8}(?:numpy\.(?:core\.)?_exceptions\.)?_?(?:Array)?MemoryError: Unable to "
+            r"allocate \d{1,12}\.?\d{0,6} ?(?:[KMGTPE]i?B|bytes) for an array with shape\b"
         ),
     ),
     # Accelerate catches each OOM, halves the batch and retries; at zero it raises this, and the
@@ -736,6 +749,7 @@ _FRAMEWORK_MARKERS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     ("hugectr", re.compile(
         r"\[HCTR\]|\bRuntime error: out of memory \S{1,200}\.(?:cuh?|[ch]pp|h):\d{1,6}\b")),
     ("mnn", re.compile(r"\bOut of memory when \w{1,64} is acquired in Cuda\w")),
+    ("numpy", re.compile(r"MemoryError: Unable to allocate [^\n]{1,40} for an array with shape\b")),
     ("directml", re.compile(r"\bThere is not enough GPU video memory available\b")),
     ("omniverse", re.compile(r"\bVkResult: ERROR_OUT_OF_DEVICE_MEMORY\b")),  # Isaac Sim's Kit
     ("isaacgym", re.compile(r"\bGym cuda error: ")),

@@ -151,6 +151,10 @@ _THEANO: Final = re.compile(
 )
 """Theano's device allocator: the request, then the driver's free and total figures."""
 _DIRECTML_REQUEST: Final = re.compile(r"\bCould not allocate tensor with (\d{1,20}) bytes\b")
+_NUMPY_REQUEST: Final = re.compile(
+    r"\bUnable to allocate (\d{1,12}(?:\.\d{1,6})?)\.? ?((?:[KMGTPE]i?B|bytes)) for an array\b"
+)
+"""NumPy's request, in its binary units ("502. MiB": a whole number keeps its point)."""
 _DRIVER_REQUEST: Final = re.compile(r"failed to allocate [^(\n]{0,200}\((\d{1,32}) bytes\)")
 _FAISS_REQUEST: Final = re.compile(
     formats.FAISS_ALLOC_FAIL + r"[^\n]{0,200}? size (\d{1,32}) bytes"
@@ -556,6 +560,9 @@ def parse_hit(hit: Hit) -> OomEvent:
             )
             if match is not None:
                 figures = Figures(_plain_bytes(match.group(1)))
+                break
+            if (match := _NUMPY_REQUEST.search(text)) is not None:
+                figures = Figures(to_bytes(match.group(1), match.group(2)))
                 break
     rocm = "HIP out of memory" in message or "HIP error" in message or "hipError" in message
     return OomEvent(

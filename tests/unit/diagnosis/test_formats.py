@@ -1271,9 +1271,12 @@ def test_near_misses_of_the_public20_wordings_are_not_gpu_failures(line: str) ->
     # source/backend/cpu/CPULayerNorm.cpp, hexagon, opencl, vulkan)
     "Out of memory when gamma is acquired in CPULayerNorm.",
     "Out of memory when cos is acquired in Hexagon RoPE.",
-    # NumPy's refused array: host memory, often caught and survived; not read (the review)
-    "numpy.core._exceptions._ArrayMemoryError: Unable to allocate 5.18 GiB for an array with "
-    "shape (26, 204, 512, 512) and data type float32",
+    # NumPy's refused array quoted in a message: often caught and survived (the eighth round's
+    # review); read only as a traceback's last line (the tenth round)
+    "WARNING could not cache the volume: Unable to allocate 5.18 GiB for an array with shape "
+    "(26, 204, 512, 512) and data type float32",
+    "cache miss (_ArrayMemoryError: Unable to allocate 5.18 GiB for an array with shape (26, 204,"
+    " 512, 512) and data type float32), reading from disk",
 ])  # fmt: skip
 def test_other_backends_and_numpy_are_no_failure(line: str) -> None:
     assert formats.match_line(line) is None
@@ -1488,3 +1491,50 @@ def test_near_misses_of_the_libraries_statuses(line: str) -> None:
 
 def test_a_line_that_names_no_library_gets_none() -> None:
     assert formats.library_named("CUDA error: out of memory") is None
+
+
+@pytest.mark.parametrize(("log", "requested", "framework"), [
+    # CPython's own MemoryError, alone on a traceback's last line (public23 a-017, public25 b-012)
+    ("Traceback (most recent call last):\n  File \"src/main.py\", line 102, in <module>\n"
+     "    mem = ReplayMemory(args.replay_size, args)\nMemoryError\n", None, None),
+    ("Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\nMemoryError: \n",
+     None, None),
+    # NumPy's array allocation, its binary units and its whole number's point (public20 p-027,
+    # public25 d-017)
+    ("numpy.core._exceptions._ArrayMemoryError: Unable to allocate 5.18 GiB for an array with "
+     "shape (26, 204, 512, 512) and data type float32\n", round(5.18 * 2**30), "numpy"),
+    ("numpy.core._exceptions.MemoryError: Unable to allocate 502. MiB for an array with shape "
+     "(512, 512, 251) and data type float64\n", 502 * 2**20, "numpy"),
+])  # fmt: skip
+def test_python_s_and_numpy_s_memory_errors_are_host_memory(
+    log: str, requested: int | None, framework: str | None
+) -> None:
+    d = diagnose(log)
+    assert (d.detected, d.kind, d.framework) == (True, "host-oom-killed", framework)
+    assert d.figures.requested_bytes == requested
+    assert d.summary.startswith("host-oom-killed: host (CPU) memory ran out, not GPU memory")
+
+
+@pytest.mark.parametrize("line", [
+    # IPython's head names any MemoryError's class, a library's too (pyopencl's: public14 r-014)
+    "MemoryError                               Traceback (most recent call last)",
+    "    except MemoryError:",
+    "    raise MemoryError",
+    "MemoryError is raised when the array is too large",
+    "out of memory at /pytorch/aten/src/THC/THCCachingHostAllocator.cpp:271",
+    "the run went out of memory at /home/u/THC/notes.txt",
+])  # fmt: skip
+def test_near_misses_of_the_host_memory_errors_and_thc_s_fragment(line: str) -> None:
+    assert formats.find_failure(line) is None
+    assert not diagnose(f"step 1\n{line}\nstep 2\n").detected
+
+
+@pytest.mark.parametrize("line", [
+    "out of memory at /pytorch/torch/lib/THC/generic/THCStorage.cu:58",
+    "out of memory at /opt/conda/condabld/pytorch_1523244252089/work/torch/lib/THC/generic/"
+    "THCStorage.cu:58..",
+])
+def test_thc_s_error_without_its_head_is_torch_s(line: str) -> None:
+    assert formats.match_line(line) == formats.TORCH_RAW
+    d = diagnose(line + "\n")
+    assert (d.detected, d.framework) == (True, "pytorch")
