@@ -1538,3 +1538,18 @@ def test_thc_s_error_without_its_head_is_torch_s(line: str) -> None:
     assert formats.match_line(line) == formats.TORCH_RAW
     d = diagnose(line + "\n")
     assert (d.detected, d.framework) == (True, "pytorch")
+
+
+def test_a_check_s_source_line_then_out_of_memory_is_a_cuda_error() -> None:
+    line = "RuntimeError: /pytorch/torch/csrc/autograd/profiler_cuda.cpp:23: out of memory"
+    assert formats.match_line(line) == formats.CUDA_ERROR
+    d = diagnose("python gcn_dgl.py --gpu=0\n" + line + "\n")
+    assert (d.detected, d.framework) == (True, "pytorch")
+
+
+@pytest.mark.parametrize("line", [
+    "src/pool.cpp:12: out of memory for the host staging buffer, retrying smaller",
+    "see notes.txt:3: out of memory",
+])  # fmt: skip
+def test_near_misses_of_a_check_s_source_line(line: str) -> None:
+    assert formats.match_line(line) != formats.CUDA_ERROR
