@@ -569,8 +569,10 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             # (public20 m-010)
             r"\bRuntime error: out of memory [^\s]{1,200}\.(?:cuh?|[ch]pp|h):\d{1,6}\b|"
             # a check that prints its source file and line, then cudaGetErrorString's words and
-            # nothing more (torch 1.x's profiler: public25 a-026)
-            r"\S{1,200}\.(?:cuh?|cpp|cc):\d{1,6}: out of memory[ \t]{0,8}$|"
+            # nothing more, as the error itself (torch 1.x's profiler: public25 a-026), not a
+            # relay of another check's line (ollama's "llama.go:455: 2 at ...cu:N: out of memory")
+            r"(?:^[ \t]{0,8}|[Ee]rror: )[^\s:]{1,200}\.(?:cuh?|cpp|cc):\d{1,6}: out of memory"
+            r"[ \t]{0,8}$|"
             # MNN's CUDA backend refusing a layer's buffer (public20 o-006; its CPU, OpenCL, Vulkan
             # and Hexagon backends print the same words with their own names: the review)
             r"\bOut of memory when \w{1,64} is acquired in Cuda\w{1,64}|"

@@ -1553,3 +1553,13 @@ def test_a_check_s_source_line_then_out_of_memory_is_a_cuda_error() -> None:
 ])  # fmt: skip
 def test_near_misses_of_a_check_s_source_line(line: str) -> None:
     assert formats.match_line(line) != formats.CUDA_ERROR
+
+
+def test_a_relayed_check_line_is_not_read_twice() -> None:
+    """ollama relays llama.cpp's check through its own log: one failure, not two."""
+    d = diagnose(
+        "CUDA error 2 at /go/src/github.com/jmorganca/ollama/llm/llama.cpp/gguf/ggml-cuda.cu:9132:"
+        " out of memory\n2024/01/05 10:38:07 llama.go:455: 2 at /go/src/github.com/jmorganca/"
+        "ollama/llm/llama.cpp/gguf/ggml-cuda.cu:9132: out of memory\n"
+    )
+    assert d.oom_count == 1 and d.message.startswith("CUDA error 2 at ")
