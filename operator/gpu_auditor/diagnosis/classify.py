@@ -515,10 +515,12 @@ def _primary(x: _Facts) -> str:
         return "gpu-shared" if held is not None and held >= GPU_SHARED_MIN_BYTES else (
             "memory-fraction-cap"
         )
-    if x.family in (formats.ENGINE_NO_CACHE, formats.ONNXRUNTIME_LIMIT, formats.HAMI):
+    if x.family in (
+        formats.ENGINE_NO_CACHE, formats.ENGINE_WARMUP, formats.ONNXRUNTIME_LIMIT, formats.HAMI
+    ):
         # the engine's budget (vLLM's gpu_memory_utilization, SGLang's --mem-fraction-static)
-        # spent before any KV cache fit; ONNX Runtime's arena at its gpu_mem_limit; the pod's
-        # vGPU memory limit HAMi enforces
+        # spent before any KV cache fit, or leaving too little outside it for the warm-up; ONNX
+        # Runtime's arena at its gpu_mem_limit; the pod's vGPU memory limit HAMi enforces
         return "memory-fraction-cap"
     if x.phase == STARTUP and x.family not in LIBRARIES:
         # TensorFlow's reservation at start, not the model's work (a library it starved: below)
@@ -673,6 +675,12 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
             "memory-fraction-cap: the engine's memory budget (vLLM's gpu_memory_utilization, "
             "SGLang's --mem-fraction-static) was spent on the weights and the profiling run "
             "before any KV cache fit"
+        )
+    if x.family == formats.ENGINE_WARMUP:
+        return (
+            "memory-fraction-cap: vLLM ran out warming up with max_num_seqs dummy requests at "
+            "once: its own settings (max_num_seqs, gpu_memory_utilization) leave the warm-up too "
+            "little room"
         )
     if x.family == formats.HAMI:
         over = (f.process_bytes or 0) - (f.allowed_bytes or 0)

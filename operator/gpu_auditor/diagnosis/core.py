@@ -20,7 +20,7 @@ from .impossible import (
 )
 from .killed import KILLED_ACTION, killed_by_signal
 from .leak import growth_from_log, growth_from_rate, growth_from_samples
-from .logtext import Hit, ScanResult, printable, scan_bytes, scan_stream
+from .logtext import Hit, ScanResult, normalize_text, printable, scan_bytes, scan_stream
 from .model import Diagnosis, Figures, Growth, MemorySample, NodeEvidence, Recommendation
 from .parse import hami_refusal, parse_hit, tensorflow_banner
 from .phase import ENGINE_WARM_UP, FORWARD, STARTUP, engine_warm_up
@@ -234,15 +234,21 @@ def _after_refusal(scan: ScanResult, hit: Hit, later: str | None) -> ScanResult 
     cannot name (public12 f-016: "CUDA error: unrecognized error code"). Returns the scan of
     what follows when another stack's failure is there (that one is the job's: a TensorFlow
     OOM, a DataLoader worker killed), the refusal line when the job went on past it, or None
-    when the refusal is the failure."""
+    when the refusal is the failure: raised, or the log's end (nothing but HAMi's own lines
+    after it: public26 e-005, e-006, whose threads say the limit stopped the job)."""
     rest = scan_bytes(scan.tail.encode("utf-8", errors="replace"))
     if rest.last is not None and rest.last.family not in _REFUSAL_CODES:
         return replace(rest, head=scan.head, bytes_scanned=scan.bytes_scanned)
+    if all(not x.text.strip() or HAMI_OWN in x.text for x in normalize_text(scan.tail)):
+        return None  # the log ends at the refusal (HAMi's own lines at most): nothing went on
     raised = any(TRACEBACK in x.text for x in hit.after[:REFUSAL_LINES])
     if raised and _SURFACED.search(later if later is not None else scan.tail):
         return None
     return printable(hit.line.text.strip()[:200])
 
+
+HAMI_OWN: Final = "[HAMI-core "
+"""HAMi-core's prefix on each of its own lines (its refusal, its Info and Debug lines)."""
 
 REFUSAL_LINES: Final = 3
 """A traceback that raises HAMi's refusal starts within this many lines of it (the job's own

@@ -28,6 +28,7 @@ NCCL = "nccl"  # Cuda failure 'out of memory'
 CUDA_LIBRARY = "cuda-library"  # CUBLAS_STATUS_ALLOC_FAILED, CUDNN_STATUS_ALLOC_FAILED
 VLLM = "vllm"  # KV cache does not fit
 ENGINE_NO_CACHE = "engine-no-cache"  # vLLM/SGLang: the weights leave no memory for a KV cache
+ENGINE_WARMUP = "engine-warmup"  # vLLM: CUDA out of memory occurred when warming up sampler ...
 DRIVER = "cuda-driver"  # CUDA_ERROR_OUT_OF_MEMORY / cudaErrorMemoryAllocation in an error
 HOST_ALLOC = "host-alloc"  # DefaultCPUAllocator: can't allocate memory (host RAM)
 HOST_KILLED = "host-killed"  # the kernel killed the job or a DataLoader worker (host RAM)
@@ -65,6 +66,7 @@ PRIORITY: Final[dict[str, int]] = {
     CUDA_ERROR: 3,
     TORCH_WARNING: 2,
     ENGINE_NO_CACHE: 8,
+    ENGINE_WARMUP: 8,
     ONNXRUNTIME_LIMIT: 6,
     HAMI: 8,
     EXCEPTION_NAME: 0,
@@ -133,6 +135,7 @@ KEYWORDS: Final[tuple[bytes, ...]] = (
     b"not enough GPU video memory",
     b"OUT_OF_DEVICE_MEMORY",
     b"MemoryError",
+    b"cuMemoryAllocate failed",
 )
 """Byte strings at least one of which every family's failure line contains (second filter)."""
 
@@ -468,6 +471,15 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
     ),
     # the engine's memory budget (vLLM's gpu_memory_utilization, SGLang's --mem-fraction-static)
     # is spent on the weights before any KV cache: the budget is the limit that bites
+    # vLLM's warm-up of its sampler (or pooler) with max_num_seqs dummy requests after its
+    # budget went to the weights and the KV cache; it names its levers (public26 e-017)
+    (
+        ENGINE_WARMUP,
+        re.compile(
+            r"\bCUDA out of memory occurred when warming up (?:the )?\w{1,20} with \d{1,9}\s{1,8}"
+            r"dummy requests\b"
+        ),
+    ),
     (
         ENGINE_NO_CACHE,
         re.compile(
@@ -565,6 +577,10 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             # quantum simulators on the GPU: PennyLane Lightning's CUDA check, NVIDIA cuStateVec
             # (public22 u-007, u-008, u-009)
             r"\bError in PennyLane Lightning: out of memory\b|\[custatevec\] %?out of memory\b|"
+            # HAMi-core's own allocation through the driver failing with CUDA_ERROR_OUT_OF_MEMORY:
+            # the card, which HAMi shares between pods, not the pod's vGPU limit (its refusal is
+            # the HAMI family) (public26 e-007)
+            r"\[HAMI-core ERROR \([^\n]{0,160}?\)\]: cuMemoryAllocate failed res=2\b|"
             # HugeCTR's check: "Runtime error: " + cudaGetErrorString + its source file and line
             # (public20 m-010)
             r"\bRuntime error: out of memory [^\s]{1,200}\.(?:cuh?|[ch]pp|h):\d{1,6}\b|"
@@ -755,6 +771,7 @@ _FRAMEWORK_MARKERS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
         r"\[HCTR\]|\bRuntime error: out of memory \S{1,200}\.(?:cuh?|[ch]pp|h):\d{1,6}\b")),
     ("mnn", re.compile(r"\bOut of memory when \w{1,64} is acquired in Cuda\w")),
     ("numpy", re.compile(r"MemoryError: Unable to allocate [^\n]{1,40} for an array with shape\b")),
+    ("hami", re.compile(r"\[HAMI-core ERROR \([^\n]{0,160}?\)\]: cuMemoryAllocate failed\b")),
     ("directml", re.compile(r"\bThere is not enough GPU video memory available\b")),
     ("omniverse", re.compile(r"\bVkResult: ERROR_OUT_OF_DEVICE_MEMORY\b")),  # Isaac Sim's Kit
     ("isaacgym", re.compile(r"\bGym cuda error: ")),
@@ -788,6 +805,7 @@ _FAMILY_FRAMEWORK: Final[dict[str, str | None]] = {
     CUDA_LIBRARY: "pytorch",
     VLLM: "vllm",
     ENGINE_NO_CACHE: "vllm",
+    ENGINE_WARMUP: "vllm",
     DRIVER: None,
     HOST_ALLOC: "pytorch",
     RETRY_EXHAUSTED: "pytorch",

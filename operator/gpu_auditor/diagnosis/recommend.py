@@ -256,12 +256,19 @@ DALI_FIX: Final = (
 )
 """public24 f-004: the padding set from memory_stats let the pipeline run."""
 
+HAMI_SHARED_CARD: Final = (
+    "HAMi shares this card between pods and the card itself ran out, not this pod's vGPU "
+    "limit: the pods on it may be given more (nvidia.com/gpumem) than it has; give the job a "
+    "card of its own or lower what the others are given"
+)
 OWN_LEVERS: Final[dict[str, str]] = {
+    "hami": HAMI_SHARED_CARD,
     "isaacgym": SIMULATOR_FIX,
     "omniverse": SIMULATOR_FIX,
     "dali": DALI_FIX,
 }
-"""A stack's own lever beside an ``unknown`` failure's check: the simulators' memory grows with
+"""A stack's own lever beside an ``unknown`` failure's check: HAMi's card shared by pods
+(public26 e-007, e-029: two pods of 16000 MiB on one 16 GB card); the simulators' memory grows with
 their scene (Isaac Gym's PhysX; Omniverse Kit's Vulkan renderer under Isaac Sim and Isaac Lab,
 public23 b-002, b-018, b-025), DALI's decoders size their own buffers."""
 
@@ -551,6 +558,13 @@ def _kind_actions(ctx: Context) -> list[str]:
             return [
                 f"raise {lever} if nothing else uses the GPU (the KV cache gets what the weights "
                 "leave of the budget)",
+                "serve a quantized or smaller model, or shard it over more GPUs "
+                "(tensor parallelism)",
+            ]
+        if fam == formats.ENGINE_WARMUP:  # vLLM's own message, without PyTorch's before it
+            sized = _KV_CACHE_SIZED.search(ctx.precontext[-65536:]) is not None
+            return [
+                ENGINE_WARM_UP_FIX if sized else ENGINE_DUMMY_RUN_FIX,
                 "serve a quantized or smaller model, or shard it over more GPUs "
                 "(tensor parallelism)",
             ]

@@ -18,6 +18,7 @@ from gpu_auditor.diagnosis.model import (
 )
 from gpu_auditor.diagnosis.phase import STARTUP
 from gpu_auditor.diagnosis.proberecord import ProbeRecord, parse_record
+from gpu_auditor.diagnosis.recommend import ENGINE_DUMMY_RUN_FIX, ENGINE_WARM_UP_FIX
 from gpu_auditor.diagnosis.thresholds import FRAG_STEADY_STEPS
 
 from .diagnosis_helpers import GIB, PROGRESS, torch_oom
@@ -2292,3 +2293,58 @@ def test_a_torch_oom_right_after_a_hamis_refusal_is_the_pods_vgpu_cap() -> None:
 
 def test_the_same_torch_oom_without_a_refusal_before_it_reads_its_figures() -> None:
     assert diagnose("step 3\n" + TORCH_ROOM).kind != "memory-fraction-cap"
+
+
+# -- the tenth round: a HAMi refusal where the log ends, HAMi's own failure, vLLM's warm-up -----
+
+
+@pytest.mark.parametrize("after", [
+    "",  # the log ends at the refusal (public26 e-005)
+    # only HAMi's own lines after it, under Ray's prefix (public26 e-006)
+    "(ImageGenerator pid=414) \n(ImageGenerator pid=414) [HAMI-core Info(414:1:memory.c:509)]: "
+    "orig free=21910454272 total=47622258688 limit=48305799168 usage=48234496000\n"
+    "(ImageGenerator pid=414) [HAMI-core Debug(414:1:hook.c:403)]: found symbol cuMemMap\n",
+])  # fmt: skip
+def test_a_hamis_refusal_where_the_log_ends_is_the_cap(after: str) -> None:
+    line = HAMI.splitlines()[1]
+    d = diagnose(f"step 10 loss 2.1\n{line}\n{after}")
+    assert (d.detected, d.kind) == (True, "memory-fraction-cap")
+    assert (d.figures.process_bytes, d.figures.allowed_bytes) == (3171158016, 3145728000)
+
+
+def test_a_hamis_refusal_with_the_job_s_own_line_after_it_is_still_got_past() -> None:
+    line = HAMI.splitlines()[1]
+    d = diagnose(f"{line}\n[HAMI-core Info(1:1:memory.c:509)]: orig free=0\nstep 11 loss 2.0\n")
+    assert not d.detected
+
+
+def test_hamis_own_allocation_failing_with_out_of_memory_is_the_shared_card() -> None:
+    """public26 e-007: HAMi-core's cuMemoryAllocate through the driver returned res=2 (the card,
+    not the pod's vGPU limit); e-029: two 16000 MiB pods on one 16 GB card."""
+    d = diagnose("[HAMI-core ERROR (pid:7 thread=140360328144640 allocator.c:115)]: "
+                 "cuMemoryAllocate failed res=2\n")
+    assert (d.detected, d.kind, d.framework) == (True, "unknown", "hami")
+    assert any(a.startswith("HAMi shares this card between pods") for a in
+               d.recommendation.actions)
+    other = diagnose("[HAMI-core ERROR (pid:7 thread=1 allocator.c:115)]: cuMemoryAllocate "
+                     "failed res=1\n")
+    assert not other.detected  # CUDA_ERROR_INVALID_VALUE: not memory
+
+
+WARMUP = (
+    "RuntimeError: CUDA out of memory occurred when warming up sampler with 1024 \n"
+    "dummy requests. Please try lowering `max_num_seqs` or `gpu_memory_utilization` \n"
+    "when initializing the engine.\n"
+)
+
+
+@pytest.mark.parametrize(("before", "fix"), [
+    ("", ENGINE_DUMMY_RUN_FIX),  # public26 e-017 as posted: profiling or warm-up, not told
+    ("INFO 05-01 10:00:10 [kv_cache_utils.py:600] GPU KV cache size: 400,000 tokens\n",
+     ENGINE_WARM_UP_FIX),
+])  # fmt: skip
+def test_vllms_warm_up_message_alone_names_its_own_levers(before: str, fix: str) -> None:
+    d = diagnose(before + WARMUP)
+    assert (d.detected, d.kind, d.framework) == (True, "memory-fraction-cap", "vllm")
+    assert d.summary.startswith("memory-fraction-cap: vLLM ran out warming up with max_num_seqs")
+    assert d.recommendation.actions[0] == fix and d.recommendation.alloc_conf is None
