@@ -136,6 +136,7 @@ KEYWORDS: Final[tuple[bytes, ...]] = (
     b"OUT_OF_DEVICE_MEMORY",
     b"MemoryError",
     b"cuMemoryAllocate failed",
+    b"OOM-killed",
 )
 """Byte strings at least one of which every family's failure line contains (second filter)."""
 
@@ -674,7 +675,11 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             # Google's managed training (Cloud ML Engine, Vertex AI) reporting a replica its
             # container's memory limit killed (public19 l-023)
             r"\bThe replica [\w -]{1,64}? ran out-of-memory and exited with a non-zero status "
-            r"of \d{1,3}\b"
+            r"of \d{1,3}\b|"
+            # runc (under containerd or CRI-O) reporting the kernel's OOM killer took a
+            # container's init at its memory limit, as the kubelet's event quotes it (public26
+            # e-019)
+            r"\bcontainer init was OOM-killed\b"
         ),
     ),
     # Ray's memory monitor kills workers when the node's host memory runs low

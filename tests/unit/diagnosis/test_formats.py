@@ -1563,3 +1563,22 @@ def test_a_relayed_check_line_is_not_read_twice() -> None:
         "ollama/llm/llama.cpp/gguf/ggml-cuda.cu:9132: out of memory\n"
     )
     assert d.oom_count == 1 and d.message.startswith("CUDA error 2 at ")
+
+
+def test_runcs_container_init_oom_killed_is_a_host_kill() -> None:
+    """public26 e-019: the kubelet's event quoting runc at a too-small memory limit."""
+    line = ('Warning  Failed  113s   kubelet  Error: container create failed: time="2022-09-14T11:35:'
+            '13Z" level=error msg="runc create failed: unable to start container process: '
+            'container init was OOM-killed (memory limit too low?)"')
+    assert formats.match_line(line) == formats.HOST_KILLED
+    d = diagnose(line + "\n")
+    assert (d.detected, d.kind) == (True, "host-oom-killed")
+    assert d.recommendation.actions[0].startswith("raise the container's memory limit")
+
+
+@pytest.mark.parametrize("line", [
+    "the sidecar was OOM-killed last week, see the runbook",
+    "container init was started",
+])  # fmt: skip
+def test_near_misses_of_runcs_kill(line: str) -> None:
+    assert formats.match_line(line) is None
