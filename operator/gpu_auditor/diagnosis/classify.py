@@ -180,8 +180,7 @@ def library_failed(event: OomEvent) -> str:
     if name == "OpenCL":
         return "OpenCL could not allocate a buffer on the device"
     return f"{name or 'a CUDA library'} could not allocate its own memory"
-"""The families of libraries that allocate outside the framework's cache, by the name a summary
-gives them."""
+
 POOL_ALLOCATIONS: Final = frozenset({formats.BFC, formats.TENSORFLOW})
 """TensorFlow's failures of an op's allocation from its BFC pool. Before a step finished they
 are not its reservation of the device at start (the driver's "failed to allocate ... from
@@ -207,6 +206,10 @@ class _Facts:
     steps: int = 0
     """Steps the log shows finished before the failure (``progress.finished_steps``)."""
     framework: str | None = None
+    cap_stated: bool = False
+    """PyTorch said its memory fraction refused the request ("would exceed allowed memory"),
+    whatever its two-decimal figures leave (public26 g-028: 7.99 GiB allocated + 10 MiB under a
+    printed 8.00 GiB that was 0.5 x 15.99 GiB)."""
 
     @property
     def free(self) -> int | None:
@@ -244,7 +247,13 @@ class _Facts:
         return r is not None and t is not None and r > t
 
     def cap_binding(self) -> bool:
-        return cap_binding(self.f)
+        f = self.f
+        stated = (
+            self.cap_stated
+            and f.allowed_bytes is not None
+            and (f.total_bytes is None or f.allowed_bytes < f.total_bytes)
+        )
+        return stated or cap_binding(f)
 
     def cap_only(self) -> bool:
         f, free = self.f, self.free
@@ -593,7 +602,8 @@ def classify(
     ``leak`` contributes."""
     figures = with_node(event.figures, node)
     usable = record if record is not None and record.status == "ok" else None
-    facts = _Facts(figures, event.family, usable, phase, steps, event.framework)
+    stated = formats.CAP_REFUSED in event.message
+    facts = _Facts(figures, event.family, usable, phase, steps, event.framework, stated)
     if growth is not None and not facts.growth_explains(growth):
         # a rise smaller than the shortfall is not the cause; from the node's samples it is
         # still a rise worth naming, from figures the job printed (labels read, not known) not

@@ -842,6 +842,11 @@ def library_named(line: str) -> str | None:
     return _LIBRARY_NAMES[match.group(1) or match.group(2)]
 
 
+CAP_REFUSED: Final = "would exceed allowed memory"
+"""PyTorch's words when its memory fraction (set_per_process_memory_fraction) refused a request:
+allocated + the request past the fraction, whatever the device had free."""
+
+
 def framework_of(family: str, line: str) -> str | None:
     """The stack that raised the failure: the family's own, refined by markers on the line."""
     if family == TORCH and NPU_OOM in line:  # Ascend's torch_npu: its own allocator

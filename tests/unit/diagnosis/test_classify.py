@@ -2348,3 +2348,24 @@ def test_vllms_warm_up_message_alone_names_its_own_levers(before: str, fix: str)
     assert (d.detected, d.kind, d.framework) == (True, "memory-fraction-cap", "vllm")
     assert d.summary.startswith("memory-fraction-cap: vLLM ran out warming up with max_num_seqs")
     assert d.recommendation.actions[0] == fix and d.recommendation.alloc_conf is None
+
+
+CAP_REFUSAL = (
+    "Allocation on device 0 would exceed allowed memory. (out of memory)\n"
+    "Currently allocated : 7.99 GiB\nRequested : 10.00 MiB\nDevice limit : 15.99 GiB\n"
+    "Free (according to CUDA): 6.61 GiB\n"
+    "PyTorch limit (set by user-supplied memory fraction)\n: 8.00 GiB\n"
+)
+
+
+def test_pytorchs_cap_refusal_is_the_cap_whatever_its_rounded_figures_leave() -> None:
+    """public26 g-028: 7.99 GiB + 10 MiB under a printed 8.00 GiB (0.5 x 15.99 GiB): the
+    figures' two decimals leave 10.24 MiB, PyTorch's words say the fraction refused it."""
+    d = diagnose(CAP_REFUSAL)
+    assert (d.detected, d.kind) == (True, "memory-fraction-cap")
+    assert d.recommendation.actions[0].startswith("raise the per-process memory fraction")
+
+
+def test_a_cap_at_the_device_is_no_cap_even_when_stated() -> None:
+    d = diagnose(CAP_REFUSAL.replace(": 8.00 GiB", ": 15.99 GiB").replace("7.99 GiB", "15.98 GiB"))
+    assert d.kind != "memory-fraction-cap"

@@ -1567,8 +1567,8 @@ def test_a_relayed_check_line_is_not_read_twice() -> None:
 
 def test_runcs_container_init_oom_killed_is_a_host_kill() -> None:
     """public26 e-019: the kubelet's event quoting runc at a too-small memory limit."""
-    line = ('Warning  Failed  113s   kubelet  Error: container create failed: time="2022-09-14T11:35:'
-            '13Z" level=error msg="runc create failed: unable to start container process: '
+    line = ('Warning  Failed  113s   kubelet  Error: container create failed: time="2022-09-14T'
+            '11:35:13Z" level=error msg="runc create failed: unable to start container process: '
             'container init was OOM-killed (memory limit too low?)"')
     assert formats.match_line(line) == formats.HOST_KILLED
     d = diagnose(line + "\n")
