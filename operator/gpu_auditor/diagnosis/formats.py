@@ -294,6 +294,8 @@ VLLM_FREE_ON_DEVICE: Final = r"Free memory on device (?:[\w:]{1,24} )?\("
 """vLLM's start check up to its figures; 0.11+ names the device ("on device cuda:0 (")."""
 FAISS_ALLOC_FAIL: Final = r"\bStandardGpuResources: alloc fail\b"
 """Faiss 1.7+'s resources refusing an allocation (its figures follow on the line)."""
+FAISS_REQUEST_TAIL: Final = r"\bsize (\d{1,32}) bytes \(cudaMalloc error out of memory \[2\]\)"
+"""The end of that refusal, Faiss's own format of cudaMalloc's error, with the request."""
 XGBOOST_ALLOC_ERROR: Final = r"\bMemory allocation error on worker \d{1,6}: "
 """XGBoost's device allocator's LOG(FATAL); its figures follow on the next two lines."""
 CATBOOST_OUT_OF_MEMORY: Final = r"\bError: Out of memory\. Requested "
@@ -551,6 +553,8 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             # ...and Faiss 1.7+'s (its bench_gpu_1bn.py quotes one)
             + FAISS_ALLOC_FAIL + r"[^\n]{0,180}?\(cudaMalloc error out of memory "
             r"\[2\]\)|"
+            # (its request's line alone, where the message broke before it: public26 h-002)
+            + FAISS_REQUEST_TAIL + "|"
             r"\bthrust::system::system_error'\s{0,8}what\(\):[^\n]{0,180}?: out of memory\b|"
             # torch_memory_saver (SGLang, verl): cuMemCreate's CUresult 2, CUDA_ERROR_OUT_OF_MEMORY
             r"\[torch_memory_saver\.cpp\] CUresult error\s{1,4}result=2\b|"
@@ -760,7 +764,7 @@ _FRAMEWORK_MARKERS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     ("mxnet", re.compile(r"\bMXNet|\bmxnet\b|\bmshadow\b")),
     ("caffe", re.compile(r"\bcaffe\b|\bsyncedmem\.cpp\b")),
     ("opencv", re.compile(r"\bcv2\.error\b|\bOpenCV\(\d")),
-    ("faiss", re.compile(r"\bfaiss::|\bStandardGpuResources\b")),
+    ("faiss", re.compile(r"\bfaiss::|\bStandardGpuResources\b|" + FAISS_REQUEST_TAIL)),
     ("xgboost", re.compile(
         r"\bxgboost|\bXGBoost|updater_gpu_hist|\bMemory allocation error on worker \d")),
     ("catboost", re.compile(r"\bcatboost|\bCatBoost|\bNCudaLib::")),

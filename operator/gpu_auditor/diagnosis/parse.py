@@ -159,6 +159,7 @@ _DRIVER_REQUEST: Final = re.compile(r"failed to allocate [^(\n]{0,200}\((\d{1,32
 _FAISS_REQUEST: Final = re.compile(
     formats.FAISS_ALLOC_FAIL + r"[^\n]{0,200}? size (\d{1,32}) bytes"
 )
+_FAISS_TAIL: Final = re.compile(formats.FAISS_REQUEST_TAIL)
 """Faiss 1.7+'s request: "alloc fail type ... size 4513349632 bytes (cudaMalloc error ...)"."""
 _XGBOOST: Final = re.compile(formats.XGBOOST_ALLOC_ERROR)
 _XGBOOST_FIGURE: Final = re.compile(r"^[ \t]{0,8}- (Free|Requested) memory: (\d{1,20})[ \t]*$")
@@ -556,6 +557,7 @@ def parse_hit(hit: Hit) -> OomEvent:
                 _BYTES_REQUEST.search(text)
                 or _DRIVER_REQUEST.search(text)
                 or _FAISS_REQUEST.search(text)
+                or _FAISS_TAIL.search(text)
                 or _DIRECTML_REQUEST.search(text)
             )
             if match is not None:

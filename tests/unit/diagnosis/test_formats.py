@@ -1582,3 +1582,19 @@ def test_runcs_container_init_oom_killed_is_a_host_kill() -> None:
 ])  # fmt: skip
 def test_near_misses_of_runcs_kill(line: str) -> None:
     assert formats.match_line(line) is None
+
+
+def test_faiss_s_refusal_broken_before_its_request_line_is_read_there() -> None:
+    """public26 h-002: Faiss's message broke across lines; its last holds the request and
+    cudaMalloc's error in Faiss's own format."""
+    d = diagnose(
+        "RuntimeError: Error in virtual void* faiss::gpu::StandardGpuResourcesImpl::allocMemory("
+        "const faiss::gpu::AllocRequest&)\n"
+        "              at /root/faiss/gpu/StandardGpuResources.cpp:452: \n"
+        "              Error: 'err == cudaSuccess' failed: StandardGpuResources: alloc fail type "
+        "TemporaryMemoryBuffer \n"
+        "              dev 0 space Device \tstream 0x7f7b46ba9a60 size 1610612736 bytes "
+        "(cudaMalloc error out of memory [2])\n"
+    )
+    assert (d.detected, d.framework, d.figures.requested_bytes) == (True, "faiss", 1610612736)
+    assert formats.match_line("size 12 bytes (cudaMalloc error invalid value [1])") is None
