@@ -502,6 +502,10 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"\b(?:CUDA|HIP) [Ee]rror: out of memory\b|"
             # torch 0.x's THC wording; CTranslate2 (faster-whisper)
             r"\bcuda runtime error \(2\) : out of memory|\bCUDA failed with error out of memory\b|"
+            # PyTorch's ExceptionWrapper re-raising a replica's OOM (nn.DataParallel), its own
+            # message and figures cut away (public26 e-021)
+            r"\bOutOfMemoryError: Caught OutOfMemoryError in (?:replica \d{1,4} on device "
+            r"\d{1,4}|DataLoader worker process \d{1,4})\b|"
             # torch 0.x's check, printed before its RuntimeError
             r"\bTHCudaCheck FAIL file=(?![^\n]{0,200}?HostAllocator)[^\n]{1,200}? error=2 : out of "
             r"memory\b|"

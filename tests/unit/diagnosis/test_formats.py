@@ -1598,3 +1598,20 @@ def test_faiss_s_refusal_broken_before_its_request_line_is_read_there() -> None:
     )
     assert (d.detected, d.framework, d.figures.requested_bytes) == (True, "faiss", 1610612736)
     assert formats.match_line("size 12 bytes (cudaMalloc error invalid value [1])") is None
+
+
+def test_a_replica_s_oom_re_raised_by_dataparallel_is_pytorch_s() -> None:
+    """public26 e-021: nn.DataParallel's wrapper line, the original message cut away."""
+    wrapper = "torch.cuda.OutOfMemoryError: Caught OutOfMemoryError in replica 0 on device 0."
+    assert formats.match_line(wrapper) == formats.TORCH_RAW
+    d = diagnose(wrapper + "\n")
+    assert (d.detected, d.framework) == (True, "pytorch")
+    # with the original traceback after it, its figures are read, once
+    whole = diagnose(
+        wrapper + "\nOriginal Traceback (most recent call last):\n  File \"x.py\", line 3\n"
+        "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; "
+        "14.76 GiB total capacity; 12.10 GiB already allocated; 1.02 GiB free; 12.50 GiB "
+        "reserved in total by PyTorch)\n"
+    )
+    assert whole.oom_count == 1 and whole.figures.requested_bytes == 2 * 2**30
+    assert formats.match_line("RuntimeError: Caught RuntimeError in replica 0 on device 0.") is None
