@@ -206,10 +206,12 @@ class _Facts:
     steps: int = 0
     """Steps the log shows finished before the failure (``progress.finished_steps``)."""
     framework: str | None = None
-    cap_stated: bool = False
-    """PyTorch said its memory fraction refused the request ("would exceed allowed memory"),
-    whatever its two-decimal figures leave (public26 g-028: 7.99 GiB allocated + 10 MiB under a
-    printed 8.00 GiB that was 0.5 x 15.99 GiB)."""
+    cap_refusal: bool = False
+    """The message is the cudaMallocAsync backend's "would exceed allowed memory" with its
+    two-decimal figures: it prints that sentence for any failure (the review: with the fraction
+    far from reached, and with no fraction set), so only its figures tell, read within their
+    printing (public26 g-028: 7.99 GiB allocated + 10 MiB under a printed 8.00 GiB, 0.5 x
+    15.99 GiB)."""
 
     @property
     def free(self) -> int | None:
@@ -248,12 +250,13 @@ class _Facts:
 
     def cap_binding(self) -> bool:
         f = self.f
-        stated = (
-            self.cap_stated
-            and f.allowed_bytes is not None
-            and (f.total_bytes is None or f.allowed_bytes < f.total_bytes)
-        )
-        return stated or cap_binding(f)
+        allowed, r = f.allowed_bytes, f.requested_bytes
+        if not self.cap_refusal or allowed is None or r is None:
+            return cap_binding(f)
+        if f.total_bytes is not None and allowed >= f.total_bytes:
+            return False
+        a = f.allocated_bytes or 0
+        return a + r > allowed - printed_error(a) - printed_error(allowed)
 
     def cap_only(self) -> bool:
         f, free = self.f, self.free
@@ -602,8 +605,8 @@ def classify(
     ``leak`` contributes."""
     figures = with_node(event.figures, node)
     usable = record if record is not None and record.status == "ok" else None
-    stated = formats.CAP_REFUSED in event.message
-    facts = _Facts(figures, event.family, usable, phase, steps, event.framework, stated)
+    refusal = formats.CAP_REFUSED in event.message
+    facts = _Facts(figures, event.family, usable, phase, steps, event.framework, refusal)
     if growth is not None and not facts.growth_explains(growth):
         # a rise smaller than the shortfall is not the cause; from the node's samples it is
         # still a rise worth naming, from figures the job printed (labels read, not known) not

@@ -20,7 +20,15 @@ from .impossible import (
 )
 from .killed import KILLED_ACTION, killed_by_signal
 from .leak import growth_from_log, growth_from_rate, growth_from_samples
-from .logtext import Hit, ScanResult, normalize_text, printable, scan_bytes, scan_stream
+from .logtext import (
+    TAIL_BYTES,
+    Hit,
+    ScanResult,
+    normalize_text,
+    printable,
+    scan_bytes,
+    scan_stream,
+)
 from .model import Diagnosis, Figures, Growth, MemorySample, NodeEvidence, Recommendation
 from .parse import hami_refusal, parse_hit, tensorflow_banner
 from .phase import ENGINE_WARM_UP, FORWARD, STARTUP, engine_warm_up
@@ -110,7 +118,8 @@ def diagnose_scan(
     if hit is None:
         return _not_found(scan, torch_version, alloc_conf, backend, growth)
     later = later_failure(scan.tail, hit.line.rank)
-    if hit.family == formats.HAMI:
+    own_failure = hit.family == formats.CUDA_ERROR and HAMI_ALLOCATE in hit.line.text
+    if hit.family == formats.HAMI or own_failure:
         after = _after_refusal(scan, hit, later)
         if isinstance(after, ScanResult):  # another failure followed the refusal: that one
             return diagnose_scan(
@@ -119,7 +128,8 @@ def diagnose_scan(
             )
         if after is not None:
             return _not_found(
-                scan, torch_version, alloc_conf, backend, growth, _handled_refusal(after)
+                scan, torch_version, alloc_conf, backend, growth,
+                _handled_refusal(after, card=own_failure),
             )
         later = None
     if later is not None:
@@ -239,7 +249,7 @@ def _after_refusal(scan: ScanResult, hit: Hit, later: str | None) -> ScanResult 
     rest = scan_bytes(scan.tail.encode("utf-8", errors="replace"))
     if rest.last is not None and rest.last.family not in _REFUSAL_CODES:
         return replace(rest, head=scan.head, bytes_scanned=scan.bytes_scanned)
-    if all(not x.text.strip() or HAMI_OWN in x.text for x in normalize_text(scan.tail)):
+    if _ends_at(scan.tail):
         return None  # the log ends at the refusal (HAMi's own lines at most): nothing went on
     raised = any(TRACEBACK in x.text for x in hit.after[:REFUSAL_LINES])
     if raised and _SURFACED.search(later if later is not None else scan.tail):
@@ -249,6 +259,26 @@ def _after_refusal(scan: ScanResult, hit: Hit, later: str | None) -> ScanResult 
 
 HAMI_OWN: Final = "[HAMI-core "
 """HAMi-core's prefix on each of its own lines (its refusal, its Info and Debug lines)."""
+HAMI_ALLOCATE: Final = "cuMemoryAllocate failed"
+"""HAMi-core's own allocation through the driver failing (the card, not the pod's limit): like
+its refusal, returned to the job, which may free its cache and retry (the review's case 10)."""
+ENDS_AT_MAX_CHARS: Final = TAIL_BYTES // 2
+"""What may follow a refusal read as the log's end: a tail this short is all that followed it
+(the scan keeps only the log's last ``TAIL_BYTES``: a refusal further from the end may have
+hours of the job's output after it, the review's cases 18)."""
+
+
+def _ends_at(tail: str) -> bool:
+    """Nothing of the job's own after the refusal: every line, carriage returns splitting a
+    redrawn progress bar too, empty or HAMi's own (the review's case 12: a bar's 549 redraws
+    then HAMi's warning on one physical line)."""
+    if len(tail) >= ENDS_AT_MAX_CHARS:
+        return False
+    return all(
+        not part.strip() or part.lstrip().startswith(HAMI_OWN)
+        for x in normalize_text(tail)
+        for part in x.text.split("\r")
+    )
 
 REFUSAL_LINES: Final = 3
 """A traceback that raises HAMi's refusal starts within this many lines of it (the job's own
@@ -261,6 +291,10 @@ _SURFACED: Final = re.compile(
 """How a HAMi refusal reaches the job: CUDA's out-of-memory code, or a code PyTorch cannot name
 (public12 f-016: "CUDA error: unrecognized error code")."""
 
+HAMI_CARD_HANDLED_ACTION: Final = (
+    "the card HAMi shares between pods ran out once and the job got past it; if it fails "
+    "later, check what the other pods on the card are given (nvidia.com/gpumem)"
+)
 HAMI_HANDLED_ACTION: Final = (
     "HAMi refused an allocation past the pod's vGPU memory (nvidia.com/gpumem) and the job got "
     "past it; if it runs slowly or fails later, raise that limit"
@@ -313,8 +347,17 @@ def _reserved(call: str) -> _Dismissed:
     )
 
 
-def _handled_refusal(line: str) -> _Dismissed:
-    """HAMi's refusal that the job's next lines never raised."""
+def _handled_refusal(line: str, *, card: bool = False) -> _Dismissed:
+    """HAMi's refusal (or its own allocation on the shared ``card``) that the job's next lines
+    never raised."""
+    if card:
+        return _Dismissed(
+            "no out-of-memory failure ended the job: HAMi's allocation on the card it shares "
+            "between pods failed once and the job went on (PyTorch frees its cache and retries)",
+            HAMI_CARD_HANDLED_ACTION,
+            "handled_refusal",
+            line,
+        )
     return _Dismissed(
         "no out-of-memory failure ended the job: HAMi refused an allocation past the pod's "
         "vGPU memory and the job went on (HAMi retries; PyTorch frees its cache and retries)",

@@ -134,7 +134,7 @@ KEYWORDS: Final[tuple[bytes, ...]] = (
     b"out-of-memory and exited",
     b"not enough GPU video memory",
     b"OUT_OF_DEVICE_MEMORY",
-    b"MemoryError",
+    b"MemoryError: Unable to allocate",
     b"cuMemoryAllocate failed",
     b"OOM-killed",
 )
@@ -170,7 +170,10 @@ ANCHORS: Final[tuple[bytes, ...]] = (
     b"emory",
     b"MEMORY",
     b"OOM ",
-    b"ALLOC",  # the libraries' ALLOC_FAILED, cuRAND's and OpenCL's ALLOCATION_FAIL(ED|URE)
+    b"ALLOC_FAILED",
+    # cuRAND's ALLOCATION_FAILED, OpenCL's ALLOCATION_FAILURE: their own anchor, not a shorter
+    # "ALLOC", which a logger's GPU_MEM_ALLOCATED on every line made 6x slower (the review)
+    b"ALLOCATION_FAIL",
     b"in KV cache",
     b"executable batch",
     b"Killed",
@@ -196,6 +199,13 @@ LOCALIZED_KILLED: Final[tuple[str, ...]] = (
 "Killed"; public20 n-009's "Processus arrêté", public22 v-004's and x-005's "已杀死"). No anchor
 of the scan is in them (one more anchor is one more pass over every chunk), so the scan reads
 them on the log's last line only (``logtext.LogScanner.finish``), where the shell prints it."""
+
+BARE_MEMORY_ERROR_PATTERN: Final = r"^[ \t]{0,8}MemoryError:?[ \t]{0,8}$"
+"""Python's own MemoryError with nothing after it: CPython could not get host memory (a
+library's MemoryError, pyopencl's or RMM's, prints its module and a message). Read on the log's
+last line only, where an uncaught one ends the job: a test runner's or a caught one has the job's
+own lines after it (the review's cases 03-05), and no keyword of the scan is in it (one on every
+line that names MemoryError cost 45x on such a log: the review)."""
 
 LOCALIZED_KILLED_PATTERN: Final = (
     r"^[ \t]{0,8}(?:" + "|".join(map(re.escape, LOCALIZED_KILLED)) + r")[ \t]{0,8}$"
@@ -595,9 +605,11 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"\bRuntime error: out of memory [^\s]{1,200}\.(?:cuh?|[ch]pp|h):\d{1,6}\b|"
             # a check that prints its source file and line, then cudaGetErrorString's words and
             # nothing more, as the error itself (torch 1.x's profiler: public25 a-026), not a
-            # relay of another check's line (ollama's "llama.go:455: 2 at ...cu:N: out of memory")
-            r"(?:^[ \t]{0,8}|[Ee]rror: )[^\s:]{1,200}\.(?:cuh?|cpp|cc):\d{1,6}: out of memory"
-            r"[ \t]{0,8}$|"
+            # relay of another check's line (ollama's "llama.go:455: 2 at ...cu:N: out of memory");
+            # a CUDA source (.cu, or a C++ file named for CUDA), not a host allocator's (the
+            # review: SQLite's store, a pinned staging pool print the same words)
+            r"(?:^[ \t]{0,8}|[Ee]rror: )(?![^\s:]{0,200}(?:[Hh]ost|[Pp]inned))[^\s:]{0,200}"
+            r"(?:\.cuh?|cuda[^\s:/]{0,60}\.(?:cpp|cc)):\d{1,6}: out of memory[ \t]{0,8}$|"
             # MNN's CUDA backend refusing a layer's buffer (public20 o-006; its CPU, OpenCL, Vulkan
             # and Hexagon backends print the same words with their own names: the review)
             r"\bOut of memory when \w{1,64} is acquired in Cuda\w{1,64}|"
@@ -632,14 +644,14 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)|"
             # OpenCV's host allocator
             r"\(-4:Insufficient memory\) Failed to allocate \d{1,20} bytes\b|"
-            # Python's own MemoryError alone on a traceback's last line: CPython could not get
-            # host memory and says nothing more (a library's MemoryError, pyopencl's or RMM's,
-            # prints its module and a message); NumPy's refused array as a traceback's last
-            # line, not its words quoted in a message the job went on after (public20 p-027,
-            # public23 a-017, public25 a-022, b-012, d-017)
-            r"^[ \t]{0,8}MemoryError:?[ \t]{0,8}$|"
-            r"^[ \t]{0,8}(?:numpy\.(?:core\.)?_exceptions\.)?_?(?:Array)?MemoryError: Unable to "
-            r"allocate \d{1,12}\.?\d{0,6} ?(?:[KMGTPE]i?B|bytes) for an array with shape\b"
+            # Python's own MemoryError alone on the log's last line (read there only:
+            # logtext's end-of-log read), and NumPy's refused array as a traceback's last line,
+            # not its words quoted in a message the job went on after (public20 p-027, public23
+            # a-017, public25 a-022, b-012, d-017); NumPy 2's module path; NumPy 1.16's form
+            # without the size; a size past TiB is a size computed wrong, not read
+            + BARE_MEMORY_ERROR_PATTERN + "|"
+            r"^[ \t]{0,8}(?:numpy\.(?:_?core\.)?_exceptions\.)?_?(?:Array)?MemoryError: Unable to "
+            r"allocate (?:\d{1,12}\.?\d{0,6} ?(?:[KMGT]iB|bytes) for an )?array with shape\b"
         ),
     ),
     # Accelerate catches each OOM, halves the batch and retries; at zero it raises this, and the
@@ -758,7 +770,7 @@ _FRAMEWORK_MARKERS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     ("vllm", re.compile(r"\bvllm\b|gpu_memory_utilization", re.IGNORECASE)),
     ("cupy", re.compile(r"\bcupy|\bCURANDError\b")),  # CuPy's cuRAND error class
     ("opencl", re.compile(
-        r"\bpyopencl\b|\bCL_MEM_OBJECT_ALLOCATION_FAILURE\b|\bcl[A-Z]\w{3,40} failed: ")),
+        r"\bpyopencl\b|\b(?:CL_)?MEM_OBJECT_ALLOCATION_FAILURE\b|\bcl[A-Z]\w{3,40} failed: ")),
     ("jax", re.compile(r"\bjax|XlaRuntimeError|JaxRuntimeError|external/org_tensorflow/")),
     ("tensorflow", re.compile(r"\btensorflow\b|ResourceExhaustedError|\btf\.")),
     ("numba", re.compile(r"\bnumba\b")),
@@ -766,7 +778,10 @@ _FRAMEWORK_MARKERS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     ("tensorrt", re.compile(r"\[TensorRT-LLM\]|\btensorrt_llm\b")),
     ("paddle", re.compile(r"\bpaddle\b", re.IGNORECASE)),
     ("mxnet", re.compile(r"\bMXNet|\bmxnet\b|\bmshadow\b")),
-    ("caffe", re.compile(r"\bcaffe\b|\bsyncedmem\.cpp\b")),
+    # (Caffe's CURAND_CHECK and CUBLAS_CHECK name their variable "status": BVLC/caffe#1026)
+    ("caffe", re.compile(
+        r"\bcaffe\b|\bsyncedmem\.cpp\b|"
+        r"\bCheck failed: status == CU(?:RAND|BLAS)_STATUS_SUCCESS\b")),
     ("opencv", re.compile(r"\bcv2\.error\b|\bOpenCV\(\d")),
     ("faiss", re.compile(r"\bfaiss::|\bStandardGpuResources\b|" + FAISS_REQUEST_TAIL)),
     ("xgboost", re.compile(
@@ -783,7 +798,8 @@ _FRAMEWORK_MARKERS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     ("hugectr", re.compile(
         r"\[HCTR\]|\bRuntime error: out of memory \S{1,200}\.(?:cuh?|[ch]pp|h):\d{1,6}\b")),
     ("mnn", re.compile(r"\bOut of memory when \w{1,64} is acquired in Cuda\w")),
-    ("numpy", re.compile(r"MemoryError: Unable to allocate [^\n]{1,40} for an array with shape\b")),
+    ("numpy", re.compile(
+        r"MemoryError: Unable to allocate (?:[^\n]{1,40} for an )?array with shape\b")),
     ("hami", re.compile(r"\[HAMI-core ERROR \([^\n]{0,160}?\)\]: cuMemoryAllocate failed\b")),
     ("directml", re.compile(r"\bThere is not enough GPU video memory available\b")),
     ("omniverse", re.compile(r"\bVkResult: ERROR_OUT_OF_DEVICE_MEMORY\b")),  # Isaac Sim's Kit
@@ -851,8 +867,9 @@ def library_named(line: str) -> str | None:
 
 
 CAP_REFUSED: Final = "would exceed allowed memory"
-"""PyTorch's words when its memory fraction (set_per_process_memory_fraction) refused a request:
-allocated + the request past the fraction, whatever the device had free."""
+"""PyTorch's cudaMallocAsync backend's words for a failure, with its figures on the lines after
+(allocated, requested, the device, its free memory, the fraction's limit): printed whether the
+fraction or the device refused."""
 
 
 def framework_of(family: str, line: str) -> str | None:
@@ -869,6 +886,8 @@ def framework_of(family: str, line: str) -> str | None:
         return _marked(line, ("jax", "tensorflow")) or NCCL
     if family == HOST_ALLOC and "DefaultCPUAllocator" not in line:  # OpenCV's: its markers
         return _marked(line)
+    if family == CUDA_LIBRARY and library_named(line) in ("cuRAND", "OpenCL"):
+        return _marked(line)  # PyTorch has no OpenCL backend nor cuRAND's host API: no default
     if family in (TORCH_RAW, DRIVER, CUDA_LIBRARY, HOST_KILLED, RAY_KILLED, BFC, CUDA_ERROR, HAMI):
         return _marked(line) or _FAMILY_FRAMEWORK.get(family)
     return _FAMILY_FRAMEWORK.get(family)

@@ -417,15 +417,22 @@ LIBRARY_ROOM: Final = {
 
 def _library_actions(event: OomEvent) -> list[str]:
     """What makes room for a library's own allocation (``LIBRARY_ROOM``), then a smaller peak.
-    cuBLAS's and cuDNN's room is PyTorch's (its cache, its variable): another library (cuRAND,
-    cuFFT, OpenCL ...) or another stack is told only to reduce the work."""
+    cuBLAS's and cuDNN's room is PyTorch's (its cache, its variable); cuFFT's, cuSOLVER's and
+    cuSPARSE's under PyTorch its cache (and cuFFT's plan cache: the review); cuRAND, OpenCL or
+    another stack is told only to reduce the work."""
     if event.family not in LIBRARIES:
         return []
-    if event.family == formats.CUDA_LIBRARY and not (
-        event.framework == "pytorch"
-        and formats.library_named(event.message) in (None, "cuBLAS", "cuDNN")
-    ):
-        return [OTHER_STACK_PEAK[0]]
+    if event.family == formats.CUDA_LIBRARY:
+        library = formats.library_named(event.message)
+        if event.framework != "pytorch" or library in ("cuRAND", "OpenCL"):
+            return [OTHER_STACK_PEAK[0]]
+        if library not in (None, "cuBLAS", "cuDNN"):  # cuFFT, cuSOLVER, cuSPARSE under PyTorch
+            plans = (
+                ", or a smaller cuFFT plan cache (torch.backends.cuda.cufft_plan_cache.max_size)"
+                if library == "cuFFT" else ""
+            )
+            room = f"leave room for {library}'s own memory: torch.cuda.empty_cache() before the "
+            return [room + "failing call" + plans, REDUCE_PEAK[0]]
     return [LIBRARY_ROOM[event.family], REDUCE_PEAK[0]]
 
 

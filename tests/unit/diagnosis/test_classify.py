@@ -2369,3 +2369,44 @@ def test_pytorchs_cap_refusal_is_the_cap_whatever_its_rounded_figures_leave() ->
 def test_a_cap_at_the_device_is_no_cap_even_when_stated() -> None:
     d = diagnose(CAP_REFUSAL.replace(": 8.00 GiB", ": 15.99 GiB").replace("7.99 GiB", "15.98 GiB"))
     assert d.kind != "memory-fraction-cap"
+
+
+def test_the_async_backend_s_sentence_with_room_under_its_fraction_is_no_cap() -> None:
+    """The review's case 01: cudaMallocAsync prints 'would exceed allowed memory' for any
+    failure; 2.10 GiB + 20 MiB under a 39.57 GiB fraction with 45 GiB free is not the cap."""
+    d = diagnose(
+        "Allocation on device 0 would exceed allowed memory. (out of memory)\n"
+        "Currently allocated     : 2.10 GiB\nRequested               : 20.00 MiB\n"
+        "Device limit            : 79.15 GiB\nFree (according to CUDA): 45.00 GiB\n"
+        "PyTorch limit (set by user-supplied memory fraction)\n"
+        "                        : 39.57 GiB\n"
+    )
+    assert d.kind != "memory-fraction-cap"
+
+
+def test_a_hamis_refusal_before_a_redrawn_bar_is_still_got_past() -> None:
+    """The review's case 12: a bar's redraws after the refusal, ended by HAMi's warning on the
+    same physical line, are the job's own output."""
+    line = HAMI.splitlines()[1]
+    bar = "".join(f"\rEpoch 3: {i}/1000 [00:{i % 60:02d}<00:00, 7.10it/s]" for i in range(1000))
+    warn = "[HAMI-core Warn(61:1:multiprocess_memory_limit.c:812)]: device 0 usage 15021 MiB"
+    assert not diagnose(f"{line}\n{bar}{warn}\n").detected
+
+
+def test_a_hamis_refusal_far_from_the_log_s_end_is_still_got_past() -> None:
+    """The review's case 18: only the log's last 32 KiB are kept after a failure; a refusal
+    further back may have hours of training after it, whatever HAMi printed last."""
+    line = HAMI.splitlines()[1]
+    training = "".join(f"step {i} loss 1.0\n" for i in range(20_000))
+    flood = "[HAMI-core Warn(1:1:utils.c:9)]: lock shrreg timeout, try fix (1:2)\n" * 600
+    assert not diagnose(f"{line}\n{training}{flood}").detected
+
+
+def test_hamis_own_allocation_the_job_got_past_is_no_oom() -> None:
+    """The review's case 10: HAMi returns the failure, PyTorch frees its cache and retries."""
+    d = diagnose("[HAMI-core ERROR (pid:7 thread=1 allocator.c:115)]: cuMemoryAllocate failed "
+                 "res=2\nstep 301 loss 1.2\nstep 302 loss 1.1\nERROR eval accuracy 0.41 is below "
+                 "the gate\n")
+    assert not d.detected
+    assert d.summary.startswith("no out-of-memory failure ended the job: HAMi's allocation on "
+                                "the card it shares")

@@ -953,7 +953,7 @@ def test_slurms_hyphenated_line_is_found_by_the_scan_without_killed() -> None:
     and the hyphenated line without "killed" was never looked at."""
     assert any(a in b"2 oom-kill event(s)" for a in formats.ANCHORS)
     assert any(a in b"1 oom_kill event" for a in formats.ANCHORS)
-    assert len(formats.ANCHORS) == 12
+    assert len(formats.ANCHORS) == 13
     d = diagnose("step 1\nslurmstepd: error: Detected 2 oom-kill event(s) in step 3756240.batch "
                  "cgroup.\n")
     assert d.detected and d.kind == "host-oom-killed"
@@ -1457,8 +1457,12 @@ def test_near_misses_of_the_twenty_fourth_sets_wordings(line: str) -> None:
 @pytest.mark.parametrize(("line", "framework", "library"), [
     # Caffe's check of a cuRAND call (BVLC/caffe#1026); CuPy's class under spaCy (public21 r-009)
     ("F0902 13:30:41.691910  7302 math_functions.cu:359] Check failed: status == "
-     "CURAND_STATUS_SUCCESS (102 vs. 0)  CURAND_STATUS_ALLOCATION_FAILED", "pytorch", "cuRAND"),
+     "CURAND_STATUS_SUCCESS (102 vs. 0)  CURAND_STATUS_ALLOCATION_FAILED", "caffe", "cuRAND"),
     ("CURANDError: CURAND_STATUS_ALLOCATION_FAILED", "cupy", "cuRAND"),
+    # no stack named: not PyTorch's (no cuRAND host API, no OpenCL backend: the review)
+    ("curand call failed: CURAND_STATUS_ALLOCATION_FAILED", None, "cuRAND"),
+    # Jupyter's pyopencl, its module dropped (the review's case 08)
+    ("MemoryError: create_buffer failed: MEM_OBJECT_ALLOCATION_FAILURE", "opencl", "OpenCL"),
     # pyopencl's MemoryError (tinygrad's OpenCL backend: public24 c-023); OpenCL's C name
     ("pyopencl._cl.MemoryError: clEnqueueMapBuffer failed: MEM_OBJECT_ALLOCATION_FAILURE",
      "opencl", "OpenCL"),
@@ -1468,7 +1472,7 @@ def test_near_misses_of_the_twenty_fourth_sets_wordings(line: str) -> None:
     ("cupy.cuda.cufft.CuFftError: CUFFT_ALLOC_FAILED", "cupy", "cuFFT"),
 ])  # fmt: skip
 def test_a_library_s_own_allocation_status_is_read_with_the_library_s_name(
-    line: str, framework: str, library: str
+    line: str, framework: str | None, library: str
 ) -> None:
     assert formats.match_line(line) == formats.CUDA_LIBRARY
     assert formats.library_named(line) == library
@@ -1615,3 +1619,49 @@ def test_a_replica_s_oom_re_raised_by_dataparallel_is_pytorch_s() -> None:
     )
     assert whole.oom_count == 1 and whole.figures.requested_bytes == 2 * 2**30
     assert formats.match_line("RuntimeError: Caught RuntimeError in replica 0 on device 0.") is None
+
+
+# -- the tenth round's review: its cases, each read as the library's behaviour says ------------
+
+
+@pytest.mark.parametrize("log", [
+    # a test runner shows one test's MemoryError, then goes on (cases 04, 05)
+    "    def test_big():\n>       bytearray(2**62)\nE       MemoryError\n\ntests/t.py:3: "
+    "MemoryError\n=========== 1 failed, 411 passed in 12.1s ===========\n",
+    # a caught one, printed, and the job went on (case 03)
+    "Traceback (most recent call last):\n  File \"loader.py\", line 9, in read\nMemoryError\n"
+    "skipping shard 12\nstep 1201 loss 0.93\n",
+])  # fmt: skip
+def test_a_bare_memory_error_is_read_only_as_the_log_s_last_line(log: str) -> None:
+    assert not diagnose(log).detected
+    assert diagnose(log.rstrip("\n").rsplit("\n", 1)[0] + "\nMemoryError\n").detected
+
+
+@pytest.mark.parametrize(("line", "requested"), [
+    # NumPy 2's module path (the review's case 07); NumPy 1.16's form, no size (public27 j-007)
+    ("numpy._core._exceptions._ArrayMemoryError: Unable to allocate 33.5 GiB for an array with "
+     "shape (300000, 30000) and data type float32", round(33.5 * 2**30)),
+    ("numpy.core._exceptions.MemoryError: Unable to allocate array with shape (3, 608, 608) and "
+     "data type int64", None),
+])  # fmt: skip
+def test_numpy_s_other_forms_are_host_memory(line: str, requested: int | None) -> None:
+    d = diagnose(line + "\n")
+    assert (d.detected, d.kind, d.framework) == (True, "host-oom-killed", "numpy")
+    assert d.figures.requested_bytes == requested
+
+
+def test_numpy_s_size_past_tib_is_not_read() -> None:
+    """A PiB request is a size computed wrong (the review's case 06), not a limit to raise."""
+    line = ("numpy.core._exceptions._ArrayMemoryError: Unable to allocate 64.0 PiB for an array "
+            "with shape (9007199254740992,) and data type float64")
+    assert not diagnose(line + "\n").detected
+
+
+@pytest.mark.parametrize("line", [
+    "kvstore/sqlite_store.cpp:214: out of memory",  # SQLite's (the review's case 17)
+    "  src/io/pinned_pool.cpp:57: out of memory",  # a pinned host pool's check (17b)
+    "  src/io/cuda_host_alloc.cpp:57: out of memory",
+])  # fmt: skip
+def test_a_host_allocator_s_check_line_is_not_a_cuda_error(line: str) -> None:
+    assert formats.match_line(line) is None
+    assert not diagnose(line + "\n").detected

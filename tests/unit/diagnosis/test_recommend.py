@@ -1666,3 +1666,18 @@ def test_only_pytorch_s_cublas_and_cudnn_are_told_pytorch_s_workspace_levers(
         assert actions[2] == REDUCE_PEAK[0]
     if framework != "pytorch":
         assert not any("torch." in a or "CUBLAS_WORKSPACE" in a for a in actions)
+
+
+@pytest.mark.parametrize(("message", "room"), [
+    ("RuntimeError: cuFFT error: CUFFT_ALLOC_FAILED", "leave room for cuFFT's own memory: "
+     "torch.cuda.empty_cache() before the failing call, or a smaller cuFFT plan cache "
+     "(torch.backends.cuda.cufft_plan_cache.max_size)"),
+    ("RuntimeError: cusolver error: CUSOLVER_STATUS_ALLOC_FAILED", "leave room for cuSOLVER's "
+     "own memory: torch.cuda.empty_cache() before the failing call"),
+])  # fmt: skip
+def test_pytorch_s_other_libraries_are_told_its_cache(message: str, room: str) -> None:
+    """The review's cases 14, 15: they allocate beside PyTorch's cache as cuBLAS does."""
+    event = OomEvent("cuda-library", "pytorch", message, Figures())
+    verdict = Verdict("unknown", (), "", Figures())
+    ctx = Context(event, verdict, TORCH_2_11, None, allocconf.NATIVE, None, None)
+    assert recommend(ctx).actions[1:3] == (room, REDUCE_PEAK[0])
