@@ -347,7 +347,7 @@ def _reserved(call: str) -> _Dismissed:
     )
 
 
-def _handled_refusal(line: str, *, card: bool = False) -> _Dismissed:
+def _handled_refusal(line: str, *, card: bool) -> _Dismissed:
     """HAMi's refusal (or its own allocation on the shared ``card``) that the job's next lines
     never raised."""
     if card:

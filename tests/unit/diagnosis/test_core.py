@@ -27,6 +27,7 @@ from gpu_auditor.diagnosis import (
     diagnose_host_oom,
     diagnose_stream,
 )
+from gpu_auditor.diagnosis import core
 from gpu_auditor.diagnosis.logtext import scan_bytes
 from gpu_auditor.diagnosis.proberecord import ProbeRecord, parse_record
 
@@ -892,3 +893,34 @@ def test_vllm_s_wrapper_after_a_pytorch_oom_makes_it_the_engine_s_warm_up() -> N
     assert diagnose(frames + _WARM_UP_OOM + _WARM_UP_WRAPPER).to_json_dict()["phase"] == (
         "backward"
     )
+
+
+# -- the tenth round: what may follow a HAMi refusal read as the log's end ---------------------
+
+
+def test_a_tail_of_hamis_own_lines_is_the_logs_end_even_indented() -> None:
+    assert core._ends_at("")
+    assert core._ends_at("  [HAMI-core Info(1:1:memory.c:509)]: orig free=0\n\n")
+
+
+def test_the_jobs_output_after_a_carriage_return_is_not_hamis() -> None:
+    assert not core._ends_at("[HAMI-core Info(1:1:memory.c:509)]: x\rstep 5 loss 1.0\n")
+
+
+def test_a_tail_as_long_as_half_the_kept_end_is_not_read_as_the_logs_end() -> None:
+    line = "[HAMI-core Warn(1:1:utils.c:9)]: lock shrreg timeout\n"
+    short = line * ((core.ENDS_AT_MAX_CHARS - 1) // len(line))
+    assert core._ends_at(short)
+    exact = (line * (core.ENDS_AT_MAX_CHARS // len(line) + 1))[: core.ENDS_AT_MAX_CHARS]
+    assert len(exact) == core.ENDS_AT_MAX_CHARS and not core._ends_at(exact)
+
+
+def test_hamis_own_failure_got_past_says_so_with_its_own_action() -> None:
+    d = diagnose("[HAMI-core ERROR (pid:7 thread=1 allocator.c:115)]: cuMemoryAllocate failed "
+                 "res=2\nstep 301 loss 1.2\nstep 302 loss 1.1\n")
+    assert not d.detected
+    assert d.summary == (
+        "no out-of-memory failure ended the job: HAMi's allocation on the card it shares between "
+        "pods failed once and the job went on (PyTorch frees its cache and retries)")
+    assert d.recommendation.actions == (core.HAMI_CARD_HANDLED_ACTION,)
+    assert d.to_json_dict()["handled_refusal"].startswith("[HAMI-core ERROR")
