@@ -23,11 +23,11 @@ from gpu_auditor.diagnosis import (
     MemorySample,
     NodeEvidence,
     OtherPod,
+    core,
     diagnose,
     diagnose_host_oom,
     diagnose_stream,
 )
-from gpu_auditor.diagnosis import core
 from gpu_auditor.diagnosis.logtext import scan_bytes
 from gpu_auditor.diagnosis.proberecord import ProbeRecord, parse_record
 
