@@ -2410,3 +2410,37 @@ def test_hamis_own_allocation_the_job_got_past_is_no_oom() -> None:
     assert not d.detected
     assert d.summary.startswith("no out-of-memory failure ended the job: HAMi's allocation on "
                                 "the card it shares")
+
+
+def _async_refusal(allocated: int | None, request: int, allowed: int, total: int) -> Verdict:
+    figures = Figures(requested_bytes=request, total_bytes=total, free_bytes=total - G,
+                      allocated_bytes=allocated, allowed_bytes=allowed)
+    return classify(OomEvent(formats.TORCH_ASYNC, "pytorch", "Allocation on device 0 would "
+                             "exceed allowed memory. (out of memory)", figures))
+
+
+def test_the_async_backends_figures_reach_its_limit_within_their_printed_decimals() -> None:
+    """Each printed figure may be half its last digit off: 8 GiB's and 7.99 GiB's 0.005 GiB."""
+    slack = 2 * (G // 200)  # printed_error of a GiB-sized figure, twice
+    limit = 8 * G
+    a = limit - slack - 10 * M
+    assert _async_refusal(a, 10 * M + 1, limit, 16 * G).kind == "memory-fraction-cap"
+    assert _async_refusal(a, 10 * M, limit, 16 * G).kind != "memory-fraction-cap"  # reached only
+    # with no allocated figure, nothing of PyTorch's is counted, nor its printing
+    one = G // 200
+    assert _async_refusal(None, limit - one, limit, 16 * G).kind != "memory-fraction-cap"
+    assert _async_refusal(None, limit - one + 1, limit, 16 * G).kind == "memory-fraction-cap"
+    # a limit at the device is no fraction
+    assert _async_refusal(a, 2 * G, 16 * G, 16 * G).kind != "memory-fraction-cap"
+
+
+@pytest.mark.parametrize(("line", "summary"), [
+    ("pyopencl._cl.MemoryError: clEnqueueMapBuffer failed: MEM_OBJECT_ALLOCATION_FAILURE",
+     "unknown: OpenCL could not allocate a buffer on the device: the GPU was full"),
+    ("CURANDError: CURAND_STATUS_ALLOCATION_FAILED",
+     "unknown: cuRAND could not allocate its own memory: the GPU was full"),
+])  # fmt: skip
+def test_a_librarys_failure_names_the_library_and_what_it_could_not_get(
+    line: str, summary: str
+) -> None:
+    assert diagnose(line + "\n").summary.startswith(summary)

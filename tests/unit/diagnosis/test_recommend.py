@@ -1681,3 +1681,26 @@ def test_pytorch_s_other_libraries_are_told_its_cache(message: str, room: str) -
     verdict = Verdict("unknown", (), "", Figures())
     ctx = Context(event, verdict, TORCH_2_11, None, allocconf.NATIVE, None, None)
     assert recommend(ctx).actions[1:3] == (room, REDUCE_PEAK[0])
+
+
+@pytest.mark.parametrize(("precontext", "fix"), [
+    ("", ENGINE_DUMMY_RUN_FIX),
+    ("INFO [kv_cache_utils.py:600] GPU KV cache size: 400,000 tokens\n", ENGINE_WARM_UP_FIX),
+    ("INFO [gpu_worker.py:300] Available KV cache memory: 41.87 GiB\n", ENGINE_WARM_UP_FIX),
+    # only the last 64 KiB before the failure are read for it
+    ("INFO GPU KV cache size: 400,000 tokens\n" + "step\n" * 16384, ENGINE_DUMMY_RUN_FIX),
+])  # fmt: skip
+def test_vllms_warm_up_message_is_told_the_lever_its_log_shows(precontext: str, fix: str) -> None:
+    event = OomEvent("engine-warmup", "vllm", "CUDA out of memory occurred when warming up "
+                     "sampler with 1024 dummy requests", Figures())
+    verdict = Verdict("memory-fraction-cap", (), "", Figures())
+    ctx = Context(event, verdict, TORCH_2_11, None, allocconf.NATIVE, None, None, precontext)
+    assert recommend(ctx).actions[0] == fix
+
+
+def test_an_opencl_failure_under_any_stack_gets_no_pytorch_lever() -> None:
+    event = OomEvent("cuda-library", "pytorch", "MemoryError: create_buffer failed: "
+                     "MEM_OBJECT_ALLOCATION_FAILURE", Figures())
+    verdict = Verdict("unknown", (), "", Figures())
+    ctx = Context(event, verdict, TORCH_2_11, None, allocconf.NATIVE, None, None)
+    assert recommend(ctx).actions[1] == OTHER_STACK_PEAK[0]
