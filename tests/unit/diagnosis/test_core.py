@@ -911,7 +911,8 @@ def test_a_tail_as_long_as_half_the_kept_end_is_not_read_as_the_logs_end() -> No
     line = "[HAMI-core Warn(1:1:utils.c:9)]: lock shrreg timeout\n"
     short = line * ((core.ENDS_AT_MAX_CHARS - 1) // len(line))
     assert core._ends_at(short)
-    exact = (line * (core.ENDS_AT_MAX_CHARS // len(line) + 1))[: core.ENDS_AT_MAX_CHARS]
+    whole = line * (core.ENDS_AT_MAX_CHARS // len(line))
+    exact = whole + "\n" * (core.ENDS_AT_MAX_CHARS - len(whole))  # HAMi's lines, blank ones
     assert len(exact) == core.ENDS_AT_MAX_CHARS and not core._ends_at(exact)
 
 
