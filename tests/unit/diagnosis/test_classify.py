@@ -2346,7 +2346,10 @@ WARMUP = (
 def test_vllms_warm_up_message_alone_names_its_own_levers(before: str, fix: str) -> None:
     d = diagnose(before + WARMUP)
     assert (d.detected, d.kind, d.framework) == (True, "memory-fraction-cap", "vllm")
-    assert d.summary.startswith("memory-fraction-cap: vLLM ran out warming up with max_num_seqs")
+    assert d.summary == (
+        "memory-fraction-cap: vLLM ran out warming up with max_num_seqs dummy requests at once: "
+        "its own settings (max_num_seqs, gpu_memory_utilization) leave the warm-up too little "
+        "room")
     assert d.recommendation.actions[0] == fix and d.recommendation.alloc_conf is None
 
 
