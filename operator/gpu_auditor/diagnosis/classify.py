@@ -151,14 +151,15 @@ def mps_watermark_reached(f: Figures) -> bool:
     return held + r + slack > cap
 
 
-def cap_binding(f: Figures) -> bool:
+def cap_binding(f: Figures, slack: int = 0) -> bool:
     """A memory fraction below the GPU that even perfectly packed allocations cannot fit under:
-    allocated + the request exceed what it allows."""
+    allocated + the request exceed what it allows, less ``slack`` (how far printed figures may
+    be off)."""
     if f.allowed_bytes is None or f.requested_bytes is None:
         return False
     if f.total_bytes is not None and f.allowed_bytes >= f.total_bytes:
         return False
-    return (f.allocated_bytes or 0) + f.requested_bytes > f.allowed_bytes
+    return (f.allocated_bytes or 0) + f.requested_bytes > f.allowed_bytes - slack
 
 
 EVICTED: Final = "The node was low on resource: memory"
@@ -250,13 +251,9 @@ class _Facts:
 
     def cap_binding(self) -> bool:
         f = self.f
-        allowed, r = f.allowed_bytes, f.requested_bytes
-        if not self.cap_refusal or allowed is None or r is None:
+        if not self.cap_refusal:
             return cap_binding(f)
-        if f.total_bytes is not None and allowed >= f.total_bytes:
-            return False
-        a = f.allocated_bytes or 0
-        return a + r > allowed - printed_error(a) - printed_error(allowed)
+        return cap_binding(f, printed_error(f.allocated_bytes) + printed_error(f.allowed_bytes))
 
     def cap_only(self) -> bool:
         f, free = self.f, self.free

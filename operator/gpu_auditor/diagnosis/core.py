@@ -118,7 +118,9 @@ def diagnose_scan(
     if hit is None:
         return _not_found(scan, torch_version, alloc_conf, backend, growth)
     later = later_failure(scan.tail, hit.line.rank)
-    own_failure = hit.family == formats.CUDA_ERROR and HAMI_ALLOCATE in hit.line.text
+    # HAMi-core's own allocation failing is, like its refusal, returned to the job, which may
+    # free its cache and retry (the review's case 10)
+    own_failure = hit.family == formats.CUDA_ERROR and formats.HAMI_ALLOCATE in hit.line.text
     if hit.family == formats.HAMI or own_failure:
         after = _after_refusal(scan, hit, later)
         if isinstance(after, ScanResult):  # another failure followed the refusal: that one
@@ -259,9 +261,6 @@ def _after_refusal(scan: ScanResult, hit: Hit, later: str | None) -> ScanResult 
 
 HAMI_OWN: Final = "[HAMI-core "
 """HAMi-core's prefix on each of its own lines (its refusal, its Info and Debug lines)."""
-HAMI_ALLOCATE: Final = "cuMemoryAllocate failed"
-"""HAMi-core's own allocation through the driver failing (the card, not the pod's limit): like
-its refusal, returned to the job, which may free its cache and retry (the review's case 10)."""
 ENDS_AT_MAX_CHARS: Final = TAIL_BYTES // 2
 """What may follow a refusal read as the log's end: a tail this short is all that followed it
 (the scan keeps only the log's last ``TAIL_BYTES``: a refusal further from the end may have
@@ -350,18 +349,17 @@ def _reserved(call: str) -> _Dismissed:
 def _handled_refusal(line: str, *, card: bool) -> _Dismissed:
     """HAMi's refusal (or its own allocation on the shared ``card``) that the job's next lines
     never raised."""
-    if card:
-        return _Dismissed(
-            "no out-of-memory failure ended the job: HAMi's allocation on the card it shares "
-            "between pods failed once and the job went on (PyTorch frees its cache and retries)",
-            HAMI_CARD_HANDLED_ACTION,
-            "handled_refusal",
-            line,
-        )
+    what, retries, action = (
+        ("HAMi's allocation on the card it shares between pods failed once", "",
+         HAMI_CARD_HANDLED_ACTION)
+        if card
+        else ("HAMi refused an allocation past the pod's vGPU memory", "HAMi retries; ",
+              HAMI_HANDLED_ACTION)
+    )  # fmt: skip
     return _Dismissed(
-        "no out-of-memory failure ended the job: HAMi refused an allocation past the pod's "
-        "vGPU memory and the job went on (HAMi retries; PyTorch frees its cache and retries)",
-        HAMI_HANDLED_ACTION,
+        f"no out-of-memory failure ended the job: {what} and the job went on ({retries}PyTorch "
+        "frees its cache and retries)",
+        action,
         "handled_refusal",
         line,
     )

@@ -78,6 +78,9 @@ PRIORITY: Final[dict[str, int]] = {
     RAY_KILLED: 1,
 }
 
+HAMI_ALLOCATE: Final = "cuMemoryAllocate failed"
+"""HAMi-core's own allocation through the driver failing: the card, not the pod's vGPU limit."""
+
 KEYWORDS: Final[tuple[bytes, ...]] = (
     b"out of memory",
     b"Out of memory",
@@ -135,7 +138,7 @@ KEYWORDS: Final[tuple[bytes, ...]] = (
     b"not enough GPU video memory",
     b"OUT_OF_DEVICE_MEMORY",
     b"MemoryError: Unable to allocate",
-    b"cuMemoryAllocate failed",
+    HAMI_ALLOCATE.encode(),
     b"OOM-killed",
 )
 """Byte strings at least one of which every family's failure line contains (second filter)."""
@@ -599,7 +602,7 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             # HAMi-core's own allocation through the driver failing with CUDA_ERROR_OUT_OF_MEMORY:
             # the card, which HAMi shares between pods, not the pod's vGPU limit (its refusal is
             # the HAMI family) (public26 e-007)
-            r"\[HAMI-core ERROR \([^\n]{0,160}?\)\]: cuMemoryAllocate failed res=2\b|"
+            r"\[HAMI-core ERROR \([^\n]{0,160}?\)\]: " + HAMI_ALLOCATE + r" res=2\b|"
             # HugeCTR's check: "Runtime error: " + cudaGetErrorString + its source file and line
             # (public20 m-010)
             r"\bRuntime error: out of memory [^\s]{1,200}\.(?:cuh?|[ch]pp|h):\d{1,6}\b|"
@@ -800,7 +803,7 @@ _FRAMEWORK_MARKERS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     ("mnn", re.compile(r"\bOut of memory when \w{1,64} is acquired in Cuda\w")),
     ("numpy", re.compile(
         r"MemoryError: Unable to allocate (?:[^\n]{1,40} for an )?array with shape\b")),
-    ("hami", re.compile(r"\[HAMI-core ERROR \([^\n]{0,160}?\)\]: cuMemoryAllocate failed\b")),
+    ("hami", re.compile(r"\[HAMI-core ERROR \([^\n]{0,160}?\)\]: " + HAMI_ALLOCATE + r"\b")),
     ("directml", re.compile(r"\bThere is not enough GPU video memory available\b")),
     ("omniverse", re.compile(r"\bVkResult: ERROR_OUT_OF_DEVICE_MEMORY\b")),  # Isaac Sim's Kit
     ("isaacgym", re.compile(r"\bGym cuda error: ")),

@@ -159,8 +159,9 @@ _DRIVER_REQUEST: Final = re.compile(r"failed to allocate [^(\n]{0,200}\((\d{1,32
 _FAISS_REQUEST: Final = re.compile(
     formats.FAISS_ALLOC_FAIL + r"[^\n]{0,200}? size (\d{1,32}) bytes"
 )
-_FAISS_TAIL: Final = re.compile(formats.FAISS_REQUEST_TAIL)
 """Faiss 1.7+'s request: "alloc fail type ... size 4513349632 bytes (cudaMalloc error ...)"."""
+_FAISS_TAIL: Final = re.compile(formats.FAISS_REQUEST_TAIL)
+"""The same request on its own line, where Faiss's message broke before it."""
 _XGBOOST: Final = re.compile(formats.XGBOOST_ALLOC_ERROR)
 _XGBOOST_FIGURE: Final = re.compile(r"^[ \t]{0,8}- (Free|Requested) memory: (\d{1,20})[ \t]*$")
 """XGBoost's two lines under its failure ("- Free memory: N", "- Requested memory: M")."""

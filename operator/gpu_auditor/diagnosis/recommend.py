@@ -149,6 +149,17 @@ gpu_memory_utilization frees nothing: the KV cache's size logged before the fail
 warm-up (``_KV_CACHE_SIZED``)."""
 _KV_CACHE_SIZED: Final = re.compile(r"Available KV cache memory:|GPU KV cache size:")
 
+
+def _warm_up_fix(precontext: str) -> str:
+    """vLLM's warm-up lever by whether its KV cache's size was logged before the failure."""
+    sized = _KV_CACHE_SIZED.search(precontext[-65536:]) is not None
+    return ENGINE_WARM_UP_FIX if sized else ENGINE_DUMMY_RUN_FIX
+
+
+SERVE_SMALLER: Final = (
+    "serve a quantized or smaller model, or shard it over more GPUs (tensor parallelism)"
+)
+
 ENGINE_GRAPH_FIX: Final = (
     "{engine} ran out capturing its CUDA graphs, after its memory budget went to the weights and "
     "the KV cache: lower {lever} so capture has room (the KV cache shrinks, the engine still "
@@ -432,7 +443,7 @@ def _library_actions(event: OomEvent) -> list[str]:
                 if library == "cuFFT" else ""
             )
             room = f"leave room for {library}'s own memory: torch.cuda.empty_cache() before the "
-            return [room + "failing call" + plans, REDUCE_PEAK[0]]
+            return [f"{room}failing call{plans}", REDUCE_PEAK[0]]
     return [LIBRARY_ROOM[event.family], REDUCE_PEAK[0]]
 
 
@@ -565,16 +576,10 @@ def _kind_actions(ctx: Context) -> list[str]:
             return [
                 f"raise {lever} if nothing else uses the GPU (the KV cache gets what the weights "
                 "leave of the budget)",
-                "serve a quantized or smaller model, or shard it over more GPUs "
-                "(tensor parallelism)",
+                SERVE_SMALLER,
             ]
         if fam == formats.ENGINE_WARMUP:  # vLLM's own message, without PyTorch's before it
-            sized = _KV_CACHE_SIZED.search(ctx.precontext[-65536:]) is not None
-            return [
-                ENGINE_WARM_UP_FIX if sized else ENGINE_DUMMY_RUN_FIX,
-                "serve a quantized or smaller model, or shard it over more GPUs "
-                "(tensor parallelism)",
-            ]
+            return [_warm_up_fix(ctx.precontext), SERVE_SMALLER]
         if fam == formats.HAMI:
             return [
                 "raise the pod's vGPU memory (HAMi's nvidia.com/gpumem or "
@@ -749,8 +754,7 @@ def _place_actions(ctx: Context) -> list[str]:
                 ))
                 break
     if ctx.phase == ENGINE_WARM_UP:
-        sized = _KV_CACHE_SIZED.search(ctx.precontext[-65536:]) is not None
-        out.append(ENGINE_WARM_UP_FIX if sized else ENGINE_DUMMY_RUN_FIX)
+        out.append(_warm_up_fix(ctx.precontext))
     if ctx.event.framework == "pytorch" and ctx.verdict.kind in ("capacity", "leak"):
         engine = _ENGINE_UTILIZATION.search(ctx.precontext[-65536:])
         if engine is not None:
