@@ -290,14 +290,14 @@ def test_idle_tls_connections_cost_little(webhook: tuple[Server, Target]) -> Non
 def test_a_good_client_stays_fast_and_the_server_small_under_each_attack(
     webhook: tuple[Server, Target], attack: str, tmp_path: Path
 ) -> None:
-    """Issue 26's done-when: under each attack a good client's p99 under 100 ms, no error, and
-    the server's RSS within the chart's limit; "none" is the same client alone (the bench runs
-    them longer, old beside new: bench/results/hostile_servers-webhook.md)."""
+    """Under each attack a good client gets every answer, none past its timeout, and the
+    server's RSS stays within the chart's limit; "none" is the same client alone. Its latency
+    (issue 26's p99 under 100 ms) is the bench's to measure, old beside new, never a timed
+    assertion here: bench/hostile_webhook.py, bench/results/hostile_servers-webhook.md."""
     server, target = webhook
     server.stop()
     server.start()  # a fresh process per attack: its peak RSS is the attack's
     target = Target(target.host, server.port, target.ca_pem)
     result = measure(server, target, None if attack == "none" else attack, seconds=3.0)
-    assert result.good["errors"] == 0, result
-    assert result.good["p99_ms"] < 100, result
+    assert result.good["requests"] > 0 and result.good["errors"] == 0, result
     assert result.rss_peak_mib < CHART_LIMIT_MIB and result.hwm_mib < CHART_LIMIT_MIB, result
