@@ -79,6 +79,9 @@ PRIORITY: Final[dict[str, int]] = {
 }
 
 HAMI_ALLOCATE: Final = "cuMemoryAllocate failed"
+TH_HOST_ALLOC: Final = "Torch: not enough memory"
+"""TH's (PyTorch before 1.0) host allocator refusing, "... you tried to allocate 2GB. Buy new
+RAM!": host memory, like the DefaultCPUAllocator's that replaced it."""
 """HAMi-core's own allocation through the driver failing: the card, not the pod's vGPU limit."""
 
 KEYWORDS: Final[tuple[bytes, ...]] = (
@@ -140,6 +143,8 @@ KEYWORDS: Final[tuple[bytes, ...]] = (
     b"MemoryError: Unable to allocate",
     HAMI_ALLOCATE.encode(),
     b"OOM-killed",
+    b"Out of GPU memory",
+    b"LSF memory usage limit",
 )
 """Byte strings at least one of which every family's failure line contains (second filter)."""
 
@@ -210,11 +215,35 @@ last line only, where an uncaught one ends the job: a test runner's or a caught 
 own lines after it (the review's cases 03-05), and no keyword of the scan is in it (one on every
 line that names MemoryError cost 45x on such a log: the review)."""
 
-LOCALIZED_KILLED_PATTERN: Final = (
-    r"^[ \t]{0,8}(?:" + "|".join(map(re.escape, LOCALIZED_KILLED)) + r")[ \t]{0,8}$"
+PROGRESS_BEFORE_KILLED: Final = (
+    r"\b\d{1,9}/\d{1,9}\b[^\n]{0,80}?(?:/s\b|/it\b|ETA:)[^\n]{0,80}?"
 )
-"""One localized "Killed" alone on its line (not after a "]" as the English one may be: several
-of these are common words, "[GAME] Morto" is a game's log: the round's review)."""
+"""A progress bar's line up to where a shell's "Killed" was glued to it: the bar's count (N/M),
+then its rate or its ETA (tqdm's "10.81it/s]", mmcv's "1.5 task/s, ... ETA: 2621s", Keras's
+"- ETA: 365s - loss: 2.1371"): the job's own output drawn without a newline, the shell's word
+printed right after it (public15 v-027, public23 y-011, public27 j-005)."""
+
+HOST_REFUSED_PATTERN: Final = (
+    r"^[ \t]{0,8}(?:[\w.]{1,60}: )?\[Errno 12\] Cannot allocate memory\b|"
+    r"\[WinError 1455\]|\bThe paging file is too small for this operation to complete\b|"
+    r"\bDie Auslagerungsdatei ist zu klein, um diesen Vorgang durchzuführen\b"
+)
+"""The host's kernel refusing memory as Python raises it: Linux's ENOMEM (a fork, an mmap:
+"OSError: [Errno 12] Cannot allocate memory") and Windows' commit limit (ERROR_COMMITMENT_LIMIT,
+1455, "The paging file is too small ...", in English and German), as the traceback's last line
+(public12 c-021, public13 g-026, public23 z-023, public28 x-011). Like the bare ``MemoryError``,
+read on the log's last line only: no keyword of the scan is in them, and a caught one has the
+job's own lines after it. (The fifth round's review dropped ENOMEM read anywhere: a limit, not the
+OOM killer, may refuse it (overcommit, ``ulimit -v``); it is host memory refused all the same, and
+the three threads that settled it were memory, none a limit on mappings.)"""
+
+LOCALIZED_KILLED_PATTERN: Final = (
+    r"(?:^[ \t]{0,8}|" + PROGRESS_BEFORE_KILLED + r")(?:"
+    + "|".join(map(re.escape, LOCALIZED_KILLED)) + r")[ \t]{0,8}$"
+)
+"""One localized "Killed" alone on its line, or glued to a progress bar's count and rate (not
+after any "]" as the English one may be: several of these are common words, "[GAME] Morto" is a
+game's log: the round's review)."""
 
 
 BFC_DUMP_TOTAL: Final = b"Sum Total of in-use chunks: "
@@ -321,6 +350,9 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             # (Intel's XPU backend prints the same message: public21 t-006, t-014; Huawei
             # Ascend's torch_npu its 1.x form, "(NPU 0; ...": public24 c-002)
             r"\b(?:CUDA|HIP|XPU|NPU) out of memory\. (?:Tried to allocate|GPU \d)|"
+            # ...cut to its 1.x figures' first, "(GPU 1; 14.76 GiB total capacity;)" (public7
+            # z-023)
+            r"\b(?:CUDA|HIP) out of memory\. ?\(GPU \d{1,5}; [\d.]{1,24} [KMG]iB total capacity\b|"
             # ...its period lost in a paste (public10 q-024)
             r"\b(?:CUDA|HIP) out of memory Tried to allocate [\d.]{1,24} [KMG]iB\b|"
             r"\b(?:CUDA|HIP) out of memory\.\s{0,64}$|"
@@ -514,7 +546,8 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
         re.compile(
             r"\b(?:CUDA|HIP) [Ee]rror: out of memory\b|"
             # torch 0.x's THC wording; CTranslate2 (faster-whisper)
-            r"\bcuda runtime error \(2\) : out of memory|\bCUDA failed with error out of memory\b|"
+            r"\bcuda runtime error \(2\) : out of memory|"
+            r"\b(?:CUDA|cuda) failed with error out of memory\b|"
             # PyTorch's ExceptionWrapper re-raising a replica's OOM (nn.DataParallel), its own
             # message and figures cut away (public26 e-021)
             r"\bOutOfMemoryError: Caught OutOfMemoryError in (?:replica \d{1,4} on device "
@@ -538,7 +571,8 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
         re.compile(
             r"\b(?:CUDA|Cuda|GPU) (?:[Ee]rror|ERROR|failure)\b:? ?\(?2?\)?[^\n]{0,200}?"
             r"\bout of memory\b|"
-            r"\bcudaSuccess \(2 vs\. 0\)[^\n]{0,120}?\bout of memory\b|"
+            # (its period dropped in a retyped post: public27 j-018)
+            r"\bcudaSuccess \(2 vs\.? 0\)[^\n]{0,120}?\bout of memory\b|"
             r"\bCUDA [Rr]untime [Ee]rror:? ?\(?2?\)?:? ?out of memory\b|"
             # dlib's check; OpenCV's CUDA module (4.x, and 2.4's wording)
             r"\bError while calling cuda\w{1,40}\([^\n]{0,160}?\bcode: 2, reason: out of memory\b|"
@@ -588,6 +622,8 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"Failed to allocate \d{1,20} bytes on memory \w{1,24} \(of kind GPU_FB_MEM\)|"
             # Thrust's allocator; RAPIDS' RMM (its pool's own limit, or the device)
             r"\bbad_alloc: cudaErrorMemoryAllocation\b|\bout_of_memory: (?:RMM failure|CUDA error)|"
+            # Julia's CUDA.jl (OutOfGPUMemoryError; its usage lines follow) (public28 z-018)
+            r"\bOut of GPU memory trying to allocate [\d.]{1,24} [KMGT]?i?B\b|"
             # the CUDA driver API's failure as PyCUDA raises it (public22 u-001, u-002: cryoSPARC);
             # the runtime's error name with its string, as many checks print them (u-010)
             # (not cuMemHostAlloc: pinned host memory, the review: cryosparc-issues#258)
@@ -645,6 +681,10 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
         HOST_ALLOC,
         re.compile(
             r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)|"
+            # TH's host allocator, PyTorch before 1.0 (public21 r-022, public28 x-015)
+            r"\b" + TH_HOST_ALLOC + r": you tried to allocate \d{1,9}GB\b|"
+            # the host's kernel refusing memory, as the log's last line (logtext's end read)
+            + HOST_REFUSED_PATTERN + "|"
             # OpenCV's host allocator
             r"\(-4:Insufficient memory\) Failed to allocate \d{1,20} bytes\b|"
             # Python's own MemoryError alone on the log's last line (read there only:
@@ -670,13 +710,19 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"DataLoader worker ?\(pid ?\w{1,16}\) is killed by signal: ?[Kk]illed\b|"
             # (after a bar cut mid-draw, its last block: public24 d-020's "77%|█████Killed")
             r"(?:^|[\]█▏▎▍▌▋▊▉])[ \t]{0,8}Killed[ \t]{0,8}$|\bline \d{1,9}: {1,8}\d{1,9} Killed\b|"
+            # (glued to a bar's last figure: Keras's "- ETA: 365s - loss: 2.1371Killed"; after
+            # a "]" or a block the alternative above reads it)
+            + PROGRESS_BEFORE_KILLED + r"(?<![\]█▏▎▍▌▋▊▉ \t])Killed[ \t]{0,8}$|"
             # the bare line in the shell's language (read on the log's last line only)
             + LOCALIZED_KILLED_PATTERN + "|"
             # zsh's job report; the kernel's own words (dmesg); Slurm's cgroup OOM killer
             r"(?:^|\])\[\d{1,5}\][ \t]{1,16}\d{1,9} killed[ \t]{1,16}\S|"
             # (the memory cgroup's wording too: a Kubernetes or Slurm limit; like the kernel's
             # own, it names whatever process it killed, public12 f-015's job among them)
-            r"\b(?:Out of memory|Memory cgroup out of memory): Kill(?:ed)? process \d{1,9}\b|"
+            # (a post that dropped the pid keeps the name in its parentheses, or writes a
+            # placeholder for it: public22 w-017, public28 z-017's "<PID> (python)")
+            r"\b(?:Out of memory|Memory cgroup out of memory): Kill(?:ed)? process "
+            r"(?:\d{1,9}\b|\([^\s()]{1,64}\)|<\w{1,16}> \()|"
             r"\bDetected \d{1,9} oom[_-]kill events?(?:\(s\))? in \w|"
             r"\btask \d{1,9}: Out Of Memory\b|"
             # PBS's memory limit; earlyoom (the userspace killer) at its threshold
@@ -695,6 +741,10 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             # scan's is in it)
             r"\bA process (?:of this unit )?has been killed by the OOM killer\b|"
             r"\bexceeded memory limit \(\d{1,24} > \d{1,24}\), being killed\b|"
+            # LSF's and YARN's (Spark on Hadoop) memory limits killing a job or an executor
+            # (evaluation/hostprint v-014, v-018)
+            r"\bTERM_MEMLIMIT: job killed after reaching LSF memory usage limit\b|"
+            r"\bContainer killed by YARN for exceeding memory limits\b|"
             # Google's managed training (Cloud ML Engine, Vertex AI) reporting a replica its
             # container's memory limit killed (public19 l-023)
             r"\bThe replica [\w -]{1,64}? ran out-of-memory and exited with a non-zero status "
@@ -803,6 +853,7 @@ _FRAMEWORK_MARKERS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     ("mnn", re.compile(r"\bOut of memory when \w{1,64} is acquired in Cuda\w")),
     ("numpy", re.compile(
         r"MemoryError: Unable to allocate (?:[^\n]{1,40} for an )?array with shape\b")),
+    ("julia", re.compile(r"\bOut of GPU memory trying to allocate\b")),  # CUDA.jl's own words
     ("hami", re.compile(r"\[HAMI-core ERROR \([^\n]{0,160}?\)\]: " + HAMI_ALLOCATE + r"\b")),
     ("directml", re.compile(r"\bThere is not enough GPU video memory available\b")),
     ("omniverse", re.compile(r"\bVkResult: ERROR_OUT_OF_DEVICE_MEMORY\b")),  # Isaac Sim's Kit
@@ -887,8 +938,8 @@ def framework_of(family: str, line: str) -> str | None:
         return "llama.cpp"
     if family == NCCL:  # NCCL's own name, unless the line names JAX or TensorFlow
         return _marked(line, ("jax", "tensorflow")) or NCCL
-    if family == HOST_ALLOC and "DefaultCPUAllocator" not in line:  # OpenCV's: its markers
-        return _marked(line)
+    if family == HOST_ALLOC and "DefaultCPUAllocator" not in line and TH_HOST_ALLOC not in line:
+        return _marked(line)  # OpenCV's, the kernel's refusal: their markers
     if family == CUDA_LIBRARY and library_named(line) in ("cuRAND", "OpenCL"):
         return _marked(line)  # PyTorch has no OpenCL backend nor cuRAND's host API: no default
     if family in (TORCH_RAW, DRIVER, CUDA_LIBRARY, HOST_KILLED, RAY_KILLED, BFC, CUDA_ERROR, HAMI):

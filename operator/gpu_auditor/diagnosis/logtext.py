@@ -73,6 +73,7 @@ _WORD_BYTES: Final = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstu
 _KEYWORD_RE: Final = re.compile(formats.KEYWORD_PATTERN.encode("ascii"))
 _LOCALIZED_KILLED_RE: Final = re.compile(formats.LOCALIZED_KILLED_PATTERN)
 _BARE_MEMORY_ERROR_RE: Final = re.compile(formats.BARE_MEMORY_ERROR_PATTERN)
+_HOST_REFUSED_RE: Final = re.compile(formats.HOST_REFUSED_PATTERN)
 _CRI_RE: Final = re.compile(r"^\d{4}-\d\d-\d\dT\S+ (?:stdout|stderr) ([FP]) ?(.*)$")
 _DOCKER_JSON_RE: Final = re.compile(r'\{"log":\s{0,8}"((?:[^"\\]++|\\.)*+)"')
 """docker's json-file record (``{"log":"...\\n","stream":...}``): only its leading ``log`` string
@@ -328,9 +329,10 @@ class LogScanner:
 
     def _read_last_line(self) -> None:
         """The log's last line, when it is a shell's "Killed" in another language
-        (``formats.LOCALIZED_KILLED``) or Python's bare ``MemoryError``
-        (``formats.BARE_MEMORY_ERROR_PATTERN``): no keyword of the scan finds those words
-        anywhere else.
+        (``formats.LOCALIZED_KILLED``), Python's bare ``MemoryError``
+        (``formats.BARE_MEMORY_ERROR_PATTERN``) or the host's kernel refusing memory
+        (``formats.HOST_REFUSED_PATTERN``): no keyword of the scan finds those words anywhere
+        else.
         Only the log's last ``LAST_LINE_BYTES`` are looked at (a bounded cost per log)."""
         buf = self._buf
         offset = max(0, len(buf) - LAST_LINE_BYTES)
@@ -342,7 +344,9 @@ class LogScanner:
             return
         lines = normalize_lines([decode(tail[start:])])  # a container runtime's prefix off
         if lines and (
-            _LOCALIZED_KILLED_RE.search(lines[0].text) or _BARE_MEMORY_ERROR_RE.match(lines[0].text)
+            _LOCALIZED_KILLED_RE.search(lines[0].text)
+            or _BARE_MEMORY_ERROR_RE.match(lines[0].text)
+            or _HOST_REFUSED_RE.search(lines[0].text)
         ):
             self._confirm_line(offset + start, offset + len(tail))
 

@@ -940,7 +940,8 @@ def test_each_census_wording_is_its_familys(line: str, family: str, wording: str
     "host: CUDA_ERROR_OUT_OF_MEMORY: out of memory",
     "THCudaCheck FAIL file=/pytorch/aten/src/THC/THCCachingHostAllocator.cpp line=271 error=2 : "
     "out of memory",
-    "OSError: [Errno 12] Cannot allocate memory",
+    # (the fork's ENOMEM, dropped here by that review, is read again in the eleventh round on
+    # the log's last line only: test_logtext's test_the_host_refusing_memory_*)
     "ray.exceptions.RayTaskError(OutOfMemoryError): ray::LLMActor.backload_to_gpu() (pid=11992)",
 ])  # fmt: skip
 def test_near_misses_of_the_census_wordings(line: str) -> None:
@@ -1665,3 +1666,71 @@ def test_numpy_s_size_past_tib_is_not_read() -> None:
 def test_a_host_allocator_s_check_line_is_not_a_cuda_error(line: str) -> None:
     assert formats.match_line(line) is None
     assert not diagnose(line + "\n").detected
+
+
+# -- issue 24, eleventh round: wordings posts retyped or cut, and a "Killed" glued to a bar -----
+
+
+@pytest.mark.parametrize(("line", "family"), [
+    # PyTorch 1.x's message cut to its figures' first (public7 z-023), with or without a space
+    ("RuntimeError: CUDA out of memory.(GPU 1; 14.76 GiB total capacity;)", formats.TORCH),
+    ("RuntimeError: CUDA out of memory. (GPU 0; 7.92 GiB total capacity", formats.TORCH),
+    # CTranslate2's check lower-cased (public8 m-031)
+    ("cuda failed with error out of memory", formats.TORCH_RAW),
+    # Caffe's check retyped without the period (public27 j-018)
+    ("Check failed: error == cudaSuccess (2 vs 0) out of memory", formats.CUDA_ERROR),
+    # the kernel's kill line with its pid dropped, the name kept (public22 w-017)
+    ("Out of memory: Killed process (VLLM::Worker_TP)", formats.HOST_KILLED),
+    # bash's "Killed" glued to a Keras bar's last figure (public15 v-027)
+    ("165376/296960 [===============>..............] - ETA: 365s - loss: 2.1371Killed",
+     formats.HOST_KILLED),
+    # ...and a placeholder for the kernel line's pid (public28 z-017)
+    ("  Out of memory: Killed process <PID> (python) total-vm:<...> anon-rss:<...>",
+     formats.HOST_KILLED),
+    # TH's host allocator (public21 r-022, public28 x-015)
+    ("RuntimeError: $ Torch: not enough memory: you tried to allocate 2GB. Buy new RAM! at "
+     "/pytorch/aten/src/TH/THGeneral.cpp:201", formats.HOST_ALLOC),
+    # Julia's CUDA.jl (public28 z-018)
+    ("ERROR: Out of GPU memory trying to allocate 256.000 KiB", formats.CUDA_ERROR),
+    # LSF's and YARN's memory limits (evaluation/hostprint v-014, v-018)
+    ("TERM_MEMLIMIT: job killed after reaching LSF memory usage limit.", formats.HOST_KILLED),
+    ("ExecutorLostFailure (executor 6 exited caused by one of the running tasks) Reason: "
+     "Container killed by YARN for exceeding memory limits. 8.2 GB of 8 GB physical memory "
+     "used.", formats.HOST_KILLED),
+])  # fmt: skip
+def test_the_eleventh_rounds_wordings(line: str, family: str) -> None:
+    assert formats.match_line(line) == family
+    assert diagnose("step 1\n" + line + "\n").detected
+
+
+@pytest.mark.parametrize("line", [
+    "RuntimeError: CUDA out of memory.(see the FAQ)",  # no figures after it
+    "Check failed: error == cudaSuccess (20 vs 0) out of memory",  # not code 2
+    "Out of memory: Killed process ()",
+    "Out of memory: Killed process (a b)",  # a sentence, not a process name
+    "loss: 2.1371Killed",  # no bar: no count, no rate
+    "3/10 done, worker Killed",  # a count but no rate nor ETA
+    "Epoch 3/10 [====] - ETA: 3s - loss: 0.2 Killed by the user",  # more words after it
+    "Torch: not enough memory",  # no request
+    "Out of GPU memory",
+    "TERM_MEMLIMIT",  # LSF's code alone
+    "Container killed by YARN",  # not for memory
+])  # fmt: skip
+def test_near_misses_of_the_eleventh_rounds_wordings(line: str) -> None:
+    assert formats.match_line(line) is None
+
+
+def test_a_killed_after_a_bar_s_bracket_keeps_its_wording() -> None:
+    """After a "]" the older alternative reads it: its span starts at the bracket."""
+    line = "Loading checkpoint shards:  38%|###       | 3/8 [00:02<00:03,  1.28it/s]Killed"
+    found = formats.find_failure(line)
+    assert found is not None and line[found[1] : found[2]] == "]Killed"
+
+
+@pytest.mark.parametrize(("line", "framework"), [
+    ("RuntimeError: $ Torch: not enough memory: you tried to allocate 2GB. Buy new RAM!",
+     "pytorch"),
+    ("ERROR: Out of GPU memory trying to allocate 256.000 KiB", "julia"),
+])  # fmt: skip
+def test_the_eleventh_rounds_stacks(line: str, framework: str) -> None:
+    assert diagnose(line + "\n").framework == framework

@@ -250,8 +250,12 @@ def test_every_wording_found_in_the_real_logs_contains_a_keyword() -> None:
     summaries = [w for w in unconfirmed if w.startswith(formats.BFC_DUMP_TOTAL.decode())]
     bare = [w for w in unconfirmed if re.fullmatch(formats.BARE_MEMORY_ERROR_PATTERN, w)]
     assert bare, "the real logs hold bare MemoryErrors: the exception is not vacuous"
+    # and the host's kernel refusing memory, read there too (the eleventh round)
+    refused = [w for w in unconfirmed if re.fullmatch(formats.HOST_REFUSED_PATTERN, w)]
+    assert refused, "the real logs hold ENOMEM and Windows' commit limit: not vacuous"
     unconfirmed = [
-        w for w in unconfirmed if w not in localized and w not in summaries and w not in bare
+        w for w in unconfirmed
+        if w not in localized and w not in summaries and w not in bare and w not in refused
     ]
     assert localized == ["Processus arrêté"], localized  # (public22's are not in these corpora)
     assert summaries, "the real logs hold BFC summaries: the exception is not vacuous"
@@ -1219,6 +1223,55 @@ def test_a_localized_killed_on_the_last_line_is_a_host_kill(tail: str) -> None:
 def test_a_localized_killed_elsewhere_or_in_a_sentence_is_not_read(text: str) -> None:
     result = scan_bytes(("step 1\n" + text).encode())
     assert result.oom_count == 0
+
+
+@pytest.mark.parametrize("tail", [
+    "1%|█▏ | 21/1423 [00:02<02:09, 10.81it/s]已杀死\n",  # public27 j-005
+    "[>>>>>>>>>> ] 1022/5000, 1.5 task/s, elapsed: 673s, ETA: 2621s已杀死\n",  # y-011
+    "120/300 [=====>....] - ETA: 36s - loss: 0.7Getötet",
+])  # fmt: skip
+def test_a_localized_killed_glued_to_a_progress_bar_on_the_last_line_is_a_host_kill(
+    tail: str,
+) -> None:
+    data = ("Caching all 373 images.\n" * 3000 + tail).encode()
+    result = same_however_split(data, 1, 7, 4096, CHUNK_BYTES)
+    assert result.last is not None and result.last.family == "host-killed"
+    assert diagnose(data).kind == "host-oom-killed"
+
+
+@pytest.mark.parametrize("text", [
+    # a bar, then the job's next line: not the log's end
+    "1%| | 21/1423 [00:02<02:09, 10.81it/s]已杀死\nstep 2\n",
+    "[GAME] 3/10 Morto\n",  # a count, but no rate nor ETA
+    "10/10 [00:01<00:00, 9.1it/s] Morto trop tôt\n",  # more words after it
+])  # fmt: skip
+def test_a_localized_killed_after_a_bar_elsewhere_is_not_read(text: str) -> None:
+    assert scan_bytes(("step 1\n" + text).encode()).oom_count == 0
+
+
+@pytest.mark.parametrize("tail", [
+    "    self.pid = os.fork()\nOSError: [Errno 12] Cannot allocate memory\n",  # public13 g-026
+    "OSError: [WinError 1455] The paging file is too small for this operation to complete. "
+    "Error loading \"E:\\x\\torch\\lib\\caffe2_detectron_ops_gpu.dll\"\n",  # public12 c-021
+    "ImportError: DLL load failed while importing _pywrap_tensorflow_internal: Die "
+    "Auslagerungsdatei ist zu klein, um diesen Vorgang durchzuf\u00fchren.",  # public28 x-011
+])  # fmt: skip
+def test_the_host_refusing_memory_on_the_last_line_is_host_memory(tail: str) -> None:
+    data = ("Caching all 373 images.\n" * 3000 + tail).encode()
+    result = same_however_split(data, 1, 7, 4096, CHUNK_BYTES)
+    assert result.last is not None and result.last.family == "host-alloc"
+    assert diagnose(data).kind == "host-oom-killed"
+
+
+@pytest.mark.parametrize("text", [
+    # caught: the job's own lines after it
+    "OSError: [Errno 12] Cannot allocate memory\nretrying with 2 workers\nstep 2\n",
+    "OSError: [WinError 1455] The paging file is too small\nstep 2\n",
+    "OSError: [Errno 28] No space left on device\n",  # another errno
+    "print('[Errno 12] Cannot allocate memory')\n",  # not at the line's start
+])  # fmt: skip
+def test_the_host_refusing_memory_elsewhere_is_not_read(text: str) -> None:
+    assert scan_bytes(("step 1\n" + text).encode()).oom_count == 0
 
 
 @pytest.mark.parametrize("gap", [10, 10_000])  # within the same-failure window, and past it
