@@ -73,6 +73,13 @@ create the device's context (XLA/JAX's "Failed to create stream executor ...:
 CUDA_ERROR_OUT_OF_MEMORY", measured on the H200: evaluation/results/library-errors) it is that
 failure's consequence, raised by the job's first array operation."""
 _EXCEPTION: Final = re.compile(r"([A-Za-z_][\w.]{0,255})(?::|$)")
+_BARE_NAME: Final = re.compile(
+    r"(?:Error|Exception|Interrupt|Exit|Iteration|Warning|Failure|Timeout)$"
+)
+"""What an exception's name without a message ends with (Python's own: ``KeyboardInterrupt``,
+``SystemExit``, ``StopIteration``, ``MemoryError``; a library's by the same convention). A bare
+word that does not is a line the post cut ("Run", the first letters of "RuntimeError: ...":
+public29 p-006's traceback, pasted after its own message): nothing is read into it."""
 MAX_EXCEPTION_CHARS: Final = 200
 
 
@@ -118,7 +125,7 @@ def _decide(own: list[Line]) -> str | _Again | None:
         if any(formats.find_failure(line.text) is not None for line in own[start:stop]):
             return AGAIN  # the failure again (re-raised, quoted, in its message or after it)
         name = _EXCEPTION.match(text)
-        if name is None:
+        if name is None or (name.end() == len(text) and not _BARE_NAME.search(name.group(1))):
             return None
         if name.group(1).rpartition(".")[2] in CONSEQUENCES or _PEER_GONE.search(text):
             continue

@@ -187,6 +187,21 @@ def test_an_exception_line_that_is_not_a_name_says_nothing() -> None:
     assert later(OOM + traceback("*** crashed ***")) is None
 
 
+@pytest.mark.parametrize("cut", ["Run", "torch.cuda.Out", "Runtime"])
+def test_a_bare_word_a_post_cut_is_not_an_exception(cut: str) -> None:
+    """public29 p-006: the message pasted first, its own traceback after it, cut at "Run"."""
+    assert later(OOM + traceback(cut)) is None
+    assert diagnose(OOM + traceback(cut)).detected
+
+
+@pytest.mark.parametrize("name", [
+    "StopIteration", "AssertionError", "mylib.ConfigError", "ZeroDivisionError",
+    "grpc.FutureTimeout",
+])  # fmt: skip
+def test_a_bare_exception_name_is_still_the_job_s_end(name: str) -> None:
+    assert later(OOM + STEPS + traceback(name)) == name
+
+
 def test_the_exception_is_shown_without_control_characters_and_bounded() -> None:
     assert later(OOM + traceback("KeyError: \x1b[31mred\x07 \u202eevil")) == (
         "KeyError: ?[31mred? ?evil"
@@ -236,7 +251,7 @@ def test_an_oom_wording_anywhere_in_the_traceback_block_keeps_the_oom() -> None:
 @pytest.mark.parametrize(
     ("exception", "shown"),
     [
-        ("E", "E"),  # one character
+        ("E: x", "E: x"),  # one character (a bare one is a cut line: _BARE_NAME)
         ("XMLSyntaxError: bad config", "XMLSyntaxError: bad config"),
         ("_Private.Error", "_Private.Error"),
     ],
