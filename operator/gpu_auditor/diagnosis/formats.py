@@ -581,6 +581,9 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             # b-002, b-018, b-025); not the bare enum nor vulkan-hpp's exception: llama.cpp's
             # Vulkan backend prints that one and falls back to host memory (the census's review)
             r"\bVkResult: ERROR_OUT_OF_DEVICE_MEMORY\b|"
+            # ...and TVM's Vulkan runtime failing its check on it (MLC LLM: public29 r-005)
+            r"\bCheck failed: \(__e == VK_SUCCESS\) is false: Vulkan Error, code=-2: "
+            r"VK_ERROR_OUT_OF_DEVICE_MEMORY\b|"
             # Isaac Gym's PhysX CUDA check (public23 b-024); a CUDA check macro's "Error <string>
             # at line N in file F" (bitsandbytes' ops.cu, public23 z-019); heFFTe's (a-012)
             r"\bGym cuda error: out of memory\b|"
@@ -717,6 +720,9 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             + LOCALIZED_KILLED_PATTERN + "|"
             # zsh's job report; the kernel's own words (dmesg); Slurm's cgroup OOM killer
             r"(?:^|\])\[\d{1,5}\][ \t]{1,16}\d{1,9} killed[ \t]{1,16}\S|"
+            # zsh's report of its foreground job, bash's of a job by its pid (public29 q-016,
+            # q-014: the same SIGKILL the bare "Killed" reports)
+            r"^zsh: killed[ \t]{1,16}\S|^[ \t]{0,8}\d{1,9} Killed[ \t]{2,32}\S|"
             # (the memory cgroup's wording too: a Kubernetes or Slurm limit; like the kernel's
             # own, it names whatever process it killed, public12 f-015's job among them)
             # (a post that dropped the pid keeps the name in its parentheses, or writes a

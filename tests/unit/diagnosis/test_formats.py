@@ -1694,6 +1694,13 @@ def test_a_host_allocator_s_check_line_is_not_a_cuda_error(line: str) -> None:
     ("ERROR: Out of GPU memory trying to allocate 256.000 KiB", formats.CUDA_ERROR),
     # LSF's and YARN's memory limits (evaluation/hostprint v-014, v-018)
     ("TERM_MEMLIMIT: job killed after reaching LSF memory usage limit.", formats.HOST_KILLED),
+    # zsh's and bash's reports of a SIGKILLed job (public29 q-016, q-014)
+    ("zsh: killed     python export.py", formats.HOST_KILLED),
+    ("70361 Killed                  openvino2tensorflow --model_path $input_path",
+     formats.HOST_KILLED),
+    # TVM's Vulkan runtime (MLC LLM, public29 r-005)
+    ("  Check failed: (__e == VK_SUCCESS) is false: Vulkan Error, code=-2: "
+     "VK_ERROR_OUT_OF_DEVICE_MEMORY", formats.CUDA_ERROR),
     ("ExecutorLostFailure (executor 6 exited caused by one of the running tasks) Reason: "
      "Container killed by YARN for exceeding memory limits. 8.2 GB of 8 GB physical memory "
      "used.", formats.HOST_KILLED),
@@ -1715,6 +1722,10 @@ def test_the_eleventh_rounds_wordings(line: str, family: str) -> None:
     "Out of GPU memory",
     "TERM_MEMLIMIT",  # LSF's code alone
     "Container killed by YARN",  # not for memory
+    "zsh: killed",  # no command after it
+    "echo 'zsh: killed     python export.py'",  # quoted, not at the line's start
+    "3 Killed workers were restarted",  # a sentence, one space
+    "Check failed: (__e == VK_SUCCESS) is false: Vulkan Error, code=-4: VK_ERROR_DEVICE_LOST",
 ])  # fmt: skip
 def test_near_misses_of_the_eleventh_rounds_wordings(line: str) -> None:
     assert formats.match_line(line) is None
