@@ -164,8 +164,12 @@ def cap_binding(f: Figures, slack: int = 0) -> bool:
 
 EVICTED: Final = "The node was low on resource: memory"
 """The kubelet's eviction message (the pod's status; pipelines quote it)."""
-SCHEDULER_LIMIT: Final = ("exceeded memory limit (", "PBS: job killed: mem ")
-"""Slurm's accounting and PBS killing a job over its memory limit (formats' HOST_KILLED)."""
+SCHEDULER_LIMIT: Final = (
+    "exceeded memory limit (", "PBS: job killed: mem ", "TERM_MEMLIMIT: job killed",
+    "Container killed by YARN",
+)
+"""Slurm's accounting, PBS, LSF and YARN killing a job over its memory limit (formats'
+HOST_KILLED)."""
 MANAGED_REPLICA: Final = "ran out-of-memory and exited with a non-zero status"
 """Google's managed training (Cloud ML Engine, Vertex AI) reporting a replica killed for memory."""
 LIBRARIES: Final = frozenset({formats.NCCL, formats.CUDA_LIBRARY})
@@ -842,8 +846,8 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
             )
         if any(words in event.message for words in SCHEDULER_LIMIT):
             return (
-                "host-oom-killed: the batch scheduler (Slurm, PBS) killed the job over its "
-                "memory limit: host (CPU) memory, not GPU memory"
+                "host-oom-killed: the batch scheduler (Slurm, PBS, LSF, YARN) killed the job over "
+                "its memory limit: host (CPU) memory, not GPU memory"
             )
         if MANAGED_REPLICA in event.message:
             return (

@@ -79,10 +79,14 @@ PRIORITY: Final[dict[str, int]] = {
 }
 
 HAMI_ALLOCATE: Final = "cuMemoryAllocate failed"
+"""HAMi-core's own allocation through the driver failing: the card, not the pod's vGPU limit."""
+TF_CPU_ALLOCATOR: Final = r"[^\n]{0,300}?/device:CPU:\d{1,3} by allocator (?:cpu|mklcpu)\b"
+"""The rest of TensorFlow's "OOM when allocating tensor ..." when the op's device is the host's
+and its allocator TensorFlow's CPU one: host memory ran out, not the GPU's (not ``gpu_host_bfc``,
+the pinned memory the GPU's copies use)."""
 TH_HOST_ALLOC: Final = "Torch: not enough memory"
 """TH's (PyTorch before 1.0) host allocator refusing, "... you tried to allocate 2GB. Buy new
 RAM!": host memory, like the DefaultCPUAllocator's that replaced it."""
-"""HAMi-core's own allocation through the driver failing: the card, not the pod's vGPU limit."""
 
 KEYWORDS: Final[tuple[bytes, ...]] = (
     b"out of memory",
@@ -380,7 +384,7 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
     (
         TENSORFLOW,
         re.compile(
-            r"\bOOM when allocating tensor\b|"
+            r"\bOOM when allocating tensor\b(?!" + TF_CPU_ALLOCATOR + r")|"
             # TensorFlow 1's Eigen allocator aborting the process
             r"\bEigenAllocator for GPU ran out of memory when allocating\b|"
             # TensorFlow 2's eager ops
@@ -684,6 +688,9 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
         HOST_ALLOC,
         re.compile(
             r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)|"
+            # TensorFlow's own CPU allocator (the op ran on the host: public12 e-026, public29
+            # p-009)
+            r"\bOOM when allocating tensor\b(?=" + TF_CPU_ALLOCATOR + r")|"
             # TH's host allocator, PyTorch before 1.0 (public21 r-022, public28 x-015)
             r"\b" + TH_HOST_ALLOC + r": you tried to allocate \d{1,9}GB\b|"
             # the host's kernel refusing memory, as the log's last line (logtext's end read)

@@ -1745,3 +1745,33 @@ def test_a_killed_after_a_bar_s_bracket_keeps_its_wording() -> None:
 ])  # fmt: skip
 def test_the_eleventh_rounds_stacks(line: str, framework: str) -> None:
     assert diagnose(line + "\n").framework == framework
+
+
+@pytest.mark.parametrize(("device", "allocator", "family"), [
+    ("CPU:0", "cpu", formats.HOST_ALLOC),  # TensorFlow's own host allocator (public12 e-026)
+    ("CPU:0", "mklcpu", formats.HOST_ALLOC),
+    ("GPU:0", "GPU_0_bfc", formats.TENSORFLOW),
+    ("CPU:0", "gpu_host_bfc", formats.TENSORFLOW),  # pinned memory for the GPU's copies
+])  # fmt: skip
+def test_tensorflow_s_oom_on_its_cpu_allocator_is_host_memory(
+    device: str, allocator: str, family: str
+) -> None:
+    line = ("tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating "
+            "tensor with shape[32,52,52,256] and type float on /job:localhost/replica:0/task:0/"
+            f"device:{device} by allocator {allocator}")
+    assert formats.match_line(line) == family
+    d = diagnose(line + "\n")
+    assert d.detected
+    assert (d.kind == "host-oom-killed") == (family == formats.HOST_ALLOC)
+
+
+@pytest.mark.parametrize("line", [
+    "TERM_MEMLIMIT: job killed after reaching LSF memory usage limit.",
+    "Reason: Container killed by YARN for exceeding memory limits. 8.2 GB of 8 GB physical "
+    "memory used.",
+])  # fmt: skip
+def test_lsf_and_yarn_kills_are_the_schedulers(line: str) -> None:
+    assert diagnose(line + "\n").summary == (
+        "host-oom-killed: the batch scheduler (Slurm, PBS, LSF, YARN) killed the job over its "
+        "memory limit: host (CPU) memory, not GPU memory"
+    )
