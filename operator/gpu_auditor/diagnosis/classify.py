@@ -166,10 +166,8 @@ EVICTED: Final = "The node was low on resource: memory"
 """The kubelet's eviction message (the pod's status; pipelines quote it)."""
 SCHEDULER_LIMIT: Final = (
     "exceeded memory limit (", "PBS: job killed: mem ", "TERM_MEMLIMIT: job killed",
-    "Container killed by YARN",
 )
-"""Slurm's accounting, PBS, LSF and YARN killing a job over its memory limit (formats'
-HOST_KILLED)."""
+"""Slurm's accounting, PBS and LSF killing a job over its memory limit (formats' HOST_KILLED)."""
 MANAGED_REPLICA: Final = "ran out-of-memory and exited with a non-zero status"
 """Google's managed training (Cloud ML Engine, Vertex AI) reporting a replica killed for memory."""
 LIBRARIES: Final = frozenset({formats.NCCL, formats.CUDA_LIBRARY})
@@ -846,8 +844,8 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
             )
         if any(words in event.message for words in SCHEDULER_LIMIT):
             return (
-                "host-oom-killed: the batch scheduler (Slurm, PBS, LSF, YARN) killed the job over "
-                "its memory limit: host (CPU) memory, not GPU memory"
+                "host-oom-killed: the batch scheduler (Slurm, PBS, LSF) killed the job over its "
+                "memory limit: host (CPU) memory, not GPU memory"
             )
         if MANAGED_REPLICA in event.message:
             return (

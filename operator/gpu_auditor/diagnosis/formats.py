@@ -219,14 +219,6 @@ last line only, where an uncaught one ends the job: a test runner's or a caught 
 own lines after it (the review's cases 03-05), and no keyword of the scan is in it (one on every
 line that names MemoryError cost 45x on such a log: the review)."""
 
-PROGRESS_BEFORE_KILLED: Final = (
-    r"\b\d{1,9}/\d{1,9}\b[^\n]{0,80}?(?:/s\b|/it\b|ETA:)[^\n]{0,80}?"
-)
-"""A progress bar's line up to where a shell's "Killed" was glued to it: the bar's count (N/M),
-then its rate or its ETA (tqdm's "10.81it/s]", mmcv's "1.5 task/s, ... ETA: 2621s", Keras's
-"- ETA: 365s - loss: 2.1371"): the job's own output drawn without a newline, the shell's word
-printed right after it (public15 v-027, public23 y-011, public27 j-005)."""
-
 HOST_REFUSED_PATTERN: Final = (
     r"^[ \t]{0,8}(?:[\w.]{1,60}: )?\[Errno 12\] Cannot allocate memory\b|"
     r"\[WinError 1455\]|\bThe paging file is too small for this operation to complete\b|"
@@ -242,12 +234,21 @@ OOM killer, may refuse it (overcommit, ``ulimit -v``); it is host memory refused
 the three threads that settled it were memory, none a limit on mappings.)"""
 
 LOCALIZED_KILLED_PATTERN: Final = (
-    r"(?:^[ \t]{0,8}|" + PROGRESS_BEFORE_KILLED + r")(?:"
-    + "|".join(map(re.escape, LOCALIZED_KILLED)) + r")[ \t]{0,8}$"
+    r"^[ \t]{0,8}(?:" + "|".join(map(re.escape, LOCALIZED_KILLED)) + r")[ \t]{0,8}$"
 )
-"""One localized "Killed" alone on its line, or glued to a progress bar's count and rate (not
-after any "]" as the English one may be: several of these are common words, "[GAME] Morto" is a
-game's log: the round's review)."""
+"""One localized "Killed" alone on its line (not after a "]" as the English one may be: several
+of these are common words, "[GAME] Morto" is a game's log: the round's review)."""
+
+KILLED_AFTER_BAR_PATTERN: Final = (
+    r"\b\d{1,9}/\d{1,9}\b[^\n]{0,80}?(?:/s\b|/it\b|ETA:)[^\n]{0,80}?(?<=[\ds\]█▏▎▍▌▋▊▉])"
+    r"(Killed|" + "|".join(map(re.escape, LOCALIZED_KILLED)) + r")[ \t]{0,8}$"
+)
+"""A shell's "Killed" (or its translation) glued to a progress bar drawn without a newline: the
+bar's count (N/M), then its rate or its ETA (tqdm's "10.81it/s]", mmcv's "1.5 task/s, ... ETA:
+2621s", Keras's "- ETA: 365s - loss: 2.1371"), the word right after its last character, no
+space nor colon between (public15 v-027, public23 y-011, public27 j-005). Read on the log's last
+line only, where the shell prints it (``logtext.LogScanner``), and there the word alone is
+confirmed: a line's own ": Morto" or "| Status: Ucciso" is not (the round's review)."""
 
 
 BFC_DUMP_TOTAL: Final = b"Sum Total of in-use chunks: "
@@ -720,9 +721,6 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"DataLoader worker ?\(pid ?\w{1,16}\) is killed by signal: ?[Kk]illed\b|"
             # (after a bar cut mid-draw, its last block: public24 d-020's "77%|█████Killed")
             r"(?:^|[\]█▏▎▍▌▋▊▉])[ \t]{0,8}Killed[ \t]{0,8}$|\bline \d{1,9}: {1,8}\d{1,9} Killed\b|"
-            # (glued to a bar's last figure: Keras's "- ETA: 365s - loss: 2.1371Killed"; after
-            # a "]" or a block the alternative above reads it)
-            + PROGRESS_BEFORE_KILLED + r"(?<![\]█▏▎▍▌▋▊▉ \t])Killed[ \t]{0,8}$|"
             # the bare line in the shell's language (read on the log's last line only)
             + LOCALIZED_KILLED_PATTERN + "|"
             # zsh's job report; the kernel's own words (dmesg); Slurm's cgroup OOM killer
@@ -754,10 +752,9 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             # scan's is in it)
             r"\bA process (?:of this unit )?has been killed by the OOM killer\b|"
             r"\bexceeded memory limit \(\d{1,24} > \d{1,24}\), being killed\b|"
-            # LSF's and YARN's (Spark on Hadoop) memory limits killing a job or an executor
-            # (evaluation/hostprint v-014, v-018)
+            # LSF's memory limit killing a job (evaluation/hostprint v-014; not YARN's
+            # container kill, which Spark retries and may finish after: the round's review)
             r"\bTERM_MEMLIMIT: job killed after reaching LSF memory usage limit\b|"
-            r"\bContainer killed by YARN for exceeding memory limits\b|"
             # Google's managed training (Cloud ML Engine, Vertex AI) reporting a replica its
             # container's memory limit killed (public19 l-023)
             r"\bThe replica [\w -]{1,64}? ran out-of-memory and exited with a non-zero status "
@@ -951,8 +948,8 @@ def framework_of(family: str, line: str) -> str | None:
         return "llama.cpp"
     if family == NCCL:  # NCCL's own name, unless the line names JAX or TensorFlow
         return _marked(line, ("jax", "tensorflow")) or NCCL
-    if family == HOST_ALLOC and "DefaultCPUAllocator" not in line and TH_HOST_ALLOC not in line:
-        return _marked(line)  # OpenCV's, the kernel's refusal: their markers
+    if family == HOST_ALLOC and "DefaultCPUAllocator" not in line:
+        return _marked(line)  # OpenCV's, TH's (Lua Torch7's too), the kernel's: their markers
     if family == CUDA_LIBRARY and library_named(line) in ("cuRAND", "OpenCL"):
         return _marked(line)  # PyTorch has no OpenCL backend nor cuRAND's host API: no default
     if family in (TORCH_RAW, DRIVER, CUDA_LIBRARY, HOST_KILLED, RAY_KILLED, BFC, CUDA_ERROR, HAMI):

@@ -74,6 +74,7 @@ _KEYWORD_RE: Final = re.compile(formats.KEYWORD_PATTERN.encode("ascii"))
 _LOCALIZED_KILLED_RE: Final = re.compile(formats.LOCALIZED_KILLED_PATTERN)
 _BARE_MEMORY_ERROR_RE: Final = re.compile(formats.BARE_MEMORY_ERROR_PATTERN)
 _HOST_REFUSED_RE: Final = re.compile(formats.HOST_REFUSED_PATTERN)
+_KILLED_AFTER_BAR_RE: Final = re.compile(formats.KILLED_AFTER_BAR_PATTERN)
 _CRI_RE: Final = re.compile(r"^\d{4}-\d\d-\d\dT\S+ (?:stdout|stderr) ([FP]) ?(.*)$")
 _DOCKER_JSON_RE: Final = re.compile(r'\{"log":\s{0,8}"((?:[^"\\]++|\\.)*+)"')
 """docker's json-file record (``{"log":"...\\n","stream":...}``): only its leading ``log`` string
@@ -343,12 +344,19 @@ class LogScanner:
         if start == len(tail):
             return
         lines = normalize_lines([decode(tail[start:])])  # a container runtime's prefix off
-        if lines and (
+        if not lines:
+            return
+        if (
             _LOCALIZED_KILLED_RE.search(lines[0].text)
             or _BARE_MEMORY_ERROR_RE.match(lines[0].text)
             or _HOST_REFUSED_RE.search(lines[0].text)
         ):
             self._confirm_line(offset + start, offset + len(tail))
+            return
+        glued = _KILLED_AFTER_BAR_RE.search(lines[0].text)
+        if glued is not None:  # the shell's word alone, read as its bare line is
+            word = len(glued.group(1).encode())
+            self._confirm_line(offset + len(tail) - word, offset + len(tail))
 
     def _read_tail_wordings(self) -> None:
         """The last failure worded as ``formats.TAIL_WORDINGS`` (a BFC allocator's summary cut

@@ -1646,14 +1646,14 @@ def test_unseen_memory_more_than_pytorchs_names_the_figures() -> None:
         (
             "slurmstepd: error: Job 7518 exceeded memory limit (626359956 > 512000000), being "
             "killed",
-            "host-oom-killed: the batch scheduler (Slurm, PBS, LSF, YARN) killed the job over "
-            "its memory limit: host (CPU) memory, not GPU memory",
+            "host-oom-killed: the batch scheduler (Slurm, PBS, LSF) killed the job over its "
+            "memory limit: host (CPU) memory, not GPU memory",
             "raise the container's memory limit (and set the request equal to it)",
         ),
         (
             "=>> PBS: job killed: mem 38427376kb exceeded limit 33554432kb",
-            "host-oom-killed: the batch scheduler (Slurm, PBS, LSF, YARN) killed the job over "
-            "its memory limit: host (CPU) memory, not GPU memory",
+            "host-oom-killed: the batch scheduler (Slurm, PBS, LSF) killed the job over its "
+            "memory limit: host (CPU) memory, not GPU memory",
             "raise the container's memory limit (and set the request equal to it)",
         ),
     ],

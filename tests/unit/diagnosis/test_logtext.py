@@ -1229,6 +1229,7 @@ def test_a_localized_killed_elsewhere_or_in_a_sentence_is_not_read(text: str) ->
     "1%|█▏ | 21/1423 [00:02<02:09, 10.81it/s]已杀死\n",  # public27 j-005
     "[>>>>>>>>>> ] 1022/5000, 1.5 task/s, elapsed: 673s, ETA: 2621s已杀死\n",  # y-011
     "120/300 [=====>....] - ETA: 36s - loss: 0.7Getötet",
+    "165376/296960 [===============>..............] - ETA: 365s - loss: 2.1371Killed",  # v-027
 ])  # fmt: skip
 def test_a_localized_killed_glued_to_a_progress_bar_on_the_last_line_is_a_host_kill(
     tail: str,
@@ -1244,6 +1245,13 @@ def test_a_localized_killed_glued_to_a_progress_bar_on_the_last_line_is_a_host_k
     "1%| | 21/1423 [00:02<02:09, 10.81it/s]已杀死\nstep 2\n",
     "[GAME] 3/10 Morto\n",  # a count, but no rate nor ETA
     "10/10 [00:01<00:00, 9.1it/s] Morto trop tôt\n",  # more words after it
+    # the line's own words after a space or a colon (the round's review)
+    "[GAME] 12/40 players, 3.2 ana.s/s: Morto\n",
+    " 40%|####      | 4/10 [00:41<01:02, 10.31s/it] | Status: Morto\n",
+    "episode 3/100, 2.1 ep/s, esito: Ucciso\n",
+    "ETA: 12s 4/9 done - Processus arrêté\n",
+    # glued, but not the log's last line
+    "165376/296960 [====>....] - ETA: 365s - loss: 2.1371Killed\nEpoch 2/2\n",
 ])  # fmt: skip
 def test_a_localized_killed_after_a_bar_elsewhere_is_not_read(text: str) -> None:
     assert scan_bytes(("step 1\n" + text).encode()).oom_count == 0
