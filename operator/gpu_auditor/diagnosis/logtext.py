@@ -333,7 +333,9 @@ class LogScanner:
         (``formats.LOCALIZED_KILLED``), Python's bare ``MemoryError``
         (``formats.BARE_MEMORY_ERROR_PATTERN``) or the host's kernel refusing memory
         (``formats.HOST_REFUSED_PATTERN``): no keyword of the scan finds those words anywhere
-        else.
+        else; or a shell's "Killed" (in any of its languages) glued to a progress bar
+        (``formats.KILLED_AFTER_BAR_PATTERN``), of which the word alone is confirmed, as its
+        bare line would be (its rank, if any, is the bar line's).
         Only the log's last ``LAST_LINE_BYTES`` are looked at (a bounded cost per log)."""
         buf = self._buf
         offset = max(0, len(buf) - LAST_LINE_BYTES)
