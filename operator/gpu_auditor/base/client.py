@@ -55,7 +55,9 @@ API server, sequential), and under a burst the handshakes queue on both sides: t
 writes a hundred annotations at once (bench/results/operator_scale_issue27.md)."""
 _STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError,
           ConnectionAbortedError, ssl.SSLEOFError, ssl.SSLZeroReturnError)
-"""How a kept connection the server closed meanwhile fails: sent again once, on a new one."""
+"""How a kept connection the server closed meanwhile fails: sent again once, on a new one, the
+other kept connections dropped (a server that restarted closed them all: the retry had taken the
+next kept one, as dead, and an operator's retries failed on them for minutes)."""
 
 
 @dataclass(frozen=True)
@@ -330,7 +332,7 @@ class ApiClient:
             return remaining
 
         for attempt in range(2):
-            conn, kept = self._take(key), True
+            conn, kept = (self._take(key) if attempt == 0 else None), True
             if conn is None:
                 conn, kept = self._connect(context, timeout), False
             try:
@@ -355,7 +357,8 @@ class ApiClient:
             except (OSError, http.client.HTTPException) as err:  # incl. ssl.SSLError, timeouts
                 conn.close()
                 if kept and attempt == 0 and isinstance(err, _STALE):
-                    continue  # closed by the server while it was kept: once more, anew
+                    self._drop(key)  # the server closed the kept ones, this one among them
+                    continue  # once more, on a new connection
                 what = "timed out" if isinstance(err, TimeoutError | socket.timeout) \
                     else "failed"
                 raise APIConnectionError(f"{method} {self.config.server}{url} {what}: "
@@ -388,6 +391,14 @@ class ApiClient:
                 if self._idle[i][0] == key:
                     return self._idle.pop(i)[1]
         return None
+
+    def _drop(self, key: object) -> None:
+        """Close the kept connections for `key`."""
+        with self._lock:
+            dropped = [conn for k, conn in self._idle if k == key]
+            self._idle = [(k, conn) for k, conn in self._idle if k != key]
+        for conn in dropped:
+            conn.close()
 
     def _keep(self, key: object, conn: http.client.HTTPConnection) -> None:
         with self._lock:

@@ -403,6 +403,35 @@ def test_a_kept_connection_the_server_closed_is_replaced_without_an_error() -> N
         assert handler.connections == 5
 
 
+def test_kept_connections_a_restarted_server_closed_cost_no_error() -> None:
+    """Several kept connections, all closed by the server (an API server's restart): the
+    request that meets the first goes again on a new one, not on the next dead one, and the
+    dead ones are dropped (an operator's retries had failed on them one after another)."""
+    with keep_alive_server() as (server, handler):
+        api = ApiClient(ClusterConfig(server=f"http://127.0.0.1:{server.server_port}"),
+                        user_agent="test", environ={})
+        barrier = threading.Barrier(4)
+
+        def one() -> None:
+            barrier.wait()
+            api.request("GET", "/api/v1/namespaces/default", timeout=5)
+
+        threads = [threading.Thread(target=one) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        kept = len(api._idle)
+        assert kept >= 2
+        for _, conn in list(api._idle):  # the server side goes away under each of them
+            assert conn.sock is not None
+            conn.sock.shutdown(socket.SHUT_RDWR)
+        for _ in range(3):
+            api.request("GET", "/api/v1/namespaces/default", timeout=5)
+        assert handler.connections == kept + 1  # one new connection, reused after
+        api.close()
+
+
 def test_at_most_max_idle_connections_are_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(client_module, "MAX_IDLE", 2)
     with keep_alive_server() as (server, _):
