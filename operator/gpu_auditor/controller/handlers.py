@@ -28,8 +28,9 @@ def _services(memo: Any) -> Services:
 
 
 def has_failed_container(body: Mapping[str, Any], memo: Any, **_: Any) -> bool:
-    """Cheap filter in the event loop: only pods with an undiagnosed failure reach a thread."""
-    return bool(_services(memo).pending(body))
+    """Cheap filter in the event loop: only pods with an undiagnosed failure, or an Event lost
+    to a kill to post again, reach a thread."""
+    return _services(memo).wants(body)
 
 
 @kopf.on.startup()

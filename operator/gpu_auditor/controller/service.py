@@ -85,6 +85,11 @@ class Services:
         """Failed terminations of this pod not yet diagnosed (kopf's cheap filter)."""
         return self.oom.pending(self.parse(body))
 
+    def wants(self, body: Mapping[str, Any]) -> bool:
+        """A pod with a termination to diagnose or an Event to post again (kopf's cheap
+        filter)."""
+        return self.oom.wants(self.parse(body))
+
     def handle_pod(self, body: Mapping[str, Any]) -> None:
         self.oom.handle(self.parse(body))
 
