@@ -80,3 +80,30 @@ def test_close_skips_a_part_without_stop_or_close_and_closes_the_next() -> None:
                         diagnoser=Closes(), schedule=Scheduled())  # fmt: skip
     services.close()
     assert closed == ["diagnoser"]
+
+
+# -- wiring ----------------------------------------------------------------------------------------
+
+
+def test_the_trials_and_the_job_path_are_wired_to_the_operator_s_parts() -> None:
+    """Each part gets this operator's API, schedule, prefix and settings, and the OOM path the
+    trials and the job path it hands pods to."""
+    kube, scheduled = FakeKube(job_pod({"exitCode": 137, "reason": "OOMKilled"})), Scheduled()
+    config = OperatorConfig(annotation_prefix="x.example/", job_kinds=("jobset",),
+                            group_log_reads=3)
+    services = Services(kube=kube, config=config,  # type: ignore[arg-type]
+                        diagnoser=Inline(), schedule=scheduled)
+    trials, jobs = services.trials, services.jobs
+    assert trials is not None and services.oom.trials is trials
+    assert (trials.kube, trials.schedule, trials.prefix, trials.switches) == (
+        kube, scheduled, "x.example/", frozenset({"jobset"}))
+    assert jobs is not None and services.oom.jobs is jobs
+    assert (jobs.kube, jobs.oom, jobs.attempts, jobs.schedule) == (
+        kube, services.oom, services.oom.attempts, scheduled)
+    assert (jobs.switches, jobs.prefix, jobs.log_reads) == (
+        frozenset({"jobset"}), "x.example/", 3)
+    services.close()
+    plain = Services(kube=kube, config=OperatorConfig(job_kinds=()),  # type: ignore[arg-type]
+                     diagnoser=Inline(), schedule=Scheduled())
+    assert plain.jobs is None and plain.oom.jobs is None and plain.trials.switches == frozenset()
+    plain.close()
