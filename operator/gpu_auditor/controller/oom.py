@@ -371,7 +371,10 @@ class OomPath:
     # -- retries --
 
     def failed(self, pod: Pod, key: tuple[str, str]) -> None:
-        namespace, name = pod.namespace, pod.name
+        self._retry(pod.namespace, pod.name, key)
+
+    def _retry(self, namespace: str, name: str, key: tuple[str, str]) -> None:
+        """A failed attempt at `key`: its next back-off reads the pod again."""
         self.attempts.failed(key, lambda: self._look_again(namespace, name, key))
 
     def _look_again(self, namespace: str, name: str, key: tuple[str, str]) -> None:
@@ -386,7 +389,7 @@ class OomPath:
             return
         except APIError as exc:  # the API is down or restarting
             log.info("retry of %s/%s: %s; trying again later", namespace, name, exc)
-            self.attempts.failed(key, lambda: self._look_again(namespace, name, key))
+            self._retry(namespace, name, key)
             return
         self.handle(parse_pod(body, self.prefix))
 

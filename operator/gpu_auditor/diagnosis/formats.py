@@ -233,15 +233,14 @@ job's own lines after it. (The fifth round's review dropped ENOMEM read anywhere
 OOM killer, may refuse it (overcommit, ``ulimit -v``); it is host memory refused all the same, and
 the three threads that settled it were memory, none a limit on mappings.)"""
 
-LOCALIZED_KILLED_PATTERN: Final = (
-    r"^[ \t]{0,8}(?:" + "|".join(map(re.escape, LOCALIZED_KILLED)) + r")[ \t]{0,8}$"
-)
+_LOCALIZED_KILLED_WORDS: Final = "|".join(map(re.escape, LOCALIZED_KILLED))
+LOCALIZED_KILLED_PATTERN: Final = r"^[ \t]{0,8}(?:" + _LOCALIZED_KILLED_WORDS + r")[ \t]{0,8}$"
 """One localized "Killed" alone on its line (not after a "]" as the English one may be: several
 of these are common words, "[GAME] Morto" is a game's log: the round's review)."""
 
 KILLED_AFTER_BAR_PATTERN: Final = (
     r"\b\d{1,9}/\d{1,9}\b[^\n]{0,80}?(?:/s\b|/it\b|ETA:)[^\n]{0,80}?(?<=[\ds\]█▏▎▍▌▋▊▉])"
-    r"(Killed|" + "|".join(map(re.escape, LOCALIZED_KILLED)) + r")[ \t]{0,8}$"
+    r"(Killed|" + _LOCALIZED_KILLED_WORDS + r")[ \t]{0,8}$"
 )
 """A shell's "Killed" (or its translation) glued to a progress bar drawn without a newline: the
 bar's count (N/M), then its rate or its ETA (tqdm's "10.81it/s]", mmcv's "1.5 task/s, ... ETA:

@@ -403,6 +403,21 @@ def test_a_kept_connection_the_server_closed_is_replaced_without_an_error() -> N
         assert handler.connections == 5
 
 
+def _four_at_once(api: ApiClient) -> None:
+    """Four GETs at once, each on a connection of its own (none is free for the others)."""
+    barrier = threading.Barrier(4)
+
+    def one() -> None:
+        barrier.wait()
+        api.request("GET", "/api/v1/namespaces/default", timeout=5)
+
+    threads = [threading.Thread(target=one) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def test_kept_connections_a_restarted_server_closed_cost_no_error() -> None:
     """Several kept connections, all closed by the server (an API server's restart): the
     request that meets the first goes again on a new one, not on the next dead one, and the
@@ -410,17 +425,7 @@ def test_kept_connections_a_restarted_server_closed_cost_no_error() -> None:
     with keep_alive_server() as (server, handler):
         api = ApiClient(ClusterConfig(server=f"http://127.0.0.1:{server.server_port}"),
                         user_agent="test", environ={})
-        barrier = threading.Barrier(4)
-
-        def one() -> None:
-            barrier.wait()
-            api.request("GET", "/api/v1/namespaces/default", timeout=5)
-
-        threads = [threading.Thread(target=one) for _ in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        _four_at_once(api)
         kept = len(api._idle)
         assert kept >= 2
         for _, conn in list(api._idle):  # the server side goes away under each of them
@@ -437,15 +442,5 @@ def test_at_most_max_idle_connections_are_kept(monkeypatch: pytest.MonkeyPatch) 
     with keep_alive_server() as (server, _):
         api = ApiClient(ClusterConfig(server=f"http://127.0.0.1:{server.server_port}"),
                         user_agent="test", environ={})
-        barrier = threading.Barrier(4)
-
-        def one() -> None:
-            barrier.wait()
-            api.request("GET", "/api/v1/namespaces/default", timeout=5)
-
-        threads = [threading.Thread(target=one) for _ in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        _four_at_once(api)
         assert len(api._idle) <= 2

@@ -1234,10 +1234,7 @@ def test_a_localized_killed_elsewhere_or_in_a_sentence_is_not_read(text: str) ->
 def test_a_localized_killed_glued_to_a_progress_bar_on_the_last_line_is_a_host_kill(
     tail: str,
 ) -> None:
-    data = ("Caching all 373 images.\n" * 3000 + tail).encode()
-    result = same_however_split(data, 1, 7, 4096, CHUNK_BYTES)
-    assert result.last is not None and result.last.family == "host-killed"
-    assert diagnose(data).kind == "host-oom-killed"
+    assert _last_line_family(tail) == "host-killed"
 
 
 @pytest.mark.parametrize("text", [
@@ -1265,10 +1262,17 @@ def test_a_localized_killed_after_a_bar_elsewhere_is_not_read(text: str) -> None
     "Auslagerungsdatei ist zu klein, um diesen Vorgang durchzuf\u00fchren.",  # public28 x-011
 ])  # fmt: skip
 def test_the_host_refusing_memory_on_the_last_line_is_host_memory(tail: str) -> None:
+    assert _last_line_family(tail) == "host-alloc"
+
+
+def _last_line_family(tail: str) -> str:
+    """The family ``tail``, a long log's last line, is read as (however the log is split), once
+    its diagnosis is checked to be host memory."""
     data = ("Caching all 373 images.\n" * 3000 + tail).encode()
     result = same_however_split(data, 1, 7, 4096, CHUNK_BYTES)
-    assert result.last is not None and result.last.family == "host-alloc"
+    assert result.last is not None
     assert diagnose(data).kind == "host-oom-killed"
+    return result.last.family
 
 
 @pytest.mark.parametrize("text", [
