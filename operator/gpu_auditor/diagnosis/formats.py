@@ -149,6 +149,8 @@ KEYWORDS: Final[tuple[bytes, ...]] = (
     b"OOM-killed",
     b"Out of GPU memory",
     b"LSF memory usage limit",
+    b"MemoryError: std::bad_alloc: RMM failure at:",
+    b"allocMemorySpace",
 )
 """Byte strings at least one of which every family's failure line contains (second filter)."""
 
@@ -608,6 +610,10 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             # Faiss's GPU resources; a thrust algorithm's system_error (XGBoost's gpu_hist)
             r"\b[Ff]ailed to cudaMalloc \d{1,20} bytes(?: on device \d{1,3})? "
             r"\(error 2 out of memory|"
+            # ...and Faiss 1.3's assertion, before it printed the error (public31 c-029; the
+            # census's Faiss 1.3 abort)
+            r"\bFaiss assertion 'cudaMalloc\(p, size\) == cudaSuccess' failed in [^\n]{0,200}?"
+            r"\ballocMemorySpace\b[^\n]{0,200}?details: Failed to cudaMalloc \d{1,20} bytes\b|"
             # ...and Faiss 1.7+'s (its bench_gpu_1bn.py quotes one)
             + FAISS_ALLOC_FAIL + r"[^\n]{0,180}?\(cudaMalloc error out of memory "
             r"\[2\]\)|"
@@ -629,6 +635,13 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"Failed to allocate \d{1,20} bytes on memory \w{1,24} \(of kind GPU_FB_MEM\)|"
             # Thrust's allocator; RAPIDS' RMM (its pool's own limit, or the device)
             r"\bbad_alloc: cudaErrorMemoryAllocation\b|\bout_of_memory: (?:RMM failure|CUDA error)|"
+            # ...RMM before its out_of_memory type, as Python's MemoryError (public7 z-016; not
+            # Java's wrapper in a Spark task, which Spark retries: public31 c-015 stays unread)
+            r"\bMemoryError: std::bad_alloc: RMM failure at:[^\n]{1,300}?: Maximum pool size "
+            r"exceeded\b|"
+            # Apple's Metal refusing a command buffer its memory (MLX, llama.cpp's Metal backend:
+            # public31 a-002, d-021)
+            r"\bInsufficient Memory \(0{0,8}8:kIOGPUCommandBufferCallbackErrorOutOfMemory\)|"
             # Julia's CUDA.jl (OutOfGPUMemoryError; its usage lines follow) (public28 z-018)
             r"\bOut of GPU memory trying to allocate [\d.]{1,24} [KMGT]?i?B\b|"
             # the CUDA driver API's failure as PyCUDA raises it (public22 u-001, u-002: cryoSPARC);
@@ -866,6 +879,8 @@ _FRAMEWORK_MARKERS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     ("hami", re.compile(r"\[HAMI-core ERROR \([^\n]{0,160}?\)\]: " + HAMI_ALLOCATE + r"\b")),
     ("directml", re.compile(r"\bThere is not enough GPU video memory available\b")),
     ("omniverse", re.compile(r"\bVkResult: ERROR_OUT_OF_DEVICE_MEMORY\b")),  # Isaac Sim's Kit
+    ("mlx", re.compile(r"\[METAL\] Command buffer execution failed: Insufficient Memory\b")),
+    ("metal", re.compile(r"\bkIOGPUCommandBufferCallbackErrorOutOfMemory\b")),
     ("isaacgym", re.compile(r"\bGym cuda error: ")),
     ("theano", re.compile(r"\bbytes of device memory \(out of memory\)")),
     ("dali", re.compile(r"\bNVJPEG error \"5\" : NVJPEG_STATUS_ALLOCATOR_FAILURE\b")),

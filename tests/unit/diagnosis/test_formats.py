@@ -1773,3 +1773,45 @@ def test_lsf_s_kill_is_the_scheduler_s() -> None:
         "host-oom-killed: the batch scheduler (Slurm, PBS, LSF) killed the job over its "
         "memory limit: host (CPU) memory, not GPU memory"
     )
+
+
+# -- issue 24, twelfth round: Metal's refusal, RMM's older pool error, Faiss 1.3's assertion -----
+
+
+@pytest.mark.parametrize(("line", "framework"), [
+    # MLX (public31 a-002) and llama.cpp's Metal backend (public31 d-021)
+    ("libc++abi: terminating due to uncaught exception of type std::runtime_error: [METAL] "
+     "Command buffer execution failed: Insufficient Memory "
+     "(00000008:kIOGPUCommandBufferCallbackErrorOutOfMemory)", "mlx"),
+    ("error: Insufficient Memory (00000008:kIOGPUCommandBufferCallbackErrorOutOfMemory)",
+     "metal"),
+    # RMM's pool at its limit before RMM named its out_of_memory type (public7 z-016)
+    ("MemoryError: std::bad_alloc: RMM failure at:/env/include/rmm/mr/device/"
+     "pool_memory_resource.hpp:182: Maximum pool size exceeded", None),
+    # Faiss 1.3's assertion, the error not printed (public31 c-029; the census's Faiss 1.3)
+    ("Faiss assertion 'cudaMalloc(p, size) == cudaSuccess' failed in void "
+     "faiss::gpu::allocMemorySpace(faiss::gpu::MemorySpace, void**, size_t) at "
+     "utils/MemorySpace.cpp:20; details: Failed to cudaMalloc 4294967296 bytes", "faiss"),
+])  # fmt: skip
+def test_the_twelfth_rounds_wordings(line: str, framework: str | None) -> None:
+    assert formats.match_line(line) == formats.CUDA_ERROR
+    d = diagnose("step 1\n" + line + "\n")
+    assert d.detected and d.framework == framework
+
+
+@pytest.mark.parametrize("line", [
+    "kIOGPUCommandBufferCallbackErrorOutOfMemory",  # the code alone, no refusal
+    "Insufficient Memory (00000004:kIOGPUCommandBufferCallbackErrorTimeout)",
+    "[METAL] Command buffer execution failed: Internal Error "
+    "(0000000e:Internal Error)",
+    # Java's wrapper in a Spark task: Spark retries the task (public31 c-015 stays unread)
+    "java.lang.OutOfMemoryError: Could not allocate native memory: std::bad_alloc: RMM failure "
+    "at:/x/arena.hpp:382: Maximum pool size exceeded",
+    "MemoryError: std::bad_alloc: RMM failure at:/x/cuda_memory_resource.hpp:70: "
+    "cudaErrorIllegalAddress an illegal memory access was encountered",
+    "Faiss assertion 'err == cudaSuccess' failed in void faiss::gpu::runL2Norm at L2Norm.cu:20",
+    "Faiss assertion 'cudaMalloc(p, size) == cudaSuccess' failed in void "
+    "faiss::gpu::allocMemorySpace(faiss::gpu::MemorySpace, void**, size_t)",  # no details
+])  # fmt: skip
+def test_near_misses_of_the_twelfth_rounds_wordings(line: str) -> None:
+    assert formats.match_line(line) is None
