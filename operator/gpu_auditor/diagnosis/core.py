@@ -10,6 +10,7 @@ from typing import BinaryIO, Final
 from . import allocconf, formats
 from .addressspace import ADDRESS_SPACE_ACTION, address_space_call
 from .aftermath import TRACEBACK, later_failure
+from .allocationlimit import ALLOCATION_LIMIT_ACTION, allocation_limit
 from .classify import classify
 from .impossible import (
     HAMI_ACCOUNTING,
@@ -139,6 +140,9 @@ def diagnose_scan(
     reserve = address_space_call(hit.after)
     if reserve is not None:
         return _not_found(scan, torch_version, alloc_conf, backend, growth, _reserved(reserve))
+    capped = allocation_limit(hit.line.text, hit.precontext)
+    if capped is not None:
+        return _not_found(scan, torch_version, alloc_conf, backend, growth, _capped(capped))
     event = parse_hit(hit)
     refused = hami_refusal(hit.precontext) if event.family in _REFUSAL_RAISED else None
     if refused is not None:  # HAMi refused it first: the pod's vGPU limit, whatever the figures
@@ -343,6 +347,17 @@ def _reserved(call: str) -> _Dismissed:
         ADDRESS_SPACE_ACTION.format(line=call),
         "address_space_call",
         call,
+    )
+
+
+def _capped(line: str) -> _Dismissed:
+    """One buffer past the driver's per-allocation cap (``allocationlimit.py``)."""
+    return _Dismissed(
+        "no out-of-memory failure: one buffer was larger than the driver allows in a single "
+        "allocation, not the GPU running out",
+        ALLOCATION_LIMIT_ACTION.format(line=line),
+        "allocation_limit",
+        line,
     )
 
 
