@@ -559,12 +559,13 @@ def test_fragmentation_without_a_setting_or_a_note_gets_the_capacity_actions() -
     assert not any(a.startswith("it failed in the backward pass") for a in r.actions)
 
 
-def test_a_request_larger_than_the_gpu_says_to_split_the_work() -> None:
+def test_a_request_larger_than_the_gpu_first_asks_whether_that_size_is_meant() -> None:
     huge = Figures(requested_bytes=81 * G, total_bytes=80 * G, free_bytes=1 * G)
     r = rec("capacity", figures=huge)
-    assert r.actions[0] == (
-        "split the work: one 81.00 GiB tensor cannot fit a 80.00 GiB GPU whatever the setting"
+    assert r.actions[0].startswith(
+        "check that a 81.00 GiB tensor is meant: it is larger than the whole 80.00 GiB GPU"
     )
+    assert not any(a.startswith(SMALLER_BATCH) for a in r.actions)
     same = Figures(requested_bytes=80 * G, total_bytes=80 * G, free_bytes=1 * G)
     assert rec("capacity", figures=same).actions[0].startswith(SMALLER_BATCH)
 
@@ -810,15 +811,14 @@ def test_without_the_gpus_total_no_fraction_is_named() -> None:
     assert action == f"raise the per-process memory fraction {CAP_ACTION}"
 
 
-def test_a_request_larger_than_the_gpu_gets_split_two_peak_reducers_and_sharding() -> None:
+def test_a_request_larger_than_the_gpu_gets_the_size_the_fast_path_then_splitting() -> None:
     huge = Figures(requested_bytes=81 * G, total_bytes=80 * G, free_bytes=1 * G)
-    assert rec_of("capacity", huge).actions == (
-        "split the work: one 81.00 GiB tensor cannot fit a 80.00 GiB GPU whatever the setting",
-        "reduce peak memory: a smaller batch (when training, gradient accumulation keeps the "
-        "effective batch)",
-        "use mixed precision (torch.autocast(device_type='cuda', dtype=torch.bfloat16))",
-        "shard the model (FSDP / DeepSpeed ZeRO) across GPUs",
-    )
+    actions = rec_of("capacity", huge).actions
+    assert len(actions) == 3
+    assert "an input larger than intended" in actions[0] and "its shape is wrong" in actions[0]
+    assert actions[1].startswith("check that the memory-efficient path runs: attention without")
+    assert actions[2].startswith("reduce the batch if the tensor grows with it; otherwise split")
+    assert rec_of("capacity", huge, framework="tensorflow").actions[0].startswith("reduce the")
 
 
 def test_fragmentation_outside_pytorch_gets_its_stacks_capacity_actions() -> None:
