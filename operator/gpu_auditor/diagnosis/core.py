@@ -9,7 +9,7 @@ from typing import BinaryIO, Final
 
 from . import allocconf, formats
 from .addressspace import ADDRESS_SPACE_ACTION, address_space_call
-from .aftermath import TRACEBACK, later_failure
+from .aftermath import TRACEBACK, later_failure, went_on_after_skipping
 from .allocationlimit import ALLOCATION_LIMIT_ACTION, allocation_limit
 from .classify import classify
 from .impossible import (
@@ -137,6 +137,9 @@ def diagnose_scan(
         later = None
     if later is not None:
         return _not_found(scan, torch_version, alloc_conf, backend, growth, _went_on(later))
+    if went_on_after_skipping(hit.line.text, scan.tail):
+        skipped = printable(hit.line.text.strip()[:200])
+        return _not_found(scan, torch_version, alloc_conf, backend, growth, _skipped(skipped))
     reserve = address_space_call(hit.after)
     if reserve is not None:
         return _not_found(scan, torch_version, alloc_conf, backend, growth, _reserved(reserve))
@@ -336,6 +339,19 @@ def _went_on(later: str) -> _Dismissed:
         "before it was caught and the job went on",
         "later_failure",
         later,
+    )
+
+
+def _skipped(line: str) -> _Dismissed:
+    """The job skipped the batch that ran out of memory and went on (``aftermath.py``)."""
+    return _Dismissed(
+        "no out-of-memory failure ended the job: it skipped the batch that ran out of memory "
+        "and went on",
+        f"the job skipped a batch that did not fit ({line}) and made progress after it: what "
+        "ended it came later (the container's exit reason, the node's events); if many batches "
+        "are skipped, make the batches smaller (fairseq's --max-tokens)",
+        "skipped_batch",
+        line,
     )
 
 

@@ -84,6 +84,9 @@ TF_CPU_ALLOCATOR: Final = r"[^\n]{0,300}?/device:CPU:\d{1,3} by allocator (?:cpu
 """The rest of TensorFlow's "OOM when allocating tensor ..." when the op's device is the host's
 and its allocator TensorFlow's CPU one: host memory ran out, not the GPU's (not ``gpu_host_bfc``,
 the pinned memory the GPU's copies use)."""
+SKIPPED_BATCH: Final = "ran out of memory, skipping batch"
+"""fairseq's trainer's warning (Boltz's predictor copied it): it caught PyTorch's OOM and goes on
+without the batch."""
 TH_HOST_ALLOC: Final = "Torch: not enough memory"
 """TH's (PyTorch before 1.0) host allocator refusing, "... you tried to allocate 2GB. Buy new
 RAM!": host memory, like the DefaultCPUAllocator's that replaced it."""
@@ -564,7 +567,11 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             # THC's error without its "cuda runtime error (2) :" head, as an issue's title keeps
             # it: cudaGetErrorString's words, then THC's device-side source (public21 s-025,
             # public25 a-016); not its pinned host allocator
-            r"(?:^|[\s:])out of memory at \S{0,200}/THC/(?!\S{0,100}HostAllocator)\S{1,100}\.cu:\d"
+            r"(?:^|[\s:])out of memory at \S{0,200}/THC/(?!\S{0,100}HostAllocator)\S{1,100}\.cu:\d|"
+            # fairseq's trainer (and Boltz's predictor, which copied it) catching PyTorch's OOM
+            # and skipping the batch (public11 v-022, public32 f-021, f-027); a log that shows
+            # progress after it is one the job went on after (aftermath.py)
+            r"\bWARNING: " + SKIPPED_BATCH + r"\b"
         ),
     ),
     # a CUDA call's out-of-memory error (code 2) as another stack's own check prints it: llama.cpp
@@ -594,6 +601,9 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             # at line N in file F" (bitsandbytes' ops.cu, public23 z-019); heFFTe's (a-012)
             r"\bGym cuda error: out of memory\b|"
             r"\bError out of memory at line \d{1,6} in file [^\n]{1,300}?\.cuh?\b|"
+            # ...and the same check with its source file before the line (CHARMM's FFTDock:
+            # public32 f-022)
+            r"\bError out of memory at [^\s:]{1,300}\.cuh?:\d{1,6}\b|"
             r"\bcudaMalloc\(\) failed with message: out of memory\b|"
             # DALI's (TAIL_WORDINGS)
             r"\bCan't allocate \d{1,20} bytes on device \d{1,3}\.[ \t]{0,8}$|"

@@ -13,7 +13,7 @@ import json
 import pytest
 
 from gpu_auditor.diagnosis import diagnose, scan_bytes
-from gpu_auditor.diagnosis.aftermath import later_failure
+from gpu_auditor.diagnosis.aftermath import later_failure, went_on_after_skipping
 
 from .diagnosis_helpers import FIXTURES, torch_oom
 
@@ -366,3 +366,38 @@ def test_a_line_indented_less_than_a_logged_tracebacks_header_is_not_its_excepti
     assert later(OOM + logged) is None
     # the exception line at the header's indentation is read as before
     assert later(OOM + logged.replace("stdout:", "    KeyError: 'lr'")) == "KeyError: 'lr'"
+
+
+SKIPPED = "| WARNING: ran out of memory, skipping batch"
+TRAINING = (
+    "| epoch 001:    100 / 3000 loss=8.8, ppl=446, wps=12010, ups=1.2, num_updates=99\n"
+    "| epoch 001:    150 / 3000 loss=8.5, ppl=362, wps=12020, ups=1.2, num_updates=148\n"
+)
+
+
+def test_a_skipped_batch_then_progress_is_not_the_failure() -> None:
+    """fairseq's trainer skips a batch that did not fit and goes on (healthy runs print it)."""
+    d = diagnose(f"{TRAINING}{SKIPPED}\n{TRAINING}")
+    assert (d.detected, d.kind) == (False, "unknown")
+    assert d.summary == (
+        "no out-of-memory failure ended the job: it skipped the batch that ran out of memory and "
+        "went on"
+    )
+    assert dict(d.extra)["skipped_batch"] == SKIPPED
+    assert d.recommendation.actions[0].startswith(
+        f"the job skipped a batch that did not fit ({SKIPPED}) and made progress after it"
+    )
+
+
+@pytest.mark.parametrize(("failure", "after", "went_on"), [
+    (SKIPPED, TRAINING, True),
+    (SKIPPED, "", False),  # the log ends at it: the failure (public32 f-021, f-027)
+    (SKIPPED, "Segmentation fault (core dumped)\n", False),  # no progress after it
+    # any other OOM followed by progress is still the failure (the module's known limit)
+    ("RuntimeError: CUDA error: out of memory", TRAINING, False),
+])  # fmt: skip
+def test_only_a_skipped_batch_with_progress_after_it_went_on(
+    failure: str, after: str, went_on: bool
+) -> None:
+    assert went_on_after_skipping(failure, after) is went_on
+    assert diagnose(f"{TRAINING}{failure}\n{after}").detected is not went_on

@@ -1799,6 +1799,22 @@ def test_the_twelfth_rounds_wordings(line: str, framework: str | None) -> None:
     assert d.detected and d.framework == framework
 
 
+@pytest.mark.parametrize(("line", "family", "framework", "kind"), [
+    # fairseq's trainer and Boltz's predictor skipping a batch PyTorch could not fit (public32
+    # f-021, f-027; public11 v-022)
+    ("| WARNING: ran out of memory, skipping batch", formats.TORCH_RAW, "pytorch", "unknown"),
+    # a CUDA check that prints its source file before the line (public32 f-022)
+    ("Error out of memory at /src/fftdock/cuda_grid_lig.cu:174  in generating ligand grids",
+     formats.CUDA_ERROR, None, "unknown"),
+])  # fmt: skip
+def test_the_twelfth_rounds_wordings_from_public32(
+    line: str, family: str, framework: str | None, kind: str
+) -> None:
+    assert formats.match_line(line) == family
+    d = diagnose("step 1\n" + line + "\n")
+    assert (d.detected, d.framework, d.kind) == (True, framework, kind)
+
+
 @pytest.mark.parametrize("line", [
     "kIOGPUCommandBufferCallbackErrorOutOfMemory",  # the code alone, no refusal
     "Insufficient Memory (00000004:kIOGPUCommandBufferCallbackErrorTimeout)",
@@ -1812,6 +1828,9 @@ def test_the_twelfth_rounds_wordings(line: str, framework: str | None) -> None:
     "Faiss assertion 'err == cudaSuccess' failed in void faiss::gpu::runL2Norm at L2Norm.cu:20",
     "Faiss assertion 'cudaMalloc(p, size) == cudaSuccess' failed in void "
     "faiss::gpu::allocMemorySpace(faiss::gpu::MemorySpace, void**, size_t)",  # no details
+    "ran out of memory, skipping batch",  # a poster's fragment, not the trainer's warning
+    "WARNING: ran out of memory, skipping batches is disabled",
+    "Error out of memory at /src/pinned_host.cpp:174",  # not a CUDA source
 ])  # fmt: skip
 def test_near_misses_of_the_twelfth_rounds_wordings(line: str) -> None:
     assert formats.match_line(line) is None

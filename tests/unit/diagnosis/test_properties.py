@@ -145,7 +145,7 @@ def assert_valid(diagnosis: Diagnosis) -> None:
     assert diagnosis.oom_count >= 0 and (diagnosis.oom_count > 0 or not diagnosis.detected)
     if diagnosis.oom_count > 0 and not diagnosis.detected:  # a failure read as no OOM says why
         reasons = {"later_failure", "address_space_call", "impossible_request", "handled_refusal",
-                   "zero_request", "allocation_limit"}
+                   "zero_request", "allocation_limit", "skipped_batch"}
         assert reasons & set(diagnosis.to_json_dict()), diagnosis.summary
     figures = diagnosis.figures
     values = [
