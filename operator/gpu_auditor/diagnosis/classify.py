@@ -875,6 +875,12 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
             "full, and the log does not say with what (the job's own tensors, or another process; "
             "the node report can tell)"
         )
+    if formats.NVML_ASSERT in event.message:
+        return (
+            "unknown: PyTorch ran out of GPU memory and its message was lost to an assert while "
+            "it listed the GPU's processes (NVML refused them: a MIG slice, a Jetson, an "
+            "unprivileged container): the log has no memory figures"
+        )
     who = event.framework or (
         "an OutOfMemoryError's" if event.family == formats.EXCEPTION_NAME else event.family
     )

@@ -84,6 +84,10 @@ TF_CPU_ALLOCATOR: Final = r"[^\n]{0,300}?/device:CPU:\d{1,3} by allocator (?:cpu
 """The rest of TensorFlow's "OOM when allocating tensor ..." when the op's device is the host's
 and its allocator TensorFlow's CPU one: host memory ran out, not the GPU's (not ``gpu_host_bfc``,
 the pinned memory the GPU's copies use)."""
+NVML_ASSERT: Final = "NVML_SUCCESS == r INTERNAL ASSERT FAILED"
+"""PyTorch's TORCH_INTERNAL_ASSERT on nvmlDeviceGetComputeRunningProcesses' result, whose only
+caller builds the "Process N has X memory in use" part of the OOM message: a cudaMalloc had
+failed. The assert's file and line may follow on the next line."""
 SKIPPED_BATCH: Final = "ran out of memory, skipping batch"
 """fairseq's trainer's warning (Boltz's predictor copied it): it caught PyTorch's OOM and goes on
 without the batch."""
@@ -154,6 +158,8 @@ KEYWORDS: Final[tuple[bytes, ...]] = (
     b"LSF memory usage limit",
     b"MemoryError: std::bad_alloc: RMM failure at:",
     b"allocMemorySpace",
+    b"to allocate buffer of size",
+    b"to allocate CPU buffer",
 )
 """Byte strings at least one of which every family's failure line contains (second filter)."""
 
@@ -272,6 +278,11 @@ TAIL_WORDINGS: Final[tuple[bytes, ...]] = (
     b"Can't allocate ",
     b"CUDA allocation failed",
     b"NVJPEG_STATUS_ALLOCATOR_FAILURE",
+    # PyTorch's caching allocator asserting inside the function that lists the GPU's processes
+    # for its OOM message (reportProcessMemoryInfo): NVML refused the list (a MIG slice, Jetson,
+    # an unprivileged container), so the OOM surfaces as this assert (public33 j-001, j-002;
+    # pytorch/pytorch#112377, #185240, #197312)
+    NVML_ASSERT.encode(),
 )
 """Failure wordings with no anchor of the scan in them, read the way ``BFC_DUMP_TOTAL`` is: only
 where the scan found no failure, the last of them in the log's last ``logtext.TAIL_BYTES`` (an
@@ -571,7 +582,9 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             # fairseq's trainer (and Boltz's predictor, which copied it) catching PyTorch's OOM
             # and skipping the batch (public11 v-022, public32 f-021, f-027); a log that shows
             # progress after it is one the job went on after (aftermath.py)
-            r"\bWARNING: " + SKIPPED_BATCH + r"\b"
+            r"\bWARNING: " + SKIPPED_BATCH + r"\b|"
+            # its OOM message lost to an assert listing the GPU's processes (TAIL_WORDINGS)
+            r"\b" + NVML_ASSERT + r" at\b"
         ),
     ),
     # a CUDA call's out-of-memory error (code 2) as another stack's own check prints it: llama.cpp
@@ -711,6 +724,10 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
         HOST_ALLOC,
         re.compile(
             r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)|"
+            # llama.cpp's (ggml's) CPU backend: the host's RAM (public33 i-003, i-004, i-026; its
+            # GPU backends' buffers are the CUDA_ERROR family's)
+            r"\bggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer of size "
+            r"\d{1,20}\b|\b(?:failed|unable) to allocate CPU buffer of size \d{1,20}\b|"
             # TensorFlow's own CPU allocator (the op ran on the host: public12 e-026, public29
             # p-009)
             r"\bOOM when allocating tensor\b(?=" + TF_CPU_ALLOCATOR + r")|"
@@ -972,6 +989,8 @@ def framework_of(family: str, line: str) -> str | None:
         return "llama.cpp"
     if family == NCCL:  # NCCL's own name, unless the line names JAX or TensorFlow
         return _marked(line, ("jax", "tensorflow")) or NCCL
+    if family == HOST_ALLOC and _GGML.search(line):
+        return "llama.cpp"
     if family == HOST_ALLOC and "DefaultCPUAllocator" not in line:
         return _marked(line)  # OpenCV's, TH's (Lua Torch7's too), the kernel's: their markers
     if family == CUDA_LIBRARY and library_named(line) in ("cuRAND", "OpenCL"):

@@ -151,6 +151,8 @@ _THEANO: Final = re.compile(
 )
 """Theano's device allocator: the request, then the driver's free and total figures."""
 _DIRECTML_REQUEST: Final = re.compile(r"\bCould not allocate tensor with (\d{1,20}) bytes\b")
+_GGML_CPU_BUFFER: Final = re.compile(r"\bto allocate (?:CPU )?buffer of size (\d{1,20})\b")
+"""llama.cpp's (ggml's) CPU backend's buffer, in bytes."""
 _NUMPY_REQUEST: Final = re.compile(
     r"\bUnable to allocate (\d{1,12}(?:\.\d{1,6})?)\.? ?((?:[KMGTPE]i?B|bytes)) for an array\b"
 )
@@ -560,6 +562,7 @@ def parse_hit(hit: Hit) -> OomEvent:
                 or _FAISS_REQUEST.search(text)
                 or _FAISS_TAIL.search(text)
                 or _DIRECTML_REQUEST.search(text)
+                or _GGML_CPU_BUFFER.search(text)
             )
             if match is not None:
                 figures = Figures(_plain_bytes(match.group(1)))

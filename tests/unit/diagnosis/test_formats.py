@@ -1834,3 +1834,59 @@ def test_the_twelfth_rounds_wordings_from_public32(
 ])  # fmt: skip
 def test_near_misses_of_the_twelfth_rounds_wordings(line: str) -> None:
     assert formats.match_line(line) is None
+
+
+# -- issue 24, twelfth round, after public33's blind score: two stacks' own failures -----------
+
+
+NVML = (
+    'RuntimeError: NVML_SUCCESS == r INTERNAL ASSERT FAILED at "../c10/cuda/'
+    'CUDACachingAllocator.cpp":838, please report a bug to PyTorch.'
+)
+
+
+@pytest.mark.parametrize("text", [
+    f"step 1\n{NVML}\n",
+    # its file and line broken onto the next line (public33 j-001)
+    'Traceback (most recent call last):\nRuntimeError: NVML_SUCCESS == r INTERNAL ASSERT FAILED '
+    'at\n"/pytorch/c10/cuda/CUDACachingAllocator.cpp":1165\n',
+])  # fmt: skip
+def test_pytorch_s_oom_lost_to_its_nvml_assert_is_an_oom(text: str) -> None:
+    """The assert sits in the one function that lists the GPU's processes for PyTorch's OOM
+    message (NVML refuses on a MIG slice, a Jetson, an unprivileged container)."""
+    d = diagnose(text)
+    assert (d.detected, d.framework, d.kind) == (True, "pytorch", "unknown")
+    assert d.summary.startswith("unknown: PyTorch ran out of GPU memory and its message was lost")
+
+
+@pytest.mark.parametrize("text", [
+    f"step 1 loss 2.0\n{NVML}\nstep 2 loss 1.9\nstep 3 loss 1.8\n",  # the job went on
+    # another assert of PyTorch's, not the one listing processes
+    "RuntimeError: NVML_SUCCESS == DriverAPI::get()->nvmlInit_v2_() INTERNAL ASSERT FAILED at "
+    '"../c10/cuda/CUDACachingAllocator.cpp":1123\n',
+    "RuntimeError: CUDA_SUCCESS == r INTERNAL ASSERT FAILED at foo.cpp:12\n",
+])  # fmt: skip
+def test_near_misses_of_the_nvml_assert(text: str) -> None:
+    assert not diagnose(text).detected
+
+
+@pytest.mark.parametrize(("line", "asked"), [
+    # llama.cpp's CPU backend (public33 i-003, i-004, i-026)
+    ("ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer of size 137438953504",
+     137438953504),
+    ("ggml_gallocr_reserve_n: failed to allocate CPU buffer of size 139183763104", 139183763104),
+])  # fmt: skip
+def test_llama_cpp_s_cpu_buffer_is_host_memory(line: str, asked: int) -> None:
+    assert formats.match_line(line) == formats.HOST_ALLOC
+    d = diagnose(f"llama_kv_cache_init: kv_size = 1048576\n{line}\n")
+    assert (d.detected, d.kind, d.framework) == (True, "host-oom-killed", "llama.cpp")
+    assert d.figures.requested_bytes == asked
+
+
+@pytest.mark.parametrize("line", [
+    "ggml_cuda_host_malloc: warning: failed to allocate 231424.00 MiB of pinned memory",
+    "failed to allocate CPU buffer",  # no size
+    "unable to allocate CUDA_Host buffer",  # pinned host memory llama.cpp falls back from
+])  # fmt: skip
+def test_near_misses_of_llama_cpp_s_cpu_buffer(line: str) -> None:
+    assert formats.match_line(line) != formats.HOST_ALLOC
