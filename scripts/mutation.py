@@ -99,6 +99,7 @@ GROUPS: dict[str, dict[str, Any]] = {
             "killed": ["diagnosis/test_killed.py"],
             "wrapped": ["diagnosis/test_wrapped.py"],
             "addressspace": ["diagnosis/test_addressspace.py"],
+            "allocationlimit": ["diagnosis/test_allocationlimit.py"],
             "impossible": ["diagnosis/test_impossible.py"],
             "sizes": [
                 "diagnosis/test_sizes.py",

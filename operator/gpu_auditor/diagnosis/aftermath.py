@@ -37,7 +37,6 @@ from typing import Final
 
 from . import formats
 from .logtext import Line, normalize_text
-from .progress import made_progress
 
 TRACEBACK: Final = "Traceback (most recent call last):"
 _CHAINED: Final = (
@@ -168,10 +167,11 @@ def _visible(text: str) -> str:
     return "".join("?" if unicodedata.category(c)[0] == "C" else c for c in text)
 
 
-def went_on_after_skipping(failure: str, after: str) -> bool:
+
+def skipped_then_more(family: str, after: str) -> bool:
     """Whether the failure is a trainer's report that it skipped the batch that ran out of memory
-    (``formats.SKIPPED_BATCH``: fairseq's, Boltz's) and the log ``after`` it shows the job's
-    progress (``progress.made_progress``): the job went on, and its end came from something else.
-    fairseq prints it in healthy training runs with dynamic batches; where nothing follows it, or
-    nothing that counts as progress, it is the failure (public32 f-021, f-027)."""
-    return formats.SKIPPED_BATCH in failure and made_progress(after)
+    (``formats.SKIPPED``: fairseq's, Boltz's) and the log goes on after it: such a report is the
+    failure only where the log ends at it (public32 f-021, f-027). What follows is not read for
+    progress: fairseq's JSON records and a lone interval line are progress no pattern reads, and
+    a Boltz run whose only batch was skipped prints its bar after (the round's review)."""
+    return family == formats.SKIPPED and bool(after.strip())

@@ -1,15 +1,19 @@
 """One buffer larger than the driver allows in a single allocation: not the GPU running out.
 
 Vulkan caps the size of one allocation (``maxMemoryAllocationSize``: 4 GiB on many drivers, 1-2
-GiB on some), whatever the device has free. llama.cpp's Vulkan backend checks a buffer against
-that cap before it asks for memory and, when the buffer is larger, throws vulkan-hpp's
-``OutOfDeviceMemoryError`` with its own words, "Requested buffer size exceeds device memory
-allocation limit" (``ggml_vk_create_buffer``), then reports the buffer it failed to allocate in
-the words of a device that ran out ("failed to allocate Vulkan0 buffer of size N"). Public
-threads: a 4.43 GiB compute buffer on a card with its memory free (public31 d-012, labelled blind
-as not an OOM: the maintainer named the per-allocation cap) and llama.cpp#12728 ("I do have
-memory on GPU", a 2 GiB buffer; a smaller context or batch ran). Read only where that line stands
-among the last lines before the failure, and the failure is a Vulkan buffer's.
+GiB on some; llama.cpp also caps a buffer at the device's buffer size limit), whatever the device
+has free. llama.cpp's Vulkan backend checks a buffer against that cap before it asks for memory
+and, when the buffer is larger, prints "Device memory allocation of size N failed." and throws
+vulkan-hpp's ``OutOfDeviceMemoryError`` with its own words, "Requested buffer size exceeds device
+memory allocation limit" (``ggml_vk_create_buffer``; "... exceeds device buffer size limit" in
+later releases, llama.cpp#18160), then reports the same buffer in the words of a device that ran
+out ("failed to allocate Vulkan0 buffer of size N"). Public threads: a 4.43 GiB compute buffer on
+a card with its memory free (public31 d-012, labelled blind as not an OOM: the maintainer named
+the per-allocation cap) and llama.cpp#12728 ("I do have memory on GPU", a 2 GiB buffer; a
+smaller context or batch ran). Read only where the cap's words follow the allocation of the very
+size the failure reports, among the last lines before it: the same words also follow a pinned
+host buffer llama.cpp gave up for host memory, before a real device allocation failed (the
+round's review).
 """
 
 from __future__ import annotations
@@ -19,8 +23,11 @@ from typing import Final
 
 from .logtext import printable
 
-_LIMIT: Final = re.compile(r"\bRequested buffer size exceeds device memory allocation limit\b")
-_VULKAN_BUFFER: Final = re.compile(r"\bVulkan\d{0,3} buffer\b")
+_LIMIT: Final = re.compile(
+    r"\bRequested buffer size exceeds device (?:memory allocation|buffer size) limit\b"
+)
+_ALLOCATION: Final = re.compile(r"\bDevice memory allocation of size (\d{1,20}) failed\b")
+_VULKAN_BUFFER: Final = re.compile(r"\bVulkan\d{0,3} buffer of size (\d{1,20})\b")
 LINES_BEFORE: Final = 4
 MAX_LINE_CHARS: Final = 200
 
@@ -33,11 +40,17 @@ ALLOCATION_LIMIT_ACTION: Final = (
 
 def allocation_limit(failure: str, before: str) -> str | None:
     """The driver's per-allocation cap, when one of the last ``LINES_BEFORE`` lines of ``before``
-    names it and the ``failure`` line is a Vulkan buffer's (the line stripped, cut to
-    ``MAX_LINE_CHARS``, non-printable characters as ``?``); else None."""
-    if _VULKAN_BUFFER.search(failure) is None:
+    names it right after the line saying the allocation of the failing Vulkan buffer's very size
+    failed (the cap's line stripped, cut to ``MAX_LINE_CHARS``, non-printable characters as
+    ``?``); else None."""
+    buffer = _VULKAN_BUFFER.search(failure)
+    if buffer is None:
         return None
-    for line in reversed(before.splitlines()[-LINES_BEFORE:]):
-        if _LIMIT.search(line) is not None:
-            return printable(line.strip()[:MAX_LINE_CHARS])
+    lines = before.splitlines()[-LINES_BEFORE:]
+    for at in range(len(lines) - 1, 0, -1):
+        if _LIMIT.search(lines[at]) is None:
+            continue
+        asked = _ALLOCATION.search(lines[at - 1])
+        if asked is not None and asked.group(1) == buffer.group(1):
+            return printable(lines[at].strip()[:MAX_LINE_CHARS])
     return None

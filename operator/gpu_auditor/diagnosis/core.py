@@ -9,7 +9,7 @@ from typing import BinaryIO, Final
 
 from . import allocconf, formats
 from .addressspace import ADDRESS_SPACE_ACTION, address_space_call
-from .aftermath import TRACEBACK, later_failure, went_on_after_skipping
+from .aftermath import TRACEBACK, later_failure, skipped_then_more
 from .allocationlimit import ALLOCATION_LIMIT_ACTION, allocation_limit
 from .classify import classify
 from .impossible import (
@@ -137,7 +137,7 @@ def diagnose_scan(
         later = None
     if later is not None:
         return _not_found(scan, torch_version, alloc_conf, backend, growth, _went_on(later))
-    if went_on_after_skipping(hit.line.text, scan.tail):
+    if skipped_then_more(hit.family, scan.tail):
         skipped = printable(hit.line.text.strip()[:200])
         return _not_found(scan, torch_version, alloc_conf, backend, growth, _skipped(skipped))
     reserve = address_space_call(hit.after)
@@ -343,13 +343,14 @@ def _went_on(later: str) -> _Dismissed:
 
 
 def _skipped(line: str) -> _Dismissed:
-    """The job skipped the batch that ran out of memory and went on (``aftermath.py``)."""
+    """The job caught an OOM, skipped its batch, and the log goes on (``aftermath.py``)."""
     return _Dismissed(
-        "no out-of-memory failure ended the job: it skipped the batch that ran out of memory "
-        "and went on",
-        f"the job skipped a batch that did not fit ({line}) and made progress after it: what "
-        "ended it came later (the container's exit reason, the node's events); if many batches "
-        "are skipped, make the batches smaller (fairseq's --max-tokens)",
+        "no out-of-memory failure shown to end the job: it caught one and skipped the batch, "
+        "and the log goes on after it",
+        f"the job skipped a batch that did not fit ({line}); the log goes on after it, so it does "
+        "not show what ended the job (the container's exit reason, the node's events tell); if "
+        "the skipped batch was the work (one input), or many are skipped, make the batches "
+        "smaller (fairseq's --max-tokens)",
         "skipped_batch",
         line,
     )

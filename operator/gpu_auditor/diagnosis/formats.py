@@ -45,6 +45,7 @@ RETRY_EXHAUSTED = "retry-exhausted"  # Accelerate's find_executable_batch_size r
 HAMI = "hami"  # HAMi-core (Kubernetes vGPU): Device N OOM <usage + request> / <the pod's limit>
 EXCEPTION_NAME = "exception-name"  # IPython's traceback head: OutOfMemoryError   Traceback ...
 MPS = "mps"  # Apple's MPS backend: MPS backend out of memory (MPS allocated: ..., max allowed: ...)
+SKIPPED = "skipped-batch"  # fairseq's, Boltz's: WARNING: ran out of memory, skipping batch
 
 PRIORITY: Final[dict[str, int]] = {
     TORCH: 10,
@@ -70,6 +71,7 @@ PRIORITY: Final[dict[str, int]] = {
     ONNXRUNTIME_LIMIT: 6,
     HAMI: 8,
     EXCEPTION_NAME: 0,
+    SKIPPED: 0,  # a caught OOM: any other failure near it is the one (the round's review)
     HOST_ALLOC: 2,
     RETRY_EXHAUSTED: 2,
     BFC: 2,
@@ -157,9 +159,9 @@ KEYWORDS: Final[tuple[bytes, ...]] = (
     b"Out of GPU memory",
     b"LSF memory usage limit",
     b"MemoryError: std::bad_alloc: RMM failure at:",
-    b"allocMemorySpace",
-    b"to allocate buffer of size",
-    b"to allocate CPU buffer",
+    b"allocMemorySpace(faiss::gpu::MemorySpace",
+    b"_alloc_buffer: failed to allocate buffer of size",
+    b"to allocate CPU buffer of size",
 )
 """Byte strings at least one of which every family's failure line contains (second filter)."""
 
@@ -488,6 +490,10 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
     # torch's, CuPy's or Ray's (a host kill) OutOfMemoryError, so the least telling of all (any
     # other wording of the failure, Ray's kill line included, represents it)
     (EXCEPTION_NAME, re.compile(r"^OutOfMemoryError {2,64}Traceback \(most recent call last\)")),
+    # fairseq's trainer (and Boltz's predictor, which copied it) catching PyTorch's OOM and
+    # skipping the batch: the failure only where the log ends at it (aftermath.py; public32
+    # f-021, f-027), and of the lowest rank, so a later failure near it is the one read
+    (SKIPPED, re.compile(r"\bWARNING: " + SKIPPED_BATCH + r"\b")),
     # the arena's own limit (the CUDA provider's gpu_mem_limit) reached, not the device
     (
         ONNXRUNTIME_LIMIT,
@@ -579,10 +585,6 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             # it: cudaGetErrorString's words, then THC's device-side source (public21 s-025,
             # public25 a-016); not its pinned host allocator
             r"(?:^|[\s:])out of memory at \S{0,200}/THC/(?!\S{0,100}HostAllocator)\S{1,100}\.cu:\d|"
-            # fairseq's trainer (and Boltz's predictor, which copied it) catching PyTorch's OOM
-            # and skipping the batch (public11 v-022, public32 f-021, f-027); a log that shows
-            # progress after it is one the job went on after (aftermath.py)
-            r"\bWARNING: " + SKIPPED_BATCH + r"\b|"
             # its OOM message lost to an assert listing the GPU's processes (TAIL_WORDINGS)
             r"\b" + NVML_ASSERT + r" at\b"
         ),
@@ -726,8 +728,11 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)|"
             # llama.cpp's (ggml's) CPU backend: the host's RAM (public33 i-003, i-004, i-026; its
             # GPU backends' buffers are the CUDA_ERROR family's)
-            r"\bggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer of size "
-            r"\d{1,20}\b|\b(?:failed|unable) to allocate CPU buffer of size \d{1,20}\b|"
+            # (the line ggml prints, not a client's error quoting the server's: the round's
+            # review, ollama/ollama#16968)
+            r"^[ \t]{0,8}ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer of "
+            r"size \d{1,20}\b|^[ \t]{0,8}\w{1,60}: (?:failed|unable) to allocate CPU buffer of "
+            r"size \d{1,20}\b|"
             # TensorFlow's own CPU allocator (the op ran on the host: public12 e-026, public29
             # p-009)
             r"\bOOM when allocating tensor\b(?=" + TF_CPU_ALLOCATOR + r")|"
@@ -945,6 +950,7 @@ _FAMILY_FRAMEWORK: Final[dict[str, str | None]] = {
     RETRY_EXHAUSTED: "pytorch",
     HAMI: None,
     EXCEPTION_NAME: None,
+    SKIPPED: "pytorch",
 }
 
 

@@ -288,6 +288,15 @@ HAMI_SHARED_CARD: Final = (
     "limit: the pods on it may be given more (nvidia.com/gpumem) than it has; give the job a "
     "card of its own or lower what the others are given"
 )
+UNIFIED_MEMORY: Final = (
+    "on Apple silicon the GPU shares the machine's memory with every process: close what else "
+    "holds memory, or lower the work (batch, context, a smaller or quantized model)"
+)
+NVML_REFUSED: Final = (
+    "PyTorch ran out of GPU memory and NVML refused to list the GPU's processes (a MIG slice, a "
+    "Jetson, an unprivileged container: pytorch/pytorch#112377), so nvidia-smi cannot list them "
+    "either; on a MIG slice the slice's memory is the limit: less work, or a larger profile"
+)
 OWN_LEVERS: Final[dict[str, str]] = {
     "hami": HAMI_SHARED_CARD,
     "isaacgym": SIMULATOR_FIX,
@@ -393,6 +402,12 @@ LLAMA_CPP_FIXES: Final = (
 )
 """llama.cpp's and ollama's levers (public9 o-008: OLLAMA_GPU_OVERHEAD; o-022: a context sized
 to the GPU; public7 z-006: a run with one layer fewer on the GPU did not fail)."""
+LLAMA_CPP_HOST: Final = (
+    "shrink what llama.cpp puts in host memory: a shorter context (--ctx-size; ollama's num_ctx), "
+    "a smaller micro-batch (-ub), a quantized KV cache (-ctk/-ctv q8_0) or a smaller model"
+)
+"""llama.cpp's CPU buffers: the KV cache grows with the context, the compute buffer with the
+micro-batch (public33 i-004: a 1M-token context; i-026: -ub 6500, fixed by a smaller -ub)."""
 
 
 CATBOOST_FIXES: Final = (
@@ -648,6 +663,8 @@ def _kind_actions(ctx: Context) -> list[str]:
             ]
         if "DataLoader worker" in ctx.event.message:  # the workers' copies first
             return [FEWER_WORKERS, RAISE_LIMIT, NO_PINNING, MMAP_LOAD, SHM_SIZE]
+        if ctx.event.framework == "llama.cpp":  # its CPU backend's buffers: context and batch
+            return [LLAMA_CPP_HOST, RAISE_LIMIT]
         if ctx.event.framework not in (None, "pytorch") and fam == formats.HOST_ALLOC:
             return [RAISE_LIMIT, SHM_SIZE]  # no PyTorch: its loaders' levers do not apply
         return list(HOST_FIXES)
@@ -674,6 +691,10 @@ def _kind_actions(ctx: Context) -> list[str]:
             first = "the log has no usable memory figures: " + check
         if ctx.event.framework == "spark-rapids":  # executors and tasks share the GPU
             return [*SPARK_RAPIDS_FIXES, first]
+        if ctx.event.framework in ("metal", "mlx"):  # no nvidia-smi, no GPU of its own
+            return [UNIFIED_MEMORY]
+        if formats.NVML_ASSERT in ctx.event.message:  # nvidia-smi's NVML refused the same list
+            return [NVML_REFUSED, REDUCE_PEAK[0]]
         own = ctx.event.framework
         return [
             first,

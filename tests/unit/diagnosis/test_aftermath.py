@@ -12,8 +12,8 @@ import json
 
 import pytest
 
-from gpu_auditor.diagnosis import diagnose, scan_bytes
-from gpu_auditor.diagnosis.aftermath import later_failure, went_on_after_skipping
+from gpu_auditor.diagnosis import diagnose, formats, scan_bytes
+from gpu_auditor.diagnosis.aftermath import later_failure, skipped_then_more
 
 from .diagnosis_helpers import FIXTURES, torch_oom
 
@@ -368,6 +368,7 @@ def test_a_line_indented_less_than_a_logged_tracebacks_header_is_not_its_excepti
     assert later(OOM + logged.replace("stdout:", "    KeyError: 'lr'")) == "KeyError: 'lr'"
 
 
+
 SKIPPED = "| WARNING: ran out of memory, skipping batch"
 TRAINING = (
     "| epoch 001:    100 / 3000 loss=8.8, ppl=446, wps=12010, ups=1.2, num_updates=99\n"
@@ -375,29 +376,43 @@ TRAINING = (
 )
 
 
-def test_a_skipped_batch_then_progress_is_not_the_failure() -> None:
+def test_a_skipped_batch_the_log_goes_on_after_is_not_shown_to_end_the_job() -> None:
     """fairseq's trainer skips a batch that did not fit and goes on (healthy runs print it)."""
     d = diagnose(f"{TRAINING}{SKIPPED}\n{TRAINING}")
     assert (d.detected, d.kind) == (False, "unknown")
     assert d.summary == (
-        "no out-of-memory failure ended the job: it skipped the batch that ran out of memory and "
-        "went on"
+        "no out-of-memory failure shown to end the job: it caught one and skipped the batch, and "
+        "the log goes on after it"
     )
     assert dict(d.extra)["skipped_batch"] == SKIPPED
     assert d.recommendation.actions[0].startswith(
-        f"the job skipped a batch that did not fit ({SKIPPED}) and made progress after it"
+        f"the job skipped a batch that did not fit ({SKIPPED}); the log goes on after it"
     )
 
 
-@pytest.mark.parametrize(("failure", "after", "went_on"), [
-    (SKIPPED, TRAINING, True),
-    (SKIPPED, "", False),  # the log ends at it: the failure (public32 f-021, f-027)
-    (SKIPPED, "Segmentation fault (core dumped)\n", False),  # no progress after it
-    # any other OOM followed by progress is still the failure (the module's known limit)
-    ("RuntimeError: CUDA error: out of memory", TRAINING, False),
+@pytest.mark.parametrize(("after", "detected"), [
+    ("", True),  # the log ends at it: the failure (public32 f-021, f-027)
+    (TRAINING, False),
+    # progress no pattern reads (fairseq's JSON records), then a crash: not shown (the review)
+    ('{"epoch": 1, "update": 1.2, "loss": "7.000"}\nSegmentation fault (core dumped)\n', False),
 ])  # fmt: skip
-def test_only_a_skipped_batch_with_progress_after_it_went_on(
-    failure: str, after: str, went_on: bool
+def test_a_skipped_batch_is_the_failure_only_where_the_log_ends_at_it(
+    after: str, detected: bool
 ) -> None:
-    assert went_on_after_skipping(failure, after) is went_on
-    assert diagnose(f"{TRAINING}{failure}\n{after}").detected is not went_on
+    assert skipped_then_more(formats.SKIPPED, after) is not detected
+    assert diagnose(f"{TRAINING}{SKIPPED}\n{after}").detected is detected
+
+
+@pytest.mark.parametrize(("after", "kind"), [
+    ("Killed\n", "host-oom-killed"),
+    ("RuntimeError: DataLoader worker (pid 4242) is killed by signal: Killed.\n",
+     "host-oom-killed"),
+    ("RuntimeError: [enforce fail at alloc_cpu.cpp:114] data. DefaultCPUAllocator: not enough "
+     "memory: you tried to allocate 2147483648 bytes.\n", "host-oom-killed"),
+    ("RuntimeError: CUDA error: out of memory\n", "unknown"),
+])  # fmt: skip
+def test_a_failure_after_a_skipped_batch_is_the_one_read(after: str, kind: str) -> None:
+    """The skip is of the lowest rank: a later failure near it is not absorbed (the review)."""
+    d = diagnose(f"{TRAINING}{SKIPPED}\n{TRAINING}{after}")
+    assert (d.detected, d.kind) == (True, kind)
+    assert "skipped_batch" not in d.to_json_dict()

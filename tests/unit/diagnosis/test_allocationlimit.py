@@ -42,17 +42,32 @@ def test_the_same_failure_without_the_cap_s_words_is_an_oom() -> None:
     assert "allocation_limit" not in d.to_json_dict()
 
 
+ASKED = "ggml_vulkan: Device memory allocation of size 4757131264 failed."
+
+
 @pytest.mark.parametrize(("failure", "before", "found"), [
-    (FAILED, f"{LIMIT}\n", LIMIT),
-    (FAILED, f"{LIMIT}\na\nb\nc\n", LIMIT),
-    (FAILED, f"{LIMIT}\na\nb\nc\nd\n", None),  # too far before the failure
+    (FAILED, f"{ASKED}\n{LIMIT}\n", LIMIT),
+    (FAILED, f"{ASKED}\n{LIMIT}\na\nb\n", LIMIT),
+    (FAILED, f"{ASKED}\n{LIMIT}\na\nb\nc\n", None),  # too far before the failure
+    # later releases' words (llama.cpp#18160)
+    (FAILED, f"{ASKED}\nggml_vulkan: Requested buffer size exceeds device buffer size limit: "
+     "ErrorOutOfDeviceMemory\n",
+     "ggml_vulkan: Requested buffer size exceeds device buffer size limit: "
+     "ErrorOutOfDeviceMemory"),
+    # the cap's words after another buffer (a pinned host buffer given up for host memory),
+    # then the device really out (the round's review)
+    (FAILED, f"ggml_vulkan: Failed to allocate pinned memory.\n{LIMIT}\n{ASKED}\n"
+     "ggml_vulkan: vk::Device::allocateMemory: ErrorOutOfDeviceMemory\n", None),
+    (FAILED, f"ggml_vulkan: Device memory allocation of size 2166360064 failed.\n{LIMIT}\n",
+     None),  # another size than the failing buffer's
+    (FAILED, f"{LIMIT}\n", None),  # no allocation named before it
     # a CUDA buffer's failure: the cap's words come from the Vulkan backend only
-    ("ggml_backend_cuda_buffer_type_alloc_buffer: failed to allocate CUDA0 buffer of size 9",
-     f"{LIMIT}\n", None),
-    (FAILED, "  " + LIMIT + "\x1b[0m\n", LIMIT + "?[0m"),
-    (FAILED, LIMIT + "x" * 300 + "\n", (LIMIT + "x" * 300)[:200]),
+    ("ggml_backend_cuda_buffer_type_alloc_buffer: failed to allocate CUDA0 buffer of size "
+     "4757131264", f"{ASKED}\n{LIMIT}\n", None),
+    (FAILED, f"{ASKED}\n  " + LIMIT + "\x1b[0m\n", LIMIT + "?[0m"),
+    (FAILED, f"{ASKED}\n" + LIMIT + "x" * 300 + "\n", (LIMIT + "x" * 300)[:200]),
 ])  # fmt: skip
-def test_the_cap_is_read_from_the_lines_just_before_a_vulkan_buffer_s_failure(
+def test_the_cap_is_read_right_after_the_failing_buffer_s_own_allocation(
     failure: str, before: str, found: str | None
 ) -> None:
     assert LINES_BEFORE == 4 and MAX_LINE_CHARS == 200

@@ -1802,7 +1802,7 @@ def test_the_twelfth_rounds_wordings(line: str, framework: str | None) -> None:
 @pytest.mark.parametrize(("line", "family", "framework", "kind"), [
     # fairseq's trainer and Boltz's predictor skipping a batch PyTorch could not fit (public32
     # f-021, f-027; public11 v-022)
-    ("| WARNING: ran out of memory, skipping batch", formats.TORCH_RAW, "pytorch", "unknown"),
+    ("| WARNING: ran out of memory, skipping batch", formats.SKIPPED, "pytorch", "unknown"),
     # a CUDA check that prints its source file before the line (public32 f-022)
     ("Error out of memory at /src/fftdock/cuda_grid_lig.cu:174  in generating ligand grids",
      formats.CUDA_ERROR, None, "unknown"),
@@ -1887,6 +1887,12 @@ def test_llama_cpp_s_cpu_buffer_is_host_memory(line: str, asked: int) -> None:
     "ggml_cuda_host_malloc: warning: failed to allocate 231424.00 MiB of pinned memory",
     "failed to allocate CPU buffer",  # no size
     "unable to allocate CUDA_Host buffer",  # pinned host memory llama.cpp falls back from
+    # a client quoting the server's error: the host that ran out is the server's (the review;
+    # ollama/ollama#16968)
+    "Error: 500 Internal Server Error: llama-server startup failed: "
+    "ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer of size 137438953504",
+    "ollama._types.ResponseError: llama runner process has terminated: ggml_gallocr_reserve_n: "
+    "failed to allocate CPU buffer of size 139183763104 (status code: 500)",
 ])  # fmt: skip
 def test_near_misses_of_llama_cpp_s_cpu_buffer(line: str) -> None:
     assert formats.match_line(line) != formats.HOST_ALLOC

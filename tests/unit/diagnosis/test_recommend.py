@@ -1704,3 +1704,21 @@ def test_an_opencl_failure_under_any_stack_gets_no_pytorch_lever() -> None:
     verdict = Verdict("unknown", (), "", Figures())
     ctx = Context(event, verdict, TORCH_2_11, None, allocconf.NATIVE, None, None)
     assert recommend(ctx).actions[1] == OTHER_STACK_PEAK[0]
+
+
+@pytest.mark.parametrize(("text", "first"), [
+    # llama.cpp's CPU buffers: its context and micro-batch (public33 i-026; the round's review)
+    ("ggml_gallocr_reserve_n: failed to allocate CPU buffer of size 139183763104\n",
+     "shrink what llama.cpp puts in host memory: a shorter context"),
+    # Apple's unified memory: no nvidia-smi (the round's review)
+    ("error: Insufficient Memory (00000008:kIOGPUCommandBufferCallbackErrorOutOfMemory)\n",
+     "on Apple silicon the GPU shares the machine's memory"),
+    # NVML refused: nvidia-smi cannot list the processes either (the round's review)
+    ('RuntimeError: NVML_SUCCESS == r INTERNAL ASSERT FAILED at "../c10/cuda/'
+     'CUDACachingAllocator.cpp":838, please report a bug to PyTorch.\n',
+     "PyTorch ran out of GPU memory and NVML refused to list the GPU's processes"),
+])  # fmt: skip
+def test_the_twelfth_rounds_stacks_get_their_own_first_action(text: str, first: str) -> None:
+    actions = diagnose(text).recommendation.actions
+    assert actions[0].startswith(first)
+    assert not any("nvidia-smi --query" in a for a in actions)
