@@ -48,6 +48,7 @@ ASKED = "ggml_vulkan: Device memory allocation of size 4757131264 failed."
 @pytest.mark.parametrize(("failure", "before", "found"), [
     (FAILED, f"{ASKED}\n{LIMIT}\n", LIMIT),
     (FAILED, f"{ASKED}\n{LIMIT}\na\nb\n", LIMIT),
+    (FAILED, f"x\n{ASKED}\n{LIMIT}\na\n", LIMIT),
     (FAILED, f"{ASKED}\n{LIMIT}\na\nb\nc\n", None),  # too far before the failure
     # later releases' words (llama.cpp#18160)
     (FAILED, f"{ASKED}\nggml_vulkan: Requested buffer size exceeds device buffer size limit: "
