@@ -379,6 +379,9 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"\b(?:CUDA|HIP) out of memory Tried to allocate [\d.]{1,24} [KMG]iB\b|"
             r"\b(?:CUDA|HIP) out of memory\.\s{0,64}$|"
             r"OutOfMemoryError: (?:CUDA|HIP|XPU) out of memory|"
+            # ...torch 1.x's exception cut at its first sentence, its period lost (public32
+            # f-014, g-005)
+            r"\bRuntimeError: (?:CUDA|HIP) out of memory[ \t]{0,8}$|"
             # the same message lower-cased, as people paste it into issue titles
             r"\b(?:cuda|hip) out of memory[.,] ?[Tt]ried to allocate \d|"
             # the message pasted from its second sentence (1.x: "(GPU 0; 7.92 GiB total ...")

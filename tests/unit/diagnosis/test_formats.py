@@ -1803,6 +1803,8 @@ def test_the_twelfth_rounds_wordings(line: str, framework: str | None) -> None:
     # fairseq's trainer and Boltz's predictor skipping a batch PyTorch could not fit (public32
     # f-021, f-027; public11 v-022)
     ("| WARNING: ran out of memory, skipping batch", formats.SKIPPED, "pytorch", "unknown"),
+    # torch 1.x's exception cut at its first sentence (public32 f-014, g-005)
+    ("RuntimeError: CUDA out of memory", formats.TORCH, "pytorch", "unknown"),
     # a CUDA check that prints its source file before the line (public32 f-022)
     ("Error out of memory at /src/fftdock/cuda_grid_lig.cu:174  in generating ligand grids",
      formats.CUDA_ERROR, None, "unknown"),
@@ -1830,6 +1832,8 @@ def test_the_twelfth_rounds_wordings_from_public32(
     "faiss::gpu::allocMemorySpace(faiss::gpu::MemorySpace, void**, size_t)",  # no details
     "ran out of memory, skipping batch",  # a poster's fragment, not the trainer's warning
     "WARNING: ran out of memory, skipping batches is disabled",
+    "RuntimeError: CUDA out of memory handler failed to start",  # words after it
+    "raise RuntimeError: CUDA out of memory was expected",
     "Error out of memory at /src/pinned_host.cpp:174",  # not a CUDA source
 ])  # fmt: skip
 def test_near_misses_of_the_twelfth_rounds_wordings(line: str) -> None:
