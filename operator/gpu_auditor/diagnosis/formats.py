@@ -86,6 +86,10 @@ TF_CPU_ALLOCATOR: Final = r"[^\n]{0,300}?/device:CPU:\d{1,3} by allocator (?:cpu
 """The rest of TensorFlow's "OOM when allocating tensor ..." when the op's device is the host's
 and its allocator TensorFlow's CPU one: host memory ran out, not the GPU's (not ``gpu_host_bfc``,
 the pinned memory the GPU's copies use)."""
+DRIVER_CHECK: Final = "CUDA driver error: out of memory"
+"""PyTorch's C10_CUDA_DRIVER_CHECK on a driver-API call (cuMemCreate, cuMemMap: the path of
+``expandable_segments:True``) that returned CUDA_ERROR_OUT_OF_MEMORY. Those calls fail with
+memory free on WSL2 and Jetsons (unslothai/unsloth#2401), and with the GPU full anywhere."""
 NVML_ASSERT: Final = "NVML_SUCCESS == r INTERNAL ASSERT FAILED"
 """PyTorch's TORCH_INTERNAL_ASSERT on nvmlDeviceGetComputeRunningProcesses' result, whose only
 caller builds the "Process N has X memory in use" part of the OOM message: a cudaMalloc had
@@ -382,6 +386,9 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             # ...torch 1.x's exception cut at its first sentence, its period lost (public32
             # f-014, g-005)
             r"\bRuntimeError: (?:CUDA|HIP) out of memory[ \t]{0,8}$|"
+            # its driver-API check, as the line's end (public33 k-010, after its blind score;
+            # not in a warning's parentheses: SGLang goes on after "(CUDA driver error: ...)")
+            r"(?<!\()\b" + DRIVER_CHECK + r"[ \t]{0,8}$|"
             # the same message lower-cased, as people paste it into issue titles
             r"\b(?:cuda|hip) out of memory[.,] ?[Tt]ried to allocate \d|"
             # the message pasted from its second sentence (1.x: "(GPU 0; 7.92 GiB total ...")

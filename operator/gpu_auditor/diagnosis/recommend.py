@@ -297,6 +297,11 @@ NVML_REFUSED: Final = (
     "Jetson, an unprivileged container: pytorch/pytorch#112377), so nvidia-smi cannot list them "
     "either; on a MIG slice the slice's memory is the limit: less work, or a larger profile"
 )
+DRIVER_CALLS: Final = (
+    "a driver call of PyTorch's allocator failed (cuMemCreate/cuMemMap, the path of "
+    "expandable_segments:True): on WSL2 and Jetson those calls fail with memory free "
+    "(unslothai/unsloth#2401): there, remove expandable_segments:True; elsewhere the GPU was full"
+)
 OWN_LEVERS: Final[dict[str, str]] = {
     "hami": HAMI_SHARED_CARD,
     "isaacgym": SIMULATOR_FIX,
@@ -695,6 +700,8 @@ def _kind_actions(ctx: Context) -> list[str]:
             return [UNIFIED_MEMORY]
         if formats.NVML_ASSERT in ctx.event.message:  # nvidia-smi's NVML refused the same list
             return [NVML_REFUSED, REDUCE_PEAK[0]]
+        if formats.DRIVER_CHECK in ctx.event.message:  # expandable segments' driver calls
+            return [DRIVER_CALLS, first]
         own = ctx.event.framework
         return [
             first,

@@ -1900,3 +1900,27 @@ def test_llama_cpp_s_cpu_buffer_is_host_memory(line: str, asked: int) -> None:
 ])  # fmt: skip
 def test_near_misses_of_llama_cpp_s_cpu_buffer(line: str) -> None:
     assert formats.match_line(line) != formats.HOST_ALLOC
+
+
+@pytest.mark.parametrize("line", [
+    "RuntimeError: CUDA driver error: out of memory",
+    "[ERROR] CUDA driver error: out of memory",  # a trainer's logger (public33 k-010)
+])  # fmt: skip
+def test_pytorch_s_driver_check_is_an_oom(line: str) -> None:
+    """C10_CUDA_DRIVER_CHECK's words for CUDA_ERROR_OUT_OF_MEMORY from a driver-API call."""
+    assert formats.match_line(line) == formats.TORCH
+    d = diagnose(f"step 1\n{line}\n")
+    assert (d.detected, d.framework, d.kind) == (True, "pytorch", "unknown")
+    assert d.recommendation.actions[0].startswith(
+        "a driver call of PyTorch's allocator failed (cuMemCreate/cuMemMap, the path of "
+        "expandable_segments:True): on WSL2 and Jetson"
+    )
+
+
+@pytest.mark.parametrize("line", [
+    # SGLang's warning, in parentheses: it goes on without the feature
+    "multimem all-gather disabled (CUDA driver error: out of memory)",
+    "CUDA driver error: out of memory, retrying with a smaller pool",
+])  # fmt: skip
+def test_near_misses_of_pytorch_s_driver_check(line: str) -> None:
+    assert formats.match_line(line) is None
