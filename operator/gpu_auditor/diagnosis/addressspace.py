@@ -17,11 +17,10 @@ import re
 from collections.abc import Sequence
 from typing import Final
 
-from .logtext import Line, printable
+from .logtext import Line, quoted
 
 _RESERVE: Final = re.compile(r"^[ \t]{0,16}cuMemAddressReserve\(")
 NEXT_LINES: Final = 4
-MAX_LINE_CHARS: Final = 200
 
 ADDRESS_SPACE_ACTION: Final = (
     "the out-of-memory code came from reserving virtual address space ({line}), not from GPU "
@@ -32,8 +31,8 @@ ADDRESS_SPACE_ACTION: Final = (
 
 def address_space_call(after: Sequence[Line]) -> str | None:
     """The failing call, when the failure's next lines name ``cuMemAddressReserve`` as it
-    (stripped, cut to ``MAX_LINE_CHARS``, non-printable characters as ``?``); else None."""
+    (stripped, cut to ``logtext.QUOTED_CHARS``, non-printable characters as ``?``); else None."""
     for line in after[:NEXT_LINES]:
         if _RESERVE.match(line.text) is not None:
-            return printable(line.text.strip()[:MAX_LINE_CHARS])
+            return quoted(line.text)
     return None

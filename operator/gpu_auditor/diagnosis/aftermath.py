@@ -167,7 +167,6 @@ def _visible(text: str) -> str:
     return "".join("?" if unicodedata.category(c)[0] == "C" else c for c in text)
 
 
-
 def skipped_then_more(family: str, after: str) -> bool:
     """Whether the failure is a trainer's report that it skipped the batch that ran out of memory
     (``formats.SKIPPED``: fairseq's, Boltz's) and the log goes on after it: such a report is the

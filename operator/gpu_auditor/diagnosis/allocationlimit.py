@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from .logtext import printable
+from .logtext import quoted
 
 _LIMIT: Final = re.compile(
     r"\bRequested buffer size exceeds device (?:memory allocation|buffer size) limit\b"
@@ -29,7 +29,6 @@ _LIMIT: Final = re.compile(
 _ALLOCATION: Final = re.compile(r"\bDevice memory allocation of size (\d{1,20}) failed\b")
 _VULKAN_BUFFER: Final = re.compile(r"\bVulkan\d{0,3} buffer of size (\d{1,20})\b")
 LINES_BEFORE: Final = 4
-MAX_LINE_CHARS: Final = 200
 
 ALLOCATION_LIMIT_ACTION: Final = (
     "one buffer was larger than the Vulkan driver allows in a single allocation ({line}), "
@@ -41,7 +40,7 @@ ALLOCATION_LIMIT_ACTION: Final = (
 def allocation_limit(failure: str, before: str) -> str | None:
     """The driver's per-allocation cap, when one of the last ``LINES_BEFORE`` lines of ``before``
     names it right after the line saying the allocation of the failing Vulkan buffer's very size
-    failed (the cap's line stripped, cut to ``MAX_LINE_CHARS``, non-printable characters as
+    failed (the cap's line stripped, cut to ``logtext.QUOTED_CHARS``, non-printable characters as
     ``?``); else None."""
     buffer = _VULKAN_BUFFER.search(failure)
     if buffer is None:
@@ -52,5 +51,5 @@ def allocation_limit(failure: str, before: str) -> str | None:
             continue
         asked = _ALLOCATION.search(lines[at - 1])
         if asked is not None and asked.group(1) == buffer.group(1):
-            return printable(lines[at].strip()[:MAX_LINE_CHARS])
+            return quoted(lines[at])
     return None

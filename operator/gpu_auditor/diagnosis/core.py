@@ -27,6 +27,7 @@ from .logtext import (
     ScanResult,
     normalize_text,
     printable,
+    quoted,
     scan_bytes,
     scan_stream,
 )
@@ -138,7 +139,7 @@ def diagnose_scan(
     if later is not None:
         return _not_found(scan, torch_version, alloc_conf, backend, growth, _went_on(later))
     if skipped_then_more(hit.family, scan.tail):
-        skipped = printable(hit.line.text.strip()[:200])
+        skipped = quoted(hit.line.text)
         return _not_found(scan, torch_version, alloc_conf, backend, growth, _skipped(skipped))
     reserve = address_space_call(hit.after)
     if reserve is not None:
@@ -263,7 +264,7 @@ def _after_refusal(scan: ScanResult, hit: Hit, later: str | None) -> ScanResult 
     raised = any(TRACEBACK in x.text for x in hit.after[:REFUSAL_LINES])
     if raised and _SURFACED.search(later if later is not None else scan.tail):
         return None
-    return printable(hit.line.text.strip()[:200])
+    return quoted(hit.line.text)
 
 
 HAMI_OWN: Final = "[HAMI-core "

@@ -1001,12 +1001,10 @@ def framework_of(family: str, line: str) -> str | None:
         return "tensorflow"
     if family == ENGINE_NO_CACHE and "mem-fraction-static" in line:
         return "sglang"
-    if family in (MXNET, CUDA_ERROR) and _GGML.search(line):
+    if family in (MXNET, CUDA_ERROR, HOST_ALLOC) and _GGML.search(line):
         return "llama.cpp"
     if family == NCCL:  # NCCL's own name, unless the line names JAX or TensorFlow
         return _marked(line, ("jax", "tensorflow")) or NCCL
-    if family == HOST_ALLOC and _GGML.search(line):
-        return "llama.cpp"
     if family == HOST_ALLOC and "DefaultCPUAllocator" not in line:
         return _marked(line)  # OpenCV's, TH's (Lua Torch7's too), the kernel's: their markers
     if family == CUDA_LIBRARY and library_named(line) in ("cuRAND", "OpenCL"):

@@ -16,14 +16,13 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from .logtext import printable
+from .logtext import quoted
 
 _KILLED: Final = re.compile(
     r"\bexitcode: -9\b|\bSignal 9 \(SIGKILL\) received by PID \d{1,9}|"
     r"\breturn code = -9\b|\bSignals\.SIGKILL: 9\b|"
     r"\b(?:exit(?:ed)? (?:with )?(?:code|status)|exit code:?) 137\b"
 )
-MAX_LINE_CHARS: Final = 200
 
 KILLED_ACTION: Final = (
     "the job was killed by signal 9 ({line}) and the log says nothing of memory: most often the "
@@ -34,8 +33,8 @@ KILLED_ACTION: Final = (
 
 def killed_by_signal(tail: str) -> str | None:
     """The last line of ``tail`` that reports a process killed by signal 9, stripped and cut to
-    ``MAX_LINE_CHARS`` (non-printable characters as ``?``); None when none does."""
+    ``logtext.QUOTED_CHARS`` (non-printable characters as ``?``); None when none does."""
     for line in reversed(tail.splitlines()):
         if _KILLED.search(line) is not None:
-            return printable(line.strip()[:MAX_LINE_CHARS])
+            return quoted(line)
     return None

@@ -157,6 +157,17 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() else "?" for c in text)
 
 
+QUOTED_CHARS: Final = 200
+"""How much of a tenant's line a diagnosis quotes as its evidence (``killed_by_signal``,
+``address_space_call``, ``allocation_limit``, ``handled_refusal``, ``skipped_batch``)."""
+
+
+def quoted(text: str) -> str:
+    """A tenant's line as a diagnosis quotes it: stripped, cut to ``QUOTED_CHARS``, every
+    non-printable character as ``?`` (``printable``)."""
+    return printable(text.strip()[:QUOTED_CHARS])
+
+
 def own_text(text: str, rank: str | None) -> str:
     """``text``'s lines of one rank (every line when ``rank`` is None), their container and rank
     prefixes removed: a traceback as its process printed it (``[rank0]:   File ...`` frames are

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from gpu_auditor.diagnosis import diagnose
-from gpu_auditor.diagnosis.addressspace import MAX_LINE_CHARS, NEXT_LINES, address_space_call
-from gpu_auditor.diagnosis.logtext import Line
+from gpu_auditor.diagnosis.addressspace import NEXT_LINES, address_space_call
+from gpu_auditor.diagnosis.logtext import QUOTED_CHARS, Line
 
 pytestmark = pytest.mark.unit
 
@@ -49,5 +49,5 @@ def test_the_same_error_with_another_failing_call_is_an_oom() -> None:
 def test_the_failing_call_is_read_from_the_next_lines_only(
     after: list[Line], found: str | None
 ) -> None:
-    assert NEXT_LINES == 4 and MAX_LINE_CHARS == 200
+    assert NEXT_LINES == 4 and QUOTED_CHARS == 200
     assert address_space_call(after) == found

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from gpu_auditor.diagnosis import diagnose
-from gpu_auditor.diagnosis.allocationlimit import LINES_BEFORE, MAX_LINE_CHARS, allocation_limit
+from gpu_auditor.diagnosis.allocationlimit import LINES_BEFORE, allocation_limit
+from gpu_auditor.diagnosis.logtext import QUOTED_CHARS
 
 pytestmark = pytest.mark.unit
 
@@ -71,5 +72,5 @@ ASKED = "ggml_vulkan: Device memory allocation of size 4757131264 failed."
 def test_the_cap_is_read_right_after_the_failing_buffer_s_own_allocation(
     failure: str, before: str, found: str | None
 ) -> None:
-    assert LINES_BEFORE == 4 and MAX_LINE_CHARS == 200
+    assert LINES_BEFORE == 4 and QUOTED_CHARS == 200
     assert allocation_limit(failure, before) == found

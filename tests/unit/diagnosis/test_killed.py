@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from gpu_auditor.diagnosis import diagnose
-from gpu_auditor.diagnosis.killed import MAX_LINE_CHARS, killed_by_signal
+from gpu_auditor.diagnosis.killed import killed_by_signal
+from gpu_auditor.diagnosis.logtext import QUOTED_CHARS
 
 from .diagnosis_helpers import torch_oom
 
@@ -55,7 +56,7 @@ def test_an_oom_in_the_log_is_the_diagnosis_and_the_kill_is_not_added() -> None:
 def test_the_last_kill_is_named_cut_and_printable() -> None:
     tail = f"exit code 137\n\x1b[0mx{'y' * 500} failed (exitcode: -9) z\n"
     line = killed_by_signal(tail)
-    assert line is not None and len(line) == MAX_LINE_CHARS
+    assert line is not None and len(line) == QUOTED_CHARS
     assert line.startswith("?[0mxyyy")
     assert killed_by_signal("exit code 137") == "exit code 137"
 
