@@ -100,6 +100,7 @@ GROUPS: dict[str, dict[str, Any]] = {
             "wrapped": ["diagnosis/test_wrapped.py"],
             "addressspace": ["diagnosis/test_addressspace.py"],
             "allocationlimit": ["diagnosis/test_allocationlimit.py"],
+            "xlacompile": ["diagnosis/test_xlacompile.py"],
             "impossible": ["diagnosis/test_impossible.py"],
             "sizes": [
                 "diagnosis/test_sizes.py",

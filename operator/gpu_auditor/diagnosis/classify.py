@@ -51,7 +51,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Final
 
-from . import formats
+from . import formats, xlacompile
 from .model import Figures, Growth, NodeEvidence, OomEvent, OtherProcess
 from .phase import CUDA_INIT, LOADING, OPTIMIZER_STEP, STARTUP
 from .proberecord import SMALL_POOL_REQUEST_MAX_BYTES, ProbeRecord
@@ -603,6 +603,9 @@ def classify(
     than the idle cache could absorb (``LEAK_OUTRUNS_CACHE_POINTS``); beside fragmentation
     ``leak`` contributes."""
     figures = with_node(event.figures, node)
+    plan = xlacompile.compile_plan(event.message) if event.family == formats.XLA else None
+    if plan is not None:  # refused at compile time: nothing ran, nothing else held the chip
+        return Verdict(xlacompile.kind(plan), (), xlacompile.summary(plan), figures)
     usable = record if record is not None and record.status == "ok" else None
     refusal = formats.CAP_REFUSED in event.message
     facts = _Facts(figures, event.family, usable, phase, steps, event.framework, refusal)

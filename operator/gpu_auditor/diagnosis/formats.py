@@ -445,7 +445,10 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"Resource exhausted: Out of memory while trying to allocate|"
             # bindings that print XLA's status without its code (Elixir's EXLA; public15 v-021)
             r"\bOut of memory while trying to allocate \d{1,20} bytes\.|"
-            r"(?:RESOURCE_EXHAUSTED|Resource exhausted): Failed to allocate request for \d"
+            r"(?:RESOURCE_EXHAUSTED|Resource exhausted): Failed to allocate request for \d|"
+            # XLA's TPU compiler before its "XLA:TPU compile permanent error" (TensorFlow on
+            # TPUs, 2019: tensorflow/tpu#598; xlacompile.py)
+            r"\bCompilation failure: Ran out of memory in memory space [a-z]{1,12}\."
         ),
     ),
     (

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-from . import allocconf, formats
+from . import allocconf, formats, xlacompile
 from .allocconf import ASYNC, KEYS, Checked
 from .classify import EVICTED, LIBRARIES, MANAGED_REPLICA, Verdict, cap_binding, printed_error
 from .logtext import own_text
@@ -824,6 +824,9 @@ def _might_help(ctx: Context) -> list[str]:
 
 
 def recommend(ctx: Context) -> Recommendation:
+    plan = xlacompile.compile_plan(ctx.event.message) if ctx.event.family == formats.XLA else None
+    if plan is not None:  # XLA's TPU compiler: its own levers, no allocator of PyTorch's
+        return Recommendation(None, None, tuple(xlacompile.actions(plan)))
     alloc_conf, notes = _alloc_conf(ctx)
     kind = ctx.verdict.kind
     actions = list(notes)
