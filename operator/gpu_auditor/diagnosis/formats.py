@@ -123,7 +123,7 @@ KEYWORDS: Final[tuple[bytes, ...]] = (
     b"killed",
     b"Out Of Memory",
     b"kill event",
-    b"Failed to allocate request",
+    b"Failed to allocate",  # XLA's "... request for"; ND4J's "... N bytes from DEVICE [d] memory"
     b"Cannot malloc",
     b"Free memory on device",
     b"OutOfMemory",
@@ -166,6 +166,7 @@ KEYWORDS: Final[tuple[bytes, ...]] = (
     b"allocMemorySpace(faiss::gpu::MemorySpace",
     b"_alloc_buffer: failed to allocate buffer of size",
     b"to allocate CPU buffer of size",
+    b"Memory not available to allocate buffer",
 )
 """Byte strings at least one of which every family's failure line contains (second filter)."""
 
@@ -239,7 +240,11 @@ line that names MemoryError cost 45x on such a log: the review)."""
 HOST_REFUSED_PATTERN: Final = (
     r"^[ \t]{0,8}(?:[\w.]{1,60}: )?\[Errno 12\] Cannot allocate memory\b|"
     r"\[WinError 1455\]|\bThe paging file is too small for this operation to complete\b|"
-    r"\bDie Auslagerungsdatei ist zu klein, um diesen Vorgang durchzuführen\b"
+    r"\bDie Auslagerungsdatei ist zu klein, um diesen Vorgang durchzuführen\b|"
+    # NumPy's refused array as an application printed it, after at most a level word or two
+    # ("ERROR: Unable to allocate 3.60 GiB for an array with shape ...": public34 l-018)
+    r"^[ \t]{0,8}(?:[A-Za-z]{1,12}: ){0,2}Unable to allocate \d{1,12}\.?\d{0,6} ?"
+    r"(?:[KMGT]iB|bytes) for an array with shape \("
 )
 """The host's kernel refusing memory as Python raises it: Linux's ENOMEM (a fork, an mmap:
 "OSError: [Errno 12] Cannot allocate memory") and Windows' commit limit (ERROR_COMMITMENT_LIMIT,
@@ -248,7 +253,10 @@ HOST_REFUSED_PATTERN: Final = (
 read on the log's last line only: no keyword of the scan is in them, and a caught one has the
 job's own lines after it. (The fifth round's review dropped ENOMEM read anywhere: a limit, not the
 OOM killer, may refuse it (overcommit, ``ulimit -v``); it is host memory refused all the same, and
-the three threads that settled it were memory, none a limit on mappings.)"""
+the three threads that settled it were memory, none a limit on mappings.) NumPy's "Unable to
+allocate X for an array with shape" is read there too when an application printed it without the
+exception's name (the name's own line is HOST_ALLOC's anywhere): NumPy's ``_ArrayMemoryError``,
+host memory refused, as in all eleven threads of the public sets that print it."""
 
 _LOCALIZED_KILLED_WORDS: Final = "|".join(map(re.escape, LOCALIZED_KILLED))
 LOCALIZED_KILLED_PATTERN: Final = r"^[ \t]{0,8}(?:" + _LOCALIZED_KILLED_WORDS + r")[ \t]{0,8}$"
@@ -546,7 +554,10 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             # OpenCL's failure to allocate a buffer's storage on the device (pyopencl's
             # MemoryError under tinygrad: public24 c-023), not its OUT_OF_RESOURCES, which
             # NVIDIA's OpenCL also returns for a kernel's faults
-            r"\b(?:CL_)?MEM_OBJECT_ALLOCATION_FAILURE\b"
+            r"\b(?:CL_)?MEM_OBJECT_ALLOCATION_FAILURE\b|"
+            # MIOpen (ROCm's cuDNN) refusing a buffer larger than hipMemGetInfo's free memory
+            # (its Handle::Create; public34 m-023: Keras on TensorFlow-ROCm)
+            r"\bMIOpen Error: [^\n]{0,300}?\bMemory not available to allocate buffer: \d{1,20}\b"
         ),
     ),
     (
@@ -669,6 +680,8 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"\bcuda[A-Z]\w{1,40}\([^\n]{0,160}?\) failed with error out of memory\b|"
             # kmcuda's Python binding (public12 e-030)
             r"\bMemoryError: Failed to allocate memory on GPU\b|"
+            # ND4J's (Deeplearning4j's) CUDA allocator (public34 m-011; deeplearning4j#8253)
+            r"\bFailed to allocate \d{1,20} bytes from DEVICE \[\d{1,3}\] memory\b|"
             # Legion/Realm (Legate, cuPyNumeric): the framebuffer memory of a GPU
             r"Failed to allocate \d{1,20} bytes on memory \w{1,24} \(of kind GPU_FB_MEM\)|"
             # Thrust's allocator; RAPIDS' RMM (its pool's own limit, or the device)
@@ -750,7 +763,8 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             # p-009)
             r"\bOOM when allocating tensor\b(?=" + TF_CPU_ALLOCATOR + r")|"
             # TH's host allocator, PyTorch before 1.0 (public21 r-022, public28 x-015)
-            r"\b" + TH_HOST_ALLOC + r": you tried to allocate \d{1,9}GB\b|"
+            # (THRealloc's "reallocate" too: public34 m-002)
+            r"\b" + TH_HOST_ALLOC + r": you tried to (?:re)?allocate \d{1,9}GB\b|"
             # the host's kernel refusing memory, as the log's last line (logtext's end read)
             + HOST_REFUSED_PATTERN + "|"
             # OpenCV's host allocator
@@ -973,11 +987,12 @@ release): the TORCH pattern's alternation reads them, and these mark the message
 
 
 _LIBRARY_NAMED: Final = re.compile(
-    r"\b(CUBLAS|CUDNN|CUSOLVER|CUFFT|CUSPARSE|CURAND)_|\b(?:CL_)?(MEM_OBJECT)_ALLOCATION_FAILURE\b"
+    r"\b(CUBLAS|CUDNN|CUSOLVER|CUFFT|CUSPARSE|CURAND)_|\b(?:CL_)?(MEM_OBJECT)_ALLOCATION_FAILURE\b|"
+    r"\b(MIOpen) Error: "
 )
 _LIBRARY_NAMES: Final = {
     "CUBLAS": "cuBLAS", "CUDNN": "cuDNN", "CUSOLVER": "cuSOLVER", "CUFFT": "cuFFT",
-    "CUSPARSE": "cuSPARSE", "CURAND": "cuRAND", "MEM_OBJECT": "OpenCL",
+    "CUSPARSE": "cuSPARSE", "CURAND": "cuRAND", "MEM_OBJECT": "OpenCL", "MIOpen": "MIOpen",
 }  # fmt: skip
 
 
@@ -987,7 +1002,7 @@ def library_named(line: str) -> str | None:
     match = _LIBRARY_NAMED.search(line)
     if match is None:
         return None
-    return _LIBRARY_NAMES[match.group(1) or match.group(2)]
+    return _LIBRARY_NAMES[match.group(1) or match.group(2) or match.group(3)]
 
 
 CAP_REFUSED: Final = "would exceed allowed memory"
@@ -1010,8 +1025,10 @@ def framework_of(family: str, line: str) -> str | None:
         return _marked(line, ("jax", "tensorflow")) or NCCL
     if family == HOST_ALLOC and "DefaultCPUAllocator" not in line:
         return _marked(line)  # OpenCV's, TH's (Lua Torch7's too), the kernel's: their markers
-    if family == CUDA_LIBRARY and library_named(line) in ("cuRAND", "OpenCL"):
-        return _marked(line)  # PyTorch has no OpenCL backend nor cuRAND's host API: no default
+    if family == CUDA_LIBRARY and library_named(line) in ("cuRAND", "OpenCL", "MIOpen"):
+        # PyTorch has no OpenCL backend nor cuRAND's host API, and MIOpen's own words are any
+        # ROCm stack's (TensorFlow's in public34 m-023): no default
+        return _marked(line)
     if family in (TORCH_RAW, DRIVER, CUDA_LIBRARY, HOST_KILLED, RAY_KILLED, BFC, CUDA_ERROR, HAMI):
         return _marked(line) or _FAMILY_FRAMEWORK.get(family)
     return _FAMILY_FRAMEWORK.get(family)

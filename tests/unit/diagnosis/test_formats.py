@@ -1924,3 +1924,53 @@ def test_pytorch_s_driver_check_is_an_oom(line: str) -> None:
 ])  # fmt: skip
 def test_near_misses_of_pytorch_s_driver_check(line: str) -> None:
     assert formats.match_line(line) is None
+
+
+# -- the thirteenth round: public34's stacks ------------------------------------------------------
+
+
+def test_numpy_s_words_printed_by_an_application_are_host_memory_on_the_last_line() -> None:
+    # public34 l-018 (noScribe): the application printed the error without its exception's name
+    line = ("ERROR: Unable to allocate 3.60 GiB for an array with shape (1, 1200623, 201) and data "
+            "type complex128")
+    d = diagnose(f"Transkription...\nERROR: Fehler im 3. Schritt - Transkription\n{line}\n")
+    assert (d.detected, d.kind) == (True, "host-oom-killed")
+    assert d.figures.requested_bytes == round(3.60 * 2**30)
+    # the same words with the job's own lines after them: a caught one, not read
+    assert not diagnose(f"{line}\nretrying with a shorter chunk\nchunk 2 done\n").detected
+    # more than two words before them: another message that quotes NumPy's
+    assert not diagnose(f"worker 3 said: chunk failed: {line}\n").detected
+
+
+def test_th_s_realloc_is_host_memory() -> None:
+    # public34 m-002 (Lua Torch7's neural-style): THRealloc's words beside THAlloc's
+    line = ("/home/u/torch/install/share/lua/5.1/nn/THNN.lua:109: $ Torch: not enough memory: you "
+            "tried to reallocate 36GB. Buy new RAM! at /home/u/torch/pkg/torch/lib/TH/"
+            "THGeneral.c:251")
+    assert formats.match_line(line) == formats.HOST_ALLOC
+    assert diagnose(line + "\n").kind == "host-oom-killed"
+
+
+def test_miopen_s_buffer_past_the_free_memory_is_its_own_allocation() -> None:
+    # public34 m-023 (Keras on TensorFlow-ROCm); MIOpen's Handle::Create throws it when the
+    # buffer is larger than hipMemGetInfo's free memory
+    line = ("    MIOpen Error: /data/repo/MIOpen/src/hip/handlehip.cpp:68: Memory not available to "
+            "allocate buffer: 528515072")
+    assert formats.match_line(line) == formats.CUDA_LIBRARY
+    assert formats.library_named(line) == "MIOpen"
+    d = diagnose(line + "\n")
+    assert (d.detected, d.kind, d.framework) == (True, "unknown", None)  # any ROCm stack's
+    assert d.summary.startswith("unknown: MIOpen could not allocate its own memory")
+    # the same words from another program's allocator (a packet driver's malloc) are not MIOpen's
+    assert formats.match_line("ERROR: memory not available to allocate buffer for Rx") is None
+
+
+def test_nd4j_s_device_allocation_is_a_gpu_failure() -> None:
+    # public34 m-011 (Deeplearning4j's benchmark; deeplearning4j#8253 prints the same)
+    line = ("Suppressed: java.lang.RuntimeException: Failed to allocate 1283331072 bytes from "
+            "DEVICE [0] memory")
+    assert formats.match_line(line) == formats.CUDA_ERROR
+    d = diagnose(line + "\n")
+    assert d.detected and d.figures.requested_bytes == 1283331072
+    # its host twin is not read: nd4j#2140's "400 bytes from HOST memory" was a bug
+    assert formats.match_line("Failed to allocate 400 bytes from HOST memory") is None
