@@ -456,7 +456,12 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"(?:RESOURCE_EXHAUSTED|Resource exhausted): Failed to allocate request for \d|"
             # XLA's TPU compiler before its "XLA:TPU compile permanent error" (TensorFlow on
             # TPUs, 2019: tensorflow/tpu#598; xlacompile.py)
-            r"\bCompilation failure: Ran out of memory in memory space [a-z]{1,12}\."
+            r"\bCompilation failure: Ran out of memory in memory space [a-z]{1,12}\.|"
+            # a compiled program's constant, which XLA's GPU executable allocates on the device
+            # outside the BFC pool JAX preallocated (StreamExecutor's Allocate returned null:
+            # public35 n-010; XLA_PYTHON_CLIENT_PREALLOCATE=false fixed google-research/scenic's
+            # other threads)
+            r"\bINTERNAL: Failed to allocate \d{1,20} bytes for new constant\b"
         ),
     ),
     (

@@ -1974,3 +1974,15 @@ def test_nd4j_s_device_allocation_is_a_gpu_failure() -> None:
     assert d.detected and d.figures.requested_bytes == 1283331072
     # its host twin is not read: nd4j#2140's "400 bytes from HOST memory" was a bug
     assert formats.match_line("Failed to allocate 400 bytes from HOST memory") is None
+
+
+def test_xla_s_constant_on_the_device_is_an_oom() -> None:
+    # public35 n-010 (scenic's OWL-ViT in Colab): XLA's GPU executable allocates a compiled
+    # program's constants on the device, outside the pool JAX preallocated
+    line = "XlaRuntimeError: INTERNAL: Failed to allocate 7077888 bytes for new constant"
+    assert formats.match_line(line) == formats.XLA
+    d = diagnose(line + "\n")
+    assert (d.detected, d.framework) == (True, "jax")
+    # XLA's other INTERNAL errors are not
+    other = "XlaRuntimeError: INTERNAL: Memcpy to device address 0x7f failed"
+    assert formats.match_line(other) is None
