@@ -97,6 +97,12 @@ failed. The assert's file and line may follow on the next line."""
 SKIPPED_BATCH: Final = "ran out of memory, skipping batch"
 """fairseq's trainer's warning (Boltz's predictor copied it): it caught PyTorch's OOM and goes on
 without the batch."""
+SPLIT_ATTENTION: Final = (
+    r"\bNot enough memory, use lower resolution \(max approx\. \d{1,6}x\d{1,6}\)"
+)
+"""The split attention Stable Diffusion's forks copied (``split_cross_attention_forward``) refusing
+to run: even in 64 slices one slice needs more than the GPU has free ("Need: 3.7GB free,
+Have:3.1GB free", GiB); its own words name the lever, a lower resolution."""
 TH_HOST_ALLOC: Final = "Torch: not enough memory"
 """TH's (PyTorch before 1.0) host allocator refusing, "... you tried to allocate 2GB. Buy new
 RAM!": host memory, like the DefaultCPUAllocator's that replaced it."""
@@ -644,6 +650,10 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             # Isaac Gym's PhysX CUDA check (public23 b-024); a CUDA check macro's "Error <string>
             # at line N in file F" (bitsandbytes' ops.cu, public23 z-019); heFFTe's (a-012)
             r"\bGym cuda error: out of memory\b|"
+            # the split attention of Stable Diffusion's forks (AUTOMATIC1111, InvokeAI, ComfyUI's
+            # sub-quadratic fallback) when 64 slices still need more than is free (public35
+            # o-029)
+            + SPLIT_ATTENTION + r"|"
             r"\bError out of memory at line \d{1,6} in file [^\n]{1,300}?\.cuh?\b|"
             # ...and the same check with its source file before the line (CHARMM's FFTDock:
             # public32 f-022)

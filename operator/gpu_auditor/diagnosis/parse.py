@@ -167,6 +167,12 @@ _FAISS_TAIL: Final = re.compile(formats.FAISS_REQUEST_TAIL)
 _XGBOOST: Final = re.compile(formats.XGBOOST_ALLOC_ERROR)
 _XGBOOST_FIGURE: Final = re.compile(r"^[ \t]{0,8}- (Free|Requested) memory: (\d{1,20})[ \t]*$")
 """XGBoost's two lines under its failure ("- Free memory: N", "- Requested memory: M")."""
+_SPLIT_ATTENTION: Final = re.compile(
+    formats.SPLIT_ATTENTION
+    + r"[^\n]{0,40}?Need: ?(\d{1,6}\.\d) ?GB free, Have: ?(\d{1,6}\.\d) ?GB free"
+)
+"""The split attention's figures: one slice's need (its whole need over the 64 slices it tried)
+and what was free (the driver's free plus PyTorch's idle cache); its "GB" are GiB (1024**3)."""
 _CATBOOST_REQUEST: Final = re.compile(
     formats.CATBOOST_OUT_OF_MEMORY + r"(\d{1,12}(?:\.\d{1,12})?)(?: MB)?; Free "
 )
@@ -547,6 +553,9 @@ def parse_hit(hit: Hit) -> OomEvent:
     elif family == formats.CUDA_ERROR and (match := _THEANO.search(message)):
         requested, free, total = (_plain_bytes(match.group(i)) for i in (1, 2, 3))
         figures = Figures(requested, total_bytes=total or None, free_bytes=free if total else None)
+    elif family == formats.CUDA_ERROR and (match := _SPLIT_ATTENTION.search(message)):
+        need, have = (to_bytes(match.group(i), "GiB") for i in (1, 2))
+        figures = Figures(need, free_bytes=have)
     elif family == formats.CUDA_ERROR and (match := _CATBOOST_REQUEST.search(message)):
         figures = Figures(_binary_bytes(match.group(1) + "MB"))
     elif family in (formats.CUDA_ERROR, formats.DRIVER) and _XGBOOST.search(message):

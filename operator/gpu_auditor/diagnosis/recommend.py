@@ -823,6 +823,15 @@ def _might_help(ctx: Context) -> list[str]:
     ]
 
 
+_SPLIT_ATTENTION: Final = re.compile(formats.SPLIT_ATTENTION)
+SPLIT_ATTENTION_FIX: Final = (
+    "the split attention refused to run: even cut in 64 slices, one slice needs more than the GPU "
+    "has free: generate at a lower resolution (the message names its limit) or fewer frames at "
+    "once, or use an attention that never builds the whole attention matrix (AUTOMATIC1111: "
+    "--xformers or --opt-sdp-attention)"
+)
+
+
 def recommend(ctx: Context) -> Recommendation:
     plan = xlacompile.compile_plan(ctx.event.message) if ctx.event.family == formats.XLA else None
     if plan is not None:  # XLA's TPU compiler: its own levers, no allocator of PyTorch's
@@ -830,6 +839,8 @@ def recommend(ctx: Context) -> Recommendation:
     alloc_conf, notes = _alloc_conf(ctx)
     kind = ctx.verdict.kind
     actions = list(notes)
+    if _SPLIT_ATTENTION.search(ctx.event.message):  # Stable Diffusion's forks: their own lever
+        actions.append(SPLIT_ATTENTION_FIX)
     actions += _place_actions(ctx)
     actions += _kind_actions(ctx)
     if kind == "capacity" or (kind == "fragmentation" and alloc_conf is None and not notes):

@@ -1986,3 +1986,23 @@ def test_xla_s_constant_on_the_device_is_an_oom() -> None:
     # XLA's other INTERNAL errors are not
     other = "XlaRuntimeError: INTERNAL: Memcpy to device address 0x7f failed"
     assert formats.match_line(other) is None
+
+
+def test_stable_diffusion_s_split_attention_refusing_is_capacity_with_its_own_lever() -> None:
+    # public35 o-029 (AUTOMATIC1111 + AnimateDiff): split_cross_attention_forward's check
+    line = ("RuntimeError: Not enough memory, use lower resolution (max approx. 1472x1472). Need: "
+            "3.7GB free, Have:3.1GB free, A: 9.59 GB, R: 9.71 GB, Sys: 5.9/11.9844 GB (49.6%)")
+    assert formats.match_line(line) == formats.CUDA_ERROR
+    d = diagnose(line + "\n")
+    assert (d.detected, d.kind) == (True, "capacity")
+    assert (d.figures.requested_bytes, d.figures.free_bytes) == (
+        round(3.7 * 2**30), round(3.1 * 2**30)
+    )
+    assert d.recommendation.actions[0].startswith("the split attention refused to run")
+    # InvokeAI's copy prints a space before "GB"
+    spaced = ("RuntimeError: Not enough memory, use lower resolution (max approx. 640x640). Need: "
+              "0.5 GB free, Have:0.2 GB free")
+    assert diagnose(spaced + "\n").figures.free_bytes == round(0.2 * 2**30)
+    # the words a front end prints to its user, without the check's figures, are not the check
+    told = "Not enough memory, use lower resolution or disable full precision"
+    assert formats.match_line(told) is None
