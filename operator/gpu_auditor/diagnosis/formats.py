@@ -650,6 +650,9 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             # Isaac Gym's PhysX CUDA check (public23 b-024); a CUDA check macro's "Error <string>
             # at line N in file F" (bitsandbytes' ops.cu, public23 z-019); heFFTe's (a-012)
             r"\bGym cuda error: out of memory\b|"
+            # PhysX's GPU allocator (Isaac Gym, Isaac Sim) with cudaErrorMemoryAllocation (2)
+            # (public36 r-017, r-024; its fixed buffers' overflows are not memory running out)
+            r"\bPxgCudaDeviceMemoryAllocator fail to allocate memory \d{1,20} bytes!! Result = 2\b|"
             # the split attention of Stable Diffusion's forks (AUTOMATIC1111, InvokeAI, ComfyUI's
             # sub-quadratic fallback) when 64 slices still need more than is free (public35
             # o-029)
@@ -685,7 +688,9 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             + FAISS_REQUEST_TAIL + "|"
             r"\bthrust::system::system_error'\s{0,8}what\(\):[^\n]{0,180}?: out of memory\b|"
             # torch_memory_saver (SGLang, verl): cuMemCreate's CUresult 2, CUDA_ERROR_OUT_OF_MEMORY
-            r"\[torch_memory_saver\.cpp\] CUresult error\s{1,4}result=2\b|"
+            # (its later wording "CUresult error: 2 (out of memory) ... func=cu_mem_create":
+            # public36 s-002, slime)
+            r"\[torch_memory_saver\.cpp\] CUresult error(?:\s{1,4}result=|: )2\b|"
             # TensorRT-LLM's own check ("CUDA runtime error in <call>: out of memory"), the
             # gpuErrchk idiom's "GPUassert: <error> <file> <line>", Thrust's algorithms
             r"\bCUDA runtime error in [^\n]{1,160}?: out of memory\b|\bGPUassert: out of memory\b|"
@@ -806,7 +811,9 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             # (as people retype it: public24 c-006's "worker(pid xxxxx) is killed by signal:killed")
             r"DataLoader worker ?\(pid ?\w{1,16}\) is killed by signal: ?[Kk]illed\b|"
             # (after a bar cut mid-draw, its last block: public24 d-020's "77%|█████Killed")
-            r"(?:^|[\]█▏▎▍▌▋▊▉])[ \t]{0,8}Killed[ \t]{0,8}$|\bline \d{1,9}: {1,8}\d{1,9} Killed\b|"
+            # (the line may be padded, as a terminal pads it after a bar: public36 s-016)
+            r"(?:^|[\]█▏▎▍▌▋▊▉])[ \t]{0,8}Killed[ \t]{0,200}$|"
+            r"\bline \d{1,9}: {1,8}\d{1,9} Killed\b|"
             # the bare line in the shell's language (read on the log's last line only)
             + LOCALIZED_KILLED_PATTERN + "|"
             # zsh's job report; the kernel's own words (dmesg); Slurm's cgroup OOM killer
@@ -956,6 +963,8 @@ _FRAMEWORK_MARKERS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     ("mlx", re.compile(r"\[METAL\] Command buffer execution failed: Insufficient Memory\b")),
     ("metal", re.compile(r"\bkIOGPUCommandBufferCallbackErrorOutOfMemory\b")),
     ("isaacgym", re.compile(r"\bGym cuda error: ")),
+    # PhysX's GPU allocator: Isaac Gym's, Isaac Sim's, SAPIEN's
+    ("physx", re.compile(r"\bPxgCudaDeviceMemoryAllocator\b")),
     ("theano", re.compile(r"\bbytes of device memory \(out of memory\)")),
     ("dali", re.compile(r"\bNVJPEG error \"5\" : NVJPEG_STATUS_ALLOCATOR_FAILURE\b")),
     ("spark-rapids", re.compile(r"\bcom\.nvidia\.spark\.rapids\b|SplitAndRetryOOM\b")),

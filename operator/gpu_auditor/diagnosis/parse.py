@@ -143,7 +143,7 @@ _VLLM_STARTUP: Final = re.compile(
 )
 _VLLM_AVAILABLE: Final = _size_re(r"available KV cache memory \({S}\)")
 _BYTES_REQUEST: Final = re.compile(
-    r"(?:allocate|calloc|malloc|alloc)\w{0,24}\s{1,8}([\d,]{1,32}) bytes"
+    r"(?:allocate|calloc|malloc|alloc)\w{0,24}\s{1,8}(?:memory\s{1,8})?([\d,]{1,32}) bytes"
 )
 _THEANO: Final = re.compile(
     r"Error allocating (\d{1,20}) bytes of device memory \(out of memory\)\. Driver report "

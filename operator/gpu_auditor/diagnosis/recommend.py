@@ -306,6 +306,7 @@ OWN_LEVERS: Final[dict[str, str]] = {
     "hami": HAMI_SHARED_CARD,
     "isaacgym": SIMULATOR_FIX,
     "omniverse": SIMULATOR_FIX,
+    "physx": SIMULATOR_FIX,
     "dali": DALI_FIX,
 }
 """A stack's own lever beside an ``unknown`` failure's check: HAMi's card shared by pods
@@ -514,6 +515,8 @@ def _framework_actions(ctx: Context) -> list[str]:
         return list(LLAMA_CPP_FIXES)
     if fw == "catboost":
         return list(CATBOOST_FIXES)
+    if fw in ("isaacgym", "omniverse", "physx"):  # the simulator's scene, not a model's batch
+        return [SIMULATOR_FIX]
     if fw == "spark-rapids":
         return list(SPARK_RAPIDS_FIXES)
     if fw == "vllm":

@@ -2006,3 +2006,40 @@ def test_stable_diffusion_s_split_attention_refusing_is_capacity_with_its_own_le
     # the words a front end prints to its user, without the check's figures, are not the check
     told = "Not enough memory, use lower resolution or disable full precision"
     assert formats.match_line(told) is None
+
+
+# -- the thirteenth round, after public36's blind score: its stacks' own lines ------------------
+
+
+def test_torch_memory_saver_s_later_wording_is_its_cumemcreate_failing() -> None:
+    # public36 s-002 (slime: SGLang's weights released and resumed through torch_memory_saver)
+    line = ("[torch_memory_saver.cpp] CUresult error: 2 (out of memory) file=csrc/utils.h "
+            "func=cu_mem_create line=187")
+    assert formats.match_line(line) == formats.CUDA_ERROR
+    # another CUresult is not memory
+    assert formats.match_line("[torch_memory_saver.cpp] CUresult error: 1 (invalid value)") is None
+
+
+def test_physx_s_gpu_allocator_failing_is_the_simulator_s_memory() -> None:
+    # public36 r-024 (Isaac Sim), r-017 and public19 k-003 (Isaac Gym): Result = 2 is
+    # cudaErrorMemoryAllocation
+    line = "PxgCudaDeviceMemoryAllocator fail to allocate memory 2147483648 bytes!! Result = 2"
+    d = diagnose(line + "\n")
+    assert (d.detected, d.framework) == (True, "physx")
+    assert d.figures.requested_bytes == 2 * 2**30
+    assert d.recommendation.actions[0].startswith("a simulator's GPU memory grows with its scene")
+    # another CUDA error from it, or its fixed buffers overflowing, is not memory running out
+    assert formats.match_line(
+        "PxgCudaDeviceMemoryAllocator fail to allocate memory 2147483648 bytes!! Result = 700"
+    ) is None
+    assert formats.match_line(
+        "PhysX error: Patch buffer overflow detected, please increase its size to at least 224549"
+    ) is None
+
+
+def test_a_padded_killed_line_is_the_shell_s_kill() -> None:
+    # public36 s-016: a terminal padded the line after a progress bar
+    log = "  0%|          | 0/16 [00:00<?, ?it/s]\nKilled" + " " * 49 + "\n"
+    d = diagnose(log)
+    assert (d.detected, d.kind) == (True, "host-oom-killed")
+    assert not diagnose("Killed" + " " * 201 + "x\n").detected  # not a line of its own
