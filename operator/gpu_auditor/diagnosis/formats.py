@@ -103,6 +103,8 @@ SPLIT_ATTENTION: Final = (
 """The split attention Stable Diffusion's forks copied (``split_cross_attention_forward``) refusing
 to run: even in 64 slices one slice needs more than the GPU has free ("Need: 3.7GB free,
 Have:3.1GB free", GiB); its own words name the lever, a lower resolution."""
+XLA_CONSTANT: Final = "bytes for new constant"
+"""XLA's GPU executable failing to allocate a compiled program's constant on the device."""
 TH_HOST_ALLOC: Final = "Torch: not enough memory"
 """TH's (PyTorch before 1.0) host allocator refusing, "... you tried to allocate 2GB. Buy new
 RAM!": host memory, like the DefaultCPUAllocator's that replaced it."""
@@ -129,7 +131,9 @@ KEYWORDS: Final[tuple[bytes, ...]] = (
     b"killed",
     b"Out Of Memory",
     b"kill event",
-    b"Failed to allocate",  # XLA's "... request for"; ND4J's "... N bytes from DEVICE [d] memory"
+    b"Failed to allocate request",
+    b"INTERNAL: Failed to allocate",  # XLA's constant (not the bare words: the round's review)
+    b"RuntimeException: Failed to allocate",  # ND4J's device allocator, as Java raises it
     b"Cannot malloc",
     b"Free memory on device",
     b"OutOfMemory",
@@ -247,10 +251,12 @@ HOST_REFUSED_PATTERN: Final = (
     r"^[ \t]{0,8}(?:[\w.]{1,60}: )?\[Errno 12\] Cannot allocate memory\b|"
     r"\[WinError 1455\]|\bThe paging file is too small for this operation to complete\b|"
     r"\bDie Auslagerungsdatei ist zu klein, um diesen Vorgang durchzuführen\b|"
-    # NumPy's refused array as an application printed it, after at most a level word or two
-    # ("ERROR: Unable to allocate 3.60 GiB for an array with shape ...": public34 l-018)
-    r"^[ \t]{0,8}(?:[A-Za-z]{1,12}: ){0,2}Unable to allocate \d{1,12}\.?\d{0,6} ?"
-    r"(?:[KMGT]iB|bytes) for an array with shape \("
+    # NumPy's refused array as an application printed it, after at most two error-level words
+    # ("ERROR: Unable to allocate 3.60 GiB for an array with shape ...": public34 l-018), and
+    # nothing after NumPy's own words (not "INFO: ...; falling back": the round's review)
+    r"^[ \t]{0,8}(?:(?:ERROR|Error|error|CRITICAL|Critical|FATAL|Fatal|Exception): ){0,2}"
+    r"Unable to allocate \d{1,12}\.?\d{0,6} ?(?:[KMGT]iB|bytes) for an array with shape "
+    r"\([\d, ]{0,200}\) and data type \w{1,32}[ \t]{0,8}$"
 )
 """The host's kernel refusing memory as Python raises it: Linux's ENOMEM (a fork, an mmap:
 "OSError: [Errno 12] Cannot allocate memory") and Windows' commit limit (ERROR_COMMITMENT_LIMIT,
@@ -467,7 +473,7 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             # outside the BFC pool JAX preallocated (StreamExecutor's Allocate returned null:
             # public35 n-010; XLA_PYTHON_CLIENT_PREALLOCATE=false fixed google-research/scenic's
             # other threads)
-            r"\bINTERNAL: Failed to allocate \d{1,20} bytes for new constant\b"
+            r"\bINTERNAL: Failed to allocate \d{1,20} " + XLA_CONSTANT + r"\b"
         ),
     ),
     (
@@ -965,6 +971,7 @@ _FRAMEWORK_MARKERS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     ("isaacgym", re.compile(r"\bGym cuda error: ")),
     # PhysX's GPU allocator: Isaac Gym's, Isaac Sim's, SAPIEN's
     ("physx", re.compile(r"\bPxgCudaDeviceMemoryAllocator\b")),
+    ("nd4j", re.compile(r"\bnd4j\b|\bbytes from DEVICE \[\d{1,3}\] memory\b")),
     ("theano", re.compile(r"\bbytes of device memory \(out of memory\)")),
     ("dali", re.compile(r"\bNVJPEG error \"5\" : NVJPEG_STATUS_ALLOCATOR_FAILURE\b")),
     ("spark-rapids", re.compile(r"\bcom\.nvidia\.spark\.rapids\b|SplitAndRetryOOM\b")),

@@ -554,7 +554,9 @@ def parse_hit(hit: Hit) -> OomEvent:
         requested, free, total = (_plain_bytes(match.group(i)) for i in (1, 2, 3))
         figures = Figures(requested, total_bytes=total or None, free_bytes=free if total else None)
     elif family == formats.CUDA_ERROR and (match := _SPLIT_ATTENTION.search(message)):
-        need, have = (to_bytes(match.group(i), "GiB") for i in (1, 2))
+        # one decimal of GiB: a "0.0" is under 0.05 GiB, not nothing (it raises only when the
+        # need is past what is free: the round's review), so a zero is not read
+        need, have = (to_bytes(match.group(i), "GiB") or None for i in (1, 2))
         figures = Figures(need, free_bytes=have)
     elif family == formats.CUDA_ERROR and (match := _CATBOOST_REQUEST.search(message)):
         figures = Figures(_binary_bytes(match.group(1) + "MB"))

@@ -302,6 +302,11 @@ DRIVER_CALLS: Final = (
     "expandable_segments:True): on WSL2 and Jetson those calls fail with memory free "
     "(unslothai/unsloth#2401): there, remove expandable_segments:True; elsewhere the GPU was full"
 )
+XLA_CONSTANT_FIX: Final = (
+    "XLA allocates a compiled program's constants on the GPU outside the memory JAX preallocated "
+    "(75 % of the GPU by default): leave room for them with XLA_PYTHON_CLIENT_PREALLOCATE=false or "
+    "a lower XLA_PYTHON_CLIENT_MEM_FRACTION"
+)
 OWN_LEVERS: Final[dict[str, str]] = {
     "hami": HAMI_SHARED_CARD,
     "isaacgym": SIMULATOR_FIX,
@@ -705,6 +710,8 @@ def _kind_actions(ctx: Context) -> list[str]:
             return [NVML_REFUSED, REDUCE_PEAK[0]]
         if formats.DRIVER_CHECK in ctx.event.message:  # expandable segments' driver calls
             return [DRIVER_CALLS, first]
+        if formats.XLA_CONSTANT in ctx.event.message:  # outside the pool JAX preallocated
+            return [XLA_CONSTANT_FIX, first]
         own = ctx.event.framework
         return [
             first,

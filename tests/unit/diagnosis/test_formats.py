@@ -2043,3 +2043,50 @@ def test_a_padded_killed_line_is_the_shell_s_kill() -> None:
     d = diagnose(log)
     assert (d.detected, d.kind) == (True, "host-oom-killed")
     assert not diagnose("Killed" + " " * 201 + "x\n").detected  # not a line of its own
+
+
+# -- the thirteenth round's review: its cases -----------------------------------------------------
+
+
+def test_split_attention_s_zero_figures_are_not_read_as_a_zero_request() -> None:
+    # it raises only when the need is past the free memory; "0.0" is one decimal of GiB
+    line = ("RuntimeError: Not enough memory, use lower resolution (max approx. 64x64). Need: "
+            "0.0GB free, Have:0.0GB free")
+    d = diagnose(line + "\n")
+    assert d.detected  # not "asked for 0 bytes, a bug"
+    assert d.figures.requested_bytes is None and d.figures.free_bytes is None
+    have_zero = line.replace("Need: 0.0GB", "Need: 0.1GB")
+    assert diagnose(have_zero + "\n").figures.free_bytes is None  # not "0 bytes free"
+
+
+@pytest.mark.parametrize("line", [
+    "[Errno 12] Cannot allocate memory: Failed to allocate hugepage-backed RX ring, using regular "
+    "pages",
+    "Failed to allocate large-page buffer ([WinError 1455] The paging file is too small for this "
+    "operation to complete), using normal pages",
+])  # fmt: skip
+def test_a_line_with_failed_to_allocate_mid_log_is_no_keyword_line(line: str) -> None:
+    # words read only at a log's end stay there: "Failed to allocate" alone is no keyword
+    assert not diagnose(f"step 1\n{line}\nstep 2 loss 0.9\nsaved checkpoint\n").detected
+
+
+@pytest.mark.parametrize("line", [
+    "INFO: Unable to allocate 3.60 GiB for an array with shape (483183820,) and data type "
+    "float64; falling back to memory-mapped arrays",
+    "Warning: Unable to allocate 3.60 GiB for an array with shape (483183820,) and data type "
+    "float64",
+])  # fmt: skip
+def test_numpy_s_words_after_a_lower_level_or_with_more_after_them_are_not_read(line: str) -> None:
+    assert not diagnose(f"loading\n{line}\n").detected
+
+
+def test_xla_s_constant_names_the_preallocation_lever() -> None:
+    d = diagnose("XlaRuntimeError: INTERNAL: Failed to allocate 209715200 bytes for new constant\n")
+    assert "XLA_PYTHON_CLIENT_PREALLOCATE=false" in d.recommendation.actions[0]
+
+
+def test_nd4j_s_failure_gets_no_pytorch_levers() -> None:
+    d = diagnose("java.lang.RuntimeException: Failed to allocate 1283331072 bytes from DEVICE [0] "
+                 "memory\n")
+    assert d.framework == "nd4j"
+    assert not any("torch" in a for a in d.recommendation.actions)
