@@ -256,7 +256,7 @@ HOST_REFUSED_PATTERN: Final = (
     # nothing after NumPy's own words (not "INFO: ...; falling back": the round's review)
     r"^[ \t]{0,8}(?:(?:ERROR|Error|error|CRITICAL|Critical|FATAL|Fatal|Exception): ){0,2}"
     r"Unable to allocate \d{1,12}\.?\d{0,6} ?(?:[KMGT]iB|bytes) for an array with shape "
-    r"\([\d, ]{0,200}\) and data type \w{1,32}[ \t]{0,8}$"
+    r"\([^()\n]{0,200}\) and data type \w{1,32}[ \t]{0,8}$"
 )
 """The host's kernel refusing memory as Python raises it: Linux's ENOMEM (a fork, an mmap:
 "OSError: [Errno 12] Cannot allocate memory") and Windows' commit limit (ERROR_COMMITMENT_LIMIT,
