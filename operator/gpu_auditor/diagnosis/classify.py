@@ -603,7 +603,7 @@ def classify(
     than the idle cache could absorb (``LEAK_OUTRUNS_CACHE_POINTS``); beside fragmentation
     ``leak`` contributes."""
     figures = with_node(event.figures, node)
-    plan = xlacompile.compile_plan(event.message) if event.family == formats.XLA else None
+    plan = event.compile_plan
     if plan is not None:  # refused at compile time: nothing ran, nothing else held the chip
         return Verdict(xlacompile.kind(plan), (), xlacompile.summary(plan), figures)
     usable = record if record is not None and record.status == "ok" else None

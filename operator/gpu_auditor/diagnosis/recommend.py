@@ -307,11 +307,11 @@ XLA_CONSTANT_FIX: Final = (
     "(75 % of the GPU by default): leave room for them with XLA_PYTHON_CLIENT_PREALLOCATE=false or "
     "a lower XLA_PYTHON_CLIENT_MEM_FRACTION"
 )
+SIMULATORS: Final = ("isaacgym", "omniverse", "physx")
+"""The GPU simulators' stacks: their memory grows with the scene (``SIMULATOR_FIX``)."""
 OWN_LEVERS: Final[dict[str, str]] = {
     "hami": HAMI_SHARED_CARD,
-    "isaacgym": SIMULATOR_FIX,
-    "omniverse": SIMULATOR_FIX,
-    "physx": SIMULATOR_FIX,
+    **dict.fromkeys(SIMULATORS, SIMULATOR_FIX),
     "dali": DALI_FIX,
 }
 """A stack's own lever beside an ``unknown`` failure's check: HAMi's card shared by pods
@@ -520,7 +520,7 @@ def _framework_actions(ctx: Context) -> list[str]:
         return list(LLAMA_CPP_FIXES)
     if fw == "catboost":
         return list(CATBOOST_FIXES)
-    if fw in ("isaacgym", "omniverse", "physx"):  # the simulator's scene, not a model's batch
+    if fw in SIMULATORS:  # the simulator's scene, not a model's batch
         return [SIMULATOR_FIX]
     if fw == "spark-rapids":
         return list(SPARK_RAPIDS_FIXES)
@@ -843,7 +843,7 @@ SPLIT_ATTENTION_FIX: Final = (
 
 
 def recommend(ctx: Context) -> Recommendation:
-    plan = xlacompile.compile_plan(ctx.event.message) if ctx.event.family == formats.XLA else None
+    plan = ctx.event.compile_plan
     if plan is not None:  # XLA's TPU compiler: its own levers, no allocator of PyTorch's
         return Recommendation(None, None, tuple(xlacompile.actions(plan)))
     alloc_conf, notes = _alloc_conf(ctx)
