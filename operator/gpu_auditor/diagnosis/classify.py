@@ -107,6 +107,8 @@ class Verdict:
     figures: Figures
     shows_room: bool = False
     """The figures show room for the request beyond the full-GPU margin (``_Facts.fits``)."""
+    plan: xlacompile.CompilePlan | None = None
+    """XLA's TPU compiler's refused plan that decided the verdict (read once, here)."""
 
 
 def with_node(figures: Figures, node: NodeEvidence | None) -> Figures:
@@ -603,9 +605,9 @@ def classify(
     than the idle cache could absorb (``LEAK_OUTRUNS_CACHE_POINTS``); beside fragmentation
     ``leak`` contributes."""
     figures = with_node(event.figures, node)
-    plan = event.compile_plan
+    plan = xlacompile.compile_plan(event.message) if event.family == formats.XLA else None
     if plan is not None:  # refused at compile time: nothing ran, nothing else held the chip
-        return Verdict(xlacompile.kind(plan), (), xlacompile.summary(plan), figures)
+        return Verdict(xlacompile.kind(plan), (), xlacompile.summary(plan), figures, plan=plan)
     usable = record if record is not None and record.status == "ok" else None
     refusal = formats.CAP_REFUSED in event.message
     facts = _Facts(figures, event.family, usable, phase, steps, event.framework, refusal)

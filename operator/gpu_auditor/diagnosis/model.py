@@ -7,8 +7,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final
 
-from .xlacompile import CompilePlan
-
 
 class DiagnosisKind(StrEnum):
     """What a diagnosis says caused the failure (docs/contracts.md). A member is its string, so
@@ -196,8 +194,6 @@ class OomEvent:
     backend: str | None = None  # "native", "cudaMallocAsync"; None when the wording does not say
     rocm: bool = False
     rank: str | None = None
-    compile_plan: CompilePlan | None = None
-    """XLA's TPU compiler's refused plan (``xlacompile.py``), read once where the event is read."""
 
 
 @dataclass(frozen=True)

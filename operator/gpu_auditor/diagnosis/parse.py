@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Final
 
-from . import formats, xlacompile
+from . import formats
 from .impossible import IMPOSSIBLE_REQUEST_BYTES
 from .logtext import Hit, Line
 from .model import Figures, OomEvent, OtherProcess
@@ -590,5 +590,4 @@ def parse_hit(hit: Hit) -> OomEvent:
         backend=backend,
         rocm=rocm,
         rank=hit.line.rank,
-        compile_plan=xlacompile.compile_plan(message) if family == formats.XLA else None,
     )

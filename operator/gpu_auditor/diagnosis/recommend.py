@@ -843,7 +843,7 @@ SPLIT_ATTENTION_FIX: Final = (
 
 
 def recommend(ctx: Context) -> Recommendation:
-    plan = ctx.event.compile_plan
+    plan = ctx.verdict.plan
     if plan is not None:  # XLA's TPU compiler: its own levers, no allocator of PyTorch's
         return Recommendation(None, None, tuple(xlacompile.actions(plan)))
     alloc_conf, notes = _alloc_conf(ctx)
