@@ -585,7 +585,8 @@ def main(argv: list[str] | None = None) -> int:
         "--max-seconds",
         type=float,
         default=None,
-        help="stop mutmut after this long; unchecked mutants are left out of the scores",
+        help="stop each module's mutmut run after this long; unchecked mutants are left out of "
+        "the scores",
     )
     ap.add_argument(
         "--fail-under",
@@ -618,19 +619,15 @@ def main(argv: list[str] | None = None) -> int:
         last = json.loads((STAGE / "run.json").read_text())
         runs = [last["modules"]]
     low: list[str] = []
-    started = time.monotonic()
     for group_modules in runs:
         print(f"mutation: {', '.join(group_modules)} (staged in {STAGE.relative_to(REPO)}/)",
               flush=True)  # fmt: skip
         if args.report_only:
             code, seconds, command, boxed = 0, last["seconds"], last["command"], last["boxed"]
         else:
-            left = None
-            if args.max_seconds is not None:
-                left = args.max_seconds - (time.monotonic() - started)
-                if left <= 0:
-                    print(f"mutation: time box spent; not run: {', '.join(group_modules)}")
-                    continue
+            # each module has the whole box: CI on 59a6230 shared one 600 s box among classify,
+            # model and parse, and parse (377 s alone) was stopped before one mutant was scored
+            left = args.max_seconds
             for attempt in range(1, GENERATION_TRIES + 1):
                 stage(group_modules)
                 code, seconds, boxed, stalled = run_mutmut(args.max_children, left)

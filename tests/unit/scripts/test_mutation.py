@@ -73,3 +73,27 @@ def test_a_finished_run_gives_its_own_exit_code(
     _use_fake_mutmut(mutation, tmp_path, monkeypatch, "echo '    done in 3ms'; exit 3")
     code, _, boxed, stalled = mutation.run_mutmut(1, 30.0)
     assert (code, boxed, stalled) == (3, False, False)
+
+
+def test_each_module_has_the_whole_time_box(
+    mutation: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # CI on 59a6230 shared one 600 s box among classify, model and parse: classify and model
+    # spent it, and parse was stopped before one mutant was scored (a failed CI, not a low score)
+    boxes: list[float | None] = []
+
+    def run(max_children: int, max_seconds: float | None) -> tuple[int, float, bool, bool]:
+        boxes.append(max_seconds)
+        return 0, 500.0, False, False
+
+    monkeypatch.setattr(mutation, "REPO", tmp_path)
+    monkeypatch.setattr(mutation, "STAGE", tmp_path / ".mutation")
+    (tmp_path / ".mutation").mkdir()
+    monkeypatch.setattr(mutation, "modules_all", lambda: ["classify", "model", "parse"])
+    monkeypatch.setattr(mutation, "stage", lambda modules: None)
+    monkeypatch.setattr(mutation, "run_mutmut", run)
+    monkeypatch.setattr(mutation, "results", lambda modules: {"m": "killed"})
+    monkeypatch.setattr(mutation, "report", lambda *a: {"modules": [], "survivors": []})
+    code = mutation.main(["--modules", "classify,model,parse", "--max-seconds", "600",
+                          "--out", str(tmp_path / "out")])
+    assert (code, boxes) == (0, [600.0, 600.0, 600.0])
