@@ -886,6 +886,12 @@ def summarize(kind: str, x: _Facts, event: OomEvent, growth: Growth | None) -> s
             "it listed the GPU's processes (NVML refused them: a MIG slice, a Jetson, an "
             "unprivileged container): the log has no memory figures"
         )
+    if event.family == formats.EXCEPTION_NAME and event.message.startswith("MemoryError"):
+        return (
+            "unknown: a MemoryError ended the job, its message not in the log: host (CPU) memory "
+            "refused, or a GPU library that raises it (RAPIDS' RMM, CuPy); the lines before it "
+            "and the node report can tell"
+        )
     who = event.framework or (
         "an OutOfMemoryError's" if event.family == formats.EXCEPTION_NAME else event.family
     )

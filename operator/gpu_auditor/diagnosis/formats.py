@@ -177,6 +177,8 @@ KEYWORDS: Final[tuple[bytes, ...]] = (
     b"_alloc_buffer: failed to allocate buffer of size",
     b"to allocate CPU buffer of size",
     b"Memory not available to allocate buffer",
+    b"system error: Cannot allocate memory",  # gfortran's runtime (os_error with ENOMEM)
+    b"MemoryError  ",  # IPython's traceback head, the name padded to its column
 )
 """Byte strings at least one of which every family's failure line contains (second filter)."""
 
@@ -406,6 +408,10 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             # ...torch 1.x's exception cut at its first sentence, its period lost (public32
             # f-014, g-005)
             r"\bRuntimeError: (?:CUDA|HIP) out of memory[ \t]{0,8}$|"
+            # ...or re-raised with the job's own words on when it ran out (GPL's "CUDA out of
+            # memory during query generation (...)": public37 u-022); not other words after it
+            # (the twelfth round's near misses), nor vLLM's warm-up (its own family)
+            r"\bRuntimeError: (?:CUDA|HIP) out of memory (?:during|while|when|after) \w|"
             # its driver-API check, as the line's end (public33 k-010, after its blind score;
             # not in a warning's parentheses: SGLang goes on after "(CUDA driver error: ...)")
             r"(?<!\()\b" + DRIVER_CHECK + r"[ \t]{0,8}$|"
@@ -527,7 +533,13 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
     # IPython heads a traceback with the exception's bare name (public13 k-007, public9 n-007):
     # torch's, CuPy's or Ray's (a host kill) OutOfMemoryError, so the least telling of all (any
     # other wording of the failure, Ray's kill line included, represents it)
-    (EXCEPTION_NAME, re.compile(r"^OutOfMemoryError {2,64}Traceback \(most recent call last\)")),
+    # (and Python's MemoryError's: a host refusal or a GPU library's, RMM's and CuPy's raise it
+    # too: of the sets' nine such heads, one host, three GPU, five never settled; public37 u-029,
+    # cut before its message)
+    (
+        EXCEPTION_NAME,
+        re.compile(r"^(?:OutOfMemory|Memory)Error {2,64}Traceback \(most recent call last\)"),
+    ),
     # fairseq's trainer (and Boltz's predictor, which copied it) catching PyTorch's OOM and
     # skipping the batch: the failure only where the log ends at it (aftermath.py; public32
     # f-021, f-027), and of the lowest rank, so a later failure near it is the one read
@@ -656,6 +668,9 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             # Isaac Gym's PhysX CUDA check (public23 b-024); a CUDA check macro's "Error <string>
             # at line N in file F" (bitsandbytes' ops.cu, public23 z-019); heFFTe's (a-012)
             r"\bGym cuda error: out of memory\b|"
+            # the CUDA SDK samples' cutil check, which projects copied (InfiniTAM's ORUtils:
+            # public37 t-026): "F(N) : cudaSafeCall() Runtime API error [2]: out of memory."
+            r"\bcudaSafeCall\(\) Runtime API error (?:2)?: out of memory\b|"
             # PhysX's GPU allocator (Isaac Gym, Isaac Sim) with cudaErrorMemoryAllocation (2)
             # (public36 r-017, r-024; its fixed buffers' overflows are not memory running out)
             r"\bPxgCudaDeviceMemoryAllocator fail to allocate memory \d{1,20} bytes!! Result = 2\b|"
@@ -785,6 +800,9 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             r"^[ \t]{0,8}ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer of "
             r"size \d{1,20}\b|^[ \t]{0,8}\w{1,60}: (?:failed|unable) to allocate CPU buffer of "
             r"size \d{1,20}\b|"
+            # gfortran's runtime when an ALLOCATE's malloc returns NULL (its next line: "Allocation
+            # would exceed memory limit" or "Error allocating N bytes"): public37 v-007
+            r"^[ \t]{0,8}Operating system error: Cannot allocate memory[ \t]{0,8}$|"
             # TensorFlow's own CPU allocator (the op ran on the host: public12 e-026, public29
             # p-009)
             r"\bOOM when allocating tensor\b(?=" + TF_CPU_ALLOCATOR + r")|"
@@ -831,7 +849,9 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             # own, it names whatever process it killed, public12 f-015's job among them)
             # (a post that dropped the pid keeps the name in its parentheses, or writes a
             # placeholder for it: public22 w-017, public28 z-017's "<PID> (python)")
-            r"\b(?:Out of memory|Memory cgroup out of memory): Kill(?:ed)? process "
+            # (its space after the colon lost, as a platform's report reprints it, full-width
+            # punctuation after the pid: public37 t-018)
+            r"\b(?:Out of memory|Memory cgroup out of memory):[ \t]?Kill(?:ed)? process "
             r"(?:\d{1,9}\b|\([^\s()]{1,64}\)|<\w{1,16}> \()|"
             r"\bDetected \d{1,9} oom[_-]kill events?(?:\(s\))? in \w|"
             r"\btask \d{1,9}: Out Of Memory\b|"
@@ -971,6 +991,7 @@ _FRAMEWORK_MARKERS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     ("isaacgym", re.compile(r"\bGym cuda error: ")),
     # PhysX's GPU allocator: Isaac Gym's, Isaac Sim's, SAPIEN's
     ("physx", re.compile(r"\bPxgCudaDeviceMemoryAllocator\b")),
+    ("gfortran", re.compile(r"^[ \t]{0,8}Operating system error: Cannot allocate memory\b")),
     ("nd4j", re.compile(r"\bnd4j\b|\bbytes from DEVICE \[\d{1,3}\] memory\b")),
     ("theano", re.compile(r"\bbytes of device memory \(out of memory\)")),
     ("dali", re.compile(r"\bNVJPEG error \"5\" : NVJPEG_STATUS_ALLOCATOR_FAILURE\b")),

@@ -712,6 +712,13 @@ def _kind_actions(ctx: Context) -> list[str]:
             return [DRIVER_CALLS, first]
         if formats.XLA_CONSTANT in ctx.event.message:  # outside the pool JAX preallocated
             return [XLA_CONSTANT_FIX, first]
+        if fam == formats.EXCEPTION_NAME and ctx.event.message.startswith("MemoryError"):
+            return [  # host memory or a GPU library's pool: the message, cut away, said which
+                "find the MemoryError's message (the full log, the notebook's output): a size "
+                "refused on the host, or a GPU library's (RMM, CuPy) pool",
+                RAISE_LIMIT,
+                first,
+            ]
         own = ctx.event.framework
         return [
             first,

@@ -1521,8 +1521,8 @@ def test_python_s_and_numpy_s_memory_errors_are_host_memory(
 
 
 @pytest.mark.parametrize("line", [
-    # IPython's head names any MemoryError's class, a library's too (pyopencl's: public14 r-014)
-    "MemoryError                               Traceback (most recent call last)",
+    # (IPython's head names any MemoryError's class, a library's too: an OOM whose memory the
+    # log does not tell, test_ipython_s_memoryerror_head_is_an_oom_whose_memory_...)
     "    except MemoryError:",
     "    raise MemoryError",
     "MemoryError is raised when the array is too large",
@@ -2090,3 +2090,68 @@ def test_nd4j_s_failure_gets_no_pytorch_levers() -> None:
                  "memory\n")
     assert d.framework == "nd4j"
     assert not any("torch" in a for a in d.recommendation.actions)
+
+
+# -- the fourteenth round, from public37's calibration half: other stacks' own lines ------------
+
+
+def test_the_kernel_s_kill_line_reprinted_without_its_space_is_still_the_oom_killer() -> None:
+    # public37 t-018 (Scaffold-GS): a platform's "Kill reason", full-width punctuation
+    line = ("Out of memory:Killed process 217423\uff08python\uff09total-vm:112518872kB\uff0c  "
+            "anon-rs:30204444kB\uff0cfile-rss:kB shmem-rss:3072kB")
+    d = diagnose(line + "\nSetting up [LPIPS] perceptual loss\nfound tf board\n")
+    assert (d.detected, d.kind) == (True, "host-oom-killed")
+    assert formats.match_line("Out of memory:Killed process") is None  # no pid, no name
+
+
+def test_the_cuda_samples_cutil_check_is_a_cuda_call_s_out_of_memory() -> None:
+    # public37 t-026 (InfiniTAM's ORUtils copied the CUDA SDK's cudaSafeCall)
+    line = ("saving scene to model ... /x/ORUtils/MemoryBlock.h(257) : cudaSafeCall() Runtime API "
+            "error : out of memory.")
+    assert formats.match_line(line) == formats.CUDA_ERROR
+    assert formats.match_line("m.cu(12) : cudaSafeCall() Runtime API error 2: out of memory.") == (
+        formats.CUDA_ERROR)
+    assert formats.match_line(
+        "m.cu(12) : cudaSafeCall() Runtime API error : invalid device function.") is None
+
+
+def test_pytorch_s_oom_re_raised_with_the_job_s_own_words_after_it() -> None:
+    # public37 u-022 (GPL's query generation re-raises PyTorch's OOM in its own words)
+    line = ("RuntimeError: CUDA out of memory during query generation (queries_per_passage: 1, "
+            "batch_size_generation: 1). Please try smaller `queries_per_passage` and/or "
+            "`batch_size_generation`.")
+    d = diagnose(line + "\n")
+    assert (d.detected, d.framework, d.kind) == (True, "pytorch", "unknown")
+    # vLLM's warm-up keeps its own family and reading
+    warmup = ("RuntimeError: CUDA out of memory occurred when warming up sampler with 256 dummy "
+              "requests.")
+    assert formats.match_line(warmup) == formats.ENGINE_WARMUP
+
+
+def test_gfortran_s_failed_allocate_is_host_memory() -> None:
+    # public37 v-007 (GAP's gap_fit): libgfortran's os_error with ENOMEM, then its backtrace
+    log = ("Number of descriptors:                        640000\n\n"
+           "Operating system error: Cannot allocate memory\n"
+           "Allocation would exceed memory limit\n\nError termination. Backtrace:\n"
+           "#0  0x2b467a29b8da\n#1  0x2b467a29c395\n")
+    d = diagnose(log)
+    assert (d.detected, d.kind, d.framework) == (True, "host-oom-killed", "gfortran")
+    assert not any("DataLoader" in a for a in d.recommendation.actions)  # no PyTorch lever
+
+
+def test_ipython_s_memoryerror_head_is_an_oom_whose_memory_the_log_does_not_tell() -> None:
+    # public37 u-029 (BERTopic in Jupyter, cut before the message); RMM's, CuPy's and pyopencl's
+    # pools raise MemoryError too (public11 v-025, public4 t-017, public14 r-014): not read as
+    # host memory
+    log = ("---------------------------------------------------------------------------\n"
+           "MemoryError                               Traceback (most recent call last)\n"
+           "/tmp/ipykernel_159881/2313223528.py in <module>\n"
+           "----> 3 topic_model = topic_model.fit(docs, embeddings)\n")
+    d = diagnose(log)
+    assert (d.detected, d.kind) == (True, "unknown")
+    assert d.summary.startswith("unknown: a MemoryError ended the job")
+    assert d.recommendation.actions[0].startswith("find the MemoryError's message")
+    # the name in a sentence, or a longer one ending in it, is not IPython's head
+    assert formats.match_line("MemoryError   Traceback x") is None
+    assert formats.match_line("CudaMemoryError                   Traceback (most recent call "
+                              "last)") is None
