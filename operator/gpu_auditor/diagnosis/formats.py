@@ -177,8 +177,11 @@ KEYWORDS: Final[tuple[bytes, ...]] = (
     b"_alloc_buffer: failed to allocate buffer of size",
     b"to allocate CPU buffer of size",
     b"Memory not available to allocate buffer",
-    b"system error: Cannot allocate memory",  # gfortran's runtime (os_error with ENOMEM)
-    b"MemoryError  ",  # IPython's traceback head, the name padded to its column
+    # gfortran's runtime (os_error with ENOMEM); IPython's traceback head, the name padded to its
+    # column (a shorter pad, or "system error" alone, cost 20-66x on logs of such lines: the
+    # round's review F5)
+    b"Operating system error: Cannot allocate memory",
+    b"MemoryError                ",
 )
 """Byte strings at least one of which every family's failure line contains (second filter)."""
 
@@ -408,10 +411,6 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             # ...torch 1.x's exception cut at its first sentence, its period lost (public32
             # f-014, g-005)
             r"\bRuntimeError: (?:CUDA|HIP) out of memory[ \t]{0,8}$|"
-            # ...or re-raised with the job's own words on when it ran out (GPL's "CUDA out of
-            # memory during query generation (...)": public37 u-022); not other words after it
-            # (the twelfth round's near misses), nor vLLM's warm-up (its own family)
-            r"\bRuntimeError: (?:CUDA|HIP) out of memory (?:during|while|when|after) \w|"
             # its driver-API check, as the line's end (public33 k-010, after its blind score;
             # not in a warning's parentheses: SGLang goes on after "(CUDA driver error: ...)")
             r"(?<!\()\b" + DRIVER_CHECK + r"[ \t]{0,8}$|"
@@ -627,6 +626,11 @@ _FAMILIES: Final[tuple[tuple[str, _Searcher], ...]] = (
             # torch 0.x's THC wording; CTranslate2 (faster-whisper)
             r"\bcuda runtime error \(2\) : out of memory|"
             r"\b(?:CUDA|cuda) failed with error out of memory\b|"
+            # PyTorch's OOM re-raised by the job with its own words on when it ran out (GPL's
+            # "CUDA out of memory during query generation (...)": public37 u-022), at a line's
+            # start: in this lower family, so PyTorch's own message with its figures before it
+            # is the one read (the round's review F1), and not a test's "E   RuntimeError" (F2)
+            r"^[ \t]{0,8}RuntimeError: (?:CUDA|HIP) out of memory (?:during|while|when|after) \w|"
             # PyTorch's ExceptionWrapper re-raising a replica's OOM (nn.DataParallel), its own
             # message and figures cut away (public26 e-021)
             r"\bOutOfMemoryError: Caught OutOfMemoryError in (?:replica \d{1,4} on device "

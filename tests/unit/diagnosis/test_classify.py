@@ -2447,3 +2447,30 @@ def test_a_librarys_failure_names_the_library_and_what_it_could_not_get(
     line: str, summary: str
 ) -> None:
     assert diagnose(line + "\n").summary.startswith(summary)
+
+
+# -- the kind of an XLA compile plan is decided where the event is classified (CI's mutation run
+# on 2faaa86: the plan's condition survived, classify's tests had no TPU compile failure) -------
+
+
+def test_an_xla_tpu_compile_plan_over_the_chip_s_hbm_is_capacity() -> None:
+    line = ("jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: XLA:TPU compile permanent "
+            "error. Ran out of memory in memory space hbm. Used 21.95G of 15.48G hbm. Exceeded hbm "
+            "capacity by 6.47G.")
+    d = diagnose(line + "\n")
+    assert (d.detected, d.kind) == (True, "capacity")
+    assert d.summary.startswith("capacity: XLA's TPU compiler planned")
+
+
+def test_a_memoryerror_head_alone_names_both_memories_it_may_be() -> None:
+    # public37 u-029: IPython's head, cut before its message
+    log = ("MemoryError                               Traceback (most recent call last)\n"
+           "/tmp/ipykernel_1/2.py in <module>\n")
+    d = diagnose(log)
+    assert d.summary == (
+        "unknown: a MemoryError ended the job, its message not in the log: host (CPU) memory "
+        "refused, or a GPU library that raises it (RAPIDS' RMM, CuPy); the lines before it and "
+        "the node report can tell")
+    # PyTorch's OutOfMemoryError head keeps its own words
+    torch_head = diagnose(log.replace("MemoryError       ", "OutOfMemoryError  "))
+    assert torch_head.summary.startswith("unknown: an OutOfMemoryError's failure")

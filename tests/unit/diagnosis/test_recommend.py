@@ -1722,3 +1722,29 @@ def test_the_twelfth_rounds_stacks_get_their_own_first_action(text: str, first: 
     actions = diagnose(text).recommendation.actions
     assert actions[0].startswith(first)
     assert not any("nvidia-smi --query" in a for a in actions)
+
+
+# -- the fourteenth round's stacks (public37): their own actions, whole -------------------------
+
+
+def test_a_memoryerror_head_asks_for_its_message_then_both_memories_levers() -> None:
+    log = ("MemoryError                               Traceback (most recent call last)\n"
+           "/tmp/ipykernel_1/2.py in <module>\n")
+    assert diagnose(log).recommendation.actions == (
+        "find the MemoryError's message (the full log, the notebook's output): a size refused on "
+        "the host, or a GPU library's (RMM, CuPy) pool",
+        "raise the container's memory limit (and set the request equal to it)",
+        "the log has no usable memory figures: check what else holds the GPU (nvidia-smi "
+        "--query-compute-apps=pid,used_memory --format=csv, or the node agent's GPUNodeReport)",
+    )
+    torch_head = log.replace("MemoryError       ", "OutOfMemoryError  ")
+    assert not diagnose(torch_head).recommendation.actions[0].startswith("find the MemoryError")
+
+
+def test_gfortran_s_host_refusal_gets_the_container_s_levers_not_pytorch_s() -> None:
+    log = "Operating system error: Cannot allocate memory\nAllocation would exceed memory limit\n"
+    assert diagnose(log).recommendation.actions == (
+        "raise the container's memory limit (and set the request equal to it)",
+        "a memory-backed /dev/shm (emptyDir medium: Memory) counts against the limit: size it "
+        "explicitly",
+    )
